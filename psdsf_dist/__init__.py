@@ -1,0 +1,22 @@
+"""psdsf-dist: distributed, asynchronous PS-DSF multi-resource fair allocation."""
+
+from psdsf_dist.certificate import Certificate, certificate
+from psdsf_dist.errors import PsdsfError, ScenarioError, ScenarioWarning, SolverError
+from psdsf_dist.scenario import Scenario, load_scenario
+from psdsf_dist.server_procedure import server_procedure
+from psdsf_dist.solver import Solution, solve
+
+__all__ = [
+    "Certificate",
+    "PsdsfError",
+    "Scenario",
+    "ScenarioError",
+    "ScenarioWarning",
+    "Solution",
+    "SolverError",
+    "certificate",
+    "load_scenario",
+    "server_procedure",
+    "solve",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,36 @@
+"""Typed exceptions and warnings raised by the library."""
+
+from __future__ import annotations
+
+
+class PsdsfError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class ScenarioError(PsdsfError, ValueError):
+    """A scenario (file or Python description) is invalid.
+
+    ``str(err)`` is one line naming the source and the field, e.g.
+    ``cluster.yaml: users[2].weight: must be > 0, got -1``.
+    """
+
+    def __init__(self, field: str, message: str, source: str | None = None) -> None:
+        self.field = field
+        self.message = message
+        self.source = source
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = f"{self.source}: " if self.source else ""
+        return f"{where}{self.field}: {self.message}" if self.field else f"{where}{self.message}"
+
+    def with_source(self, source: str) -> ScenarioError:
+        return ScenarioError(self.field, self.message, source)
+
+
+class SolverError(PsdsfError, RuntimeError):
+    """A solver could not reach a certified allocation within its budget."""
+
+
+class ScenarioWarning(UserWarning):
+    """Something in a scenario is legal but probably not what was meant."""

@@ -46,6 +46,7 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 POSITIVE = 1e-13  # relative to gamma: below this an entry is treated as zero in the structure
+ACTIVE_SET_ROUNDS = 6  # re-solves after dropping entries the solve drove negative
 DENSE_LIMIT = 2500  # unknowns up to which the exact step uses a dense least-squares solve
 
 
@@ -129,9 +130,11 @@ def solve(
             exact += 1
             candidate = state.exact_step(fills)
             if candidate is not None:
+                # Only a certified candidate replaces the sweep state: a candidate built on a
+                # not-yet-right structure can be closer by the residual yet farther for sweeps.
                 trial = _ClassState(scenario, mode, classes, candidate)
                 tcert = trial.certify(rtol)
-                if tcert.holds or tcert.residual < cert.residual:
+                if tcert.holds:
                     state, cert = trial, tcert
         last_structure = structure
         best = cert
@@ -225,19 +228,52 @@ class _ClassState:
         return np.asarray(self.Y[:, self.classes.member_class])
 
     def exact_step(self, fills: list[WaterFill]) -> FloatArray | None:
-        """Solve the PS-DSF equations on the structure of the last sweep (see module doc)."""
-        sc = self.scenario
+        """Solve the PS-DSF equations on the structure of the last sweep (see module doc).
+
+        Users at their cap are pinned to their current split, rescaled to the cap exactly: how a
+        capped user's tasks are split is not determined by the conditions, and pinning keeps the
+        system square.  Entries the solve drives negative leave the structure and the system is
+        solved again (a few active-set rounds).
+        """
+        N, C = self.Y.shape
+        positive = self.Y > POSITIVE * np.maximum(self.gamma, 1.0)
+        capped = np.zeros(N, dtype=bool)
+        for c, wf in enumerate(fills):
+            capped |= wf.at_upper & positive[:, c]
+        fixed = np.zeros((N, C))
+        if capped.any():
+            scale = self.scenario.max_tasks[capped] / np.maximum(self.x[capped], 1e-300)
+            fixed[capped] = self.Y[capped] * scale[:, None]
+        free = positive & ~capped[:, None]
+        for _ in range(ACTIVE_SET_ROUNDS):
+            Y = self._solve_structure(fills, free, fixed)
+            if Y is None:
+                return None
+            negative = free & (Y < -POSITIVE * np.maximum(self.gamma, 1.0))
+            if not negative.any():
+                break
+            free &= ~negative
+        Y = np.maximum(Y, 0.0)
+        # back into capacity, column by column (round-off or a wrong structure may overshoot)
+        for c in range(C):
+            used = self.consumption[c].T @ Y[:, c]
+            cap = self.capacity[c]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = np.where(cap > 0, used / cap, 0.0).max(initial=0.0)
+            if ratio > 1.0:
+                Y[:, c] /= ratio
+        return Y
+
+    def _solve_structure(
+        self, fills: list[WaterFill], free: npt.NDArray[np.bool_], fixed: FloatArray
+    ) -> FloatArray | None:
         N, C = self.Y.shape
         count = self.classes.count
-        phi = sc.weight
-        positive = self.Y > POSITIVE * np.maximum(self.gamma, 1.0)
-        at_upper = np.zeros(N, dtype=bool)
-        for c, wf in enumerate(fills):
-            at_upper |= wf.at_upper & positive[:, c]
-        var = -np.ones((N, C), dtype=np.int64)
-        pn, pc = np.nonzero(positive)
-        var[pn, pc] = np.arange(len(pn))
+        phi = self.scenario.weight
+        pn, pc = np.nonzero(free)
         nvar = len(pn)
+        var = -np.ones((N, C), dtype=np.int64)
+        var[pn, pc] = np.arange(nvar)
         level_var: dict[tuple[int, int], int] = {}
         rows: list[int] = []
         cols: list[int] = []
@@ -245,68 +281,55 @@ class _ClassState:
         rhs: list[float] = []
 
         def add_row(entries: list[tuple[int, float]], b: float) -> None:
-            r = len(rhs)
             for j, v in entries:
-                rows.append(r)
+                rows.append(len(rhs))
                 cols.append(j)
                 vals.append(v)
             rhs.append(b)
 
-        user_total = {n: [(int(var[n, c]), float(count[c])) for c in np.flatnonzero(positive[n])] for n in set(pn.tolist())}
+        # x[n] = phi[n] gamma[n, c] L[c, g] for every free positive (n, c); scaled by 1/x[n]
+        held = {
+            n: [(int(var[n, c]), float(count[c])) for c in np.flatnonzero(free[n])]
+            for n in np.unique(pn).tolist()
+        }
         for n, c in zip(pn.tolist(), pc.tolist(), strict=True):
-            if at_upper[n]:
-                continue
-            g = int(fills[c].group[n])
-            key = (c, g)
+            key = (c, int(fills[c].group[n]))
             if key not in level_var:
                 level_var[key] = nvar + len(level_var)
-            w = phi[n] * self.gamma[n, c]
-            scale = 1.0 / max(self.x[n], 1e-300)
-            add_row([(j, v * scale) for j, v in user_total[n]] + [(level_var[key], -w * scale)], 0.0)
-        for n in np.flatnonzero(at_upper):
-            cap = float(sc.max_tasks[n])
-            add_row([(j, v / cap) for j, v in user_total[int(n)]], 1.0)
+            scale = 1.0 / max(float(self.x[n]), 1e-300)
+            w = float(phi[n] * self.gamma[n, c])
+            add_row([(j, v * scale) for j, v in held[n]] + [(level_var[key], -w * scale)], 0.0)
+        # every saturated resource is used up; scaled by 1/capacity
         for c, wf in enumerate(fills):
-            seen: set[int] = set()
-            for sat in wf.saturated:
-                for r in sat.tolist():
-                    if r in seen:
-                        continue
-                    seen.add(r)
-                    capr = float(self.capacity[c, r])
-                    users = np.flatnonzero(positive[:, c] & (self.consumption_for(c)[:, r] > 0))
-                    add_row(
-                        [(int(var[n, c]), float(self.consumption_for(c)[n, r]) / capr) for n in users],
-                        1.0,
-                    )
+            cons = self.consumption[c]
+            for r in np.unique(np.concatenate([np.zeros(0, np.int64), *wf.saturated])).tolist():
+                capr = float(self.capacity[c, r])
+                users = np.flatnonzero(free[:, c] & (cons[:, r] > 0))
+                pinned = float(cons[:, r] @ fixed[:, c])
+                add_row(
+                    [(int(var[n, c]), float(cons[n, r]) / capr) for n in users.tolist()],
+                    1.0 - pinned / capr,
+                )
         nunk = nvar + len(level_var)
-        if nunk == 0 or not rhs:
-            return None
+        Y = fixed.copy()
+        if nunk == 0:
+            return Y
         A = sp.csr_matrix((vals, (rows, cols)), shape=(len(rhs), nunk))
         b = np.array(rhs)
         if nunk <= DENSE_LIMIT:
             sol = np.linalg.lstsq(A.toarray(), b, rcond=None)[0]
-        elif A.shape[0] == nunk:
-            try:
-                sol = spla.spsolve(A.tocsc(), b)
-            except RuntimeError:
-                return None
-            if not np.all(np.isfinite(sol)):
-                sol = spla.lsqr(A, b, atol=1e-15, btol=1e-15, iter_lim=20 * nunk)[0]
         else:
-            sol = spla.lsqr(A, b, atol=1e-15, btol=1e-15, iter_lim=20 * nunk)[0]
+            sol = None
+            if A.shape[0] == nunk:
+                try:
+                    sol = spla.spsolve(A.tocsc(), b)
+                except RuntimeError:
+                    sol = None
+            if sol is None or not np.all(np.isfinite(sol)):
+                sol = spla.lsqr(A, b, atol=1e-15, btol=1e-15, iter_lim=20 * nunk)[0]
         if not np.all(np.isfinite(sol)):
             return None
-        Y = np.zeros((N, C))
-        Y[pn, pc] = np.maximum(sol[:nvar], 0.0)
-        # back into capacity, column by column (round-off or a wrong structure may overshoot)
-        for c in range(C):
-            used = self.consumption_for(c).T @ Y[:, c]
-            cap = self.capacity[c]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                ratio = np.where(cap > 0, used / cap, 0.0).max(initial=0.0)
-            if ratio > 1.0:
-                Y[:, c] /= ratio
+        Y[pn, pc] = sol[:nvar]
         return Y
 
     def consumption_for(self, c: int) -> FloatArray:

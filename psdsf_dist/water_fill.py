@@ -119,11 +119,11 @@ def water_fill(
         column[idx] = x
         tol = SATURATION_RTOL * max(1.0, abs(level))
         sat = np.flatnonzero(cross <= level + tol)
-        done_upper = end <= level + tol * np.maximum(1.0, np.abs(end))
+        done_upper = finite_end & (end <= level + tol * np.maximum(1.0, np.abs(np.where(finite_end, end, 0.0))))
         freeze = uses[idx][:, sat].any(axis=1) | done_upper
         fidx = idx[freeze]
         group[fidx] = phase
-        at_upper[idx[done_upper & ~uses[idx][:, sat].any(axis=1)]] = True
+        at_upper[idx[done_upper]] = True
         frozen_usage = frozen_usage + consumption[fidx].T @ column[fidx]
         active[fidx] = False
         levels.append(level)

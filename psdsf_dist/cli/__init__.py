@@ -1,0 +1,1 @@
+"""Command-line interface: ``psdsf-dist <command>``; one module per command."""

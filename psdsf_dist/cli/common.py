@@ -1,0 +1,71 @@
+"""What every command shares: loading a scenario with one-line errors, writing output safely."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+from psdsf_dist.errors import PsdsfError, ScenarioWarning
+from psdsf_dist.scenario import Scenario, load_scenario
+
+EXIT_USAGE = 2
+EXIT_FAILURE = 1
+
+
+class CommandError(Exception):
+    """A user-facing failure: printed as ``psdsf-dist: <message>``, exit status ``status``."""
+
+    def __init__(self, message: str, status: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def load(path: str) -> Scenario:
+    """Load a scenario; warnings go to stderr as one line each, errors become CommandError."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ScenarioWarning)
+        try:
+            scenario = load_scenario(path)
+        except PsdsfError as err:
+            raise CommandError(str(err)) from None
+    for w in caught:
+        print(f"psdsf-dist: warning: {path}: {w.message}", file=sys.stderr)
+    return scenario
+
+
+def emit(text: str, output: str | None) -> None:
+    """Print ``text`` or write it to ``output`` atomically (never a half-written file)."""
+    if output is None:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        return
+    target = Path(output)
+    directory = target.parent if str(target.parent) else Path(".")
+    if not directory.is_dir():
+        raise CommandError(f"{output}: directory {directory} does not exist")
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text if text.endswith("\n") else text + "\n")
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, indent=2, allow_nan=False, default=_default)
+
+
+def _default(obj: Any) -> Any:
+    import numpy as np
+
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    raise TypeError(f"cannot serialise {type(obj).__name__}")

@@ -1,0 +1,272 @@
+"""Per-server update rules for asynchronous PS-DSF.
+
+Every T seconds a server replaces its column (tasks per user) by a function of what it alone
+has: its capacities, its own column, the users' demands, weights and caps, the per-user totals
+it has heard through gossip (possibly stale) and a little per-user state it keeps itself.  The
+fixed points of every rule here are exactly the PS-DSF allocations (a server whose column is its
+best response to the true totals does not move), and every column a rule returns is feasible
+(it never exceeds a capacity, whatever the inputs), so the rules differ only in *how* they get
+there when many servers act at once on the same stale totals.
+
+Rules
+-----
+``best-response``
+    The plain server procedure.  With k servers holding user n, each corrects n's whole error,
+    so n's total moves by about k times its error: period-2 oscillation in lock-step.
+``damped``
+    ``X + a (BR - X)``: stable only while ``a < 2 / (k + 1)``, and then slow.
+``predictive``
+    Predictive water-filling (see :mod:`psdsf_dist.server_procedure`, ``gain``): the server
+    values user n's level at the total predicted if ``k[n]`` servers move n as it does; ``k[n]``
+    is estimated by a secant on the gossiped totals (their change over the last round divided by
+    the server's own change of n), clipped to [1, K] and smoothed in log space.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from psdsf_dist.scenario import Mode, Scenario
+from psdsf_dist.server_procedure import server_procedure
+
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+# Changes below this fraction of a user's total are treated as no change by the secant.
+SECANT_MIN_CHANGE = 1e-9
+SECANT_SMOOTHING = 0.5  # weight of the new secant in the log-space moving average
+
+
+@dataclass(frozen=True)
+class ServerView:
+    """What one server knows that changes only on churn."""
+
+    capacity: FloatArray
+    """(M,) its capacities (TDM: ignored)."""
+    consumption: FloatArray
+    """(N, M) per-task consumption here (``scenario.consumption(i, mode)``)."""
+    gamma: FloatArray
+    """(N,) tasks each user could run alone here; 0 = not eligible (or currently absent)."""
+    weight: FloatArray
+    """(N,) user weights."""
+    max_tasks: FloatArray
+    """(N,) finite backlogs (``inf`` = unlimited)."""
+    mode: Mode
+    num_servers: int
+    """Current membership size as this server knows it (bounds estimates of k)."""
+
+    @property
+    def num_users(self) -> int:
+        return len(self.gamma)
+
+
+@dataclass(frozen=True)
+class RuleState:
+    """Small per-user state a server keeps between updates (one array of length N per name)."""
+
+    arrays: Mapping[str, FloatArray] = field(default_factory=dict)
+    fill: Mapping[str, float] = field(default_factory=dict)
+    """Value given to users appended by :func:`resize_state`."""
+    updates: int = 0
+
+    def get(self, name: str) -> FloatArray:
+        return self.arrays[name]
+
+    def evolve(self, **arrays: FloatArray) -> RuleState:
+        merged = dict(self.arrays)
+        merged.update(arrays)
+        return RuleState(merged, self.fill, self.updates + 1)
+
+
+class UpdateRule(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def initial_state(self, num_users: int) -> RuleState: ...
+
+    def update(
+        self, state: RuleState, view: ServerView, totals: FloatArray, column: FloatArray
+    ) -> tuple[FloatArray, RuleState]: ...
+
+
+def resize_state(state: RuleState, num_users: int) -> RuleState:
+    """Grow (append users with the state's fill values) or shrink a state to ``num_users``."""
+    arrays: dict[str, FloatArray] = {}
+    for name, values in state.arrays.items():
+        if len(values) >= num_users:
+            arrays[name] = values[:num_users].copy()
+        else:
+            extra = np.full(num_users - len(values), state.fill.get(name, 0.0))
+            arrays[name] = np.concatenate([values, extra])
+    return RuleState(arrays, state.fill, state.updates)
+
+
+def server_view(
+    scenario: Scenario,
+    server: int,
+    mode: Mode,
+    active_users: BoolArray | None = None,
+    num_servers: int | None = None,
+) -> ServerView:
+    """The view of ``server`` in ``scenario``; absent users get gamma 0."""
+    gamma = np.array(scenario.gamma[:, server], dtype=float)
+    if active_users is not None:
+        gamma = np.where(np.asarray(active_users, dtype=bool), gamma, 0.0)
+    capacity = scenario.server_capacity(mode)[server]
+    return ServerView(
+        capacity=np.array(capacity, dtype=float),
+        consumption=np.array(scenario.consumption(server, mode), dtype=float),
+        gamma=gamma,
+        weight=np.array(scenario.weight, dtype=float),
+        max_tasks=np.array(scenario.max_tasks, dtype=float),
+        mode=mode,
+        num_servers=scenario.num_servers if num_servers is None else int(num_servers),
+    )
+
+
+def feasible_column(view: ServerView, column: FloatArray) -> FloatArray:
+    """Project a column into the server's feasible set: no negatives, nothing on ineligible
+    users, and scaled down uniformly if any capacity would be exceeded."""
+    col = np.where(view.gamma > 0, np.maximum(np.asarray(column, dtype=float), 0.0), 0.0)
+    if view.mode == "tdm":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            used = float(np.sum(np.where(view.gamma > 0, col / view.gamma, 0.0)))
+        scale = used
+    else:
+        used_r = view.consumption.T @ col
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(
+                view.capacity > 0, used_r / view.capacity, np.where(used_r > 0, np.inf, 0.0)
+            )
+        scale = float(ratio.max(initial=0.0))
+    if scale > 1.0:
+        col = col / scale if math.isfinite(scale) else np.zeros_like(col)
+    return col
+
+
+def best_response(
+    view: ServerView, totals: FloatArray, column: FloatArray, gain: FloatArray | float | None = None
+) -> FloatArray:
+    """The server procedure on a view (exact water-fill; always feasible)."""
+    col = np.where(view.gamma > 0, np.maximum(column, 0.0), 0.0)
+    # Totals can never be below what this server itself holds.
+    tot = np.maximum(np.where(np.isfinite(totals), totals, 0.0), col)
+    return server_procedure(
+        view.capacity,
+        view.consumption,
+        view.gamma,
+        view.weight,
+        tot,
+        col,
+        view.max_tasks,
+        mode=view.mode,
+        gain=gain,
+    )
+
+
+@dataclass(frozen=True)
+class BestResponse:
+    """The plain server procedure (diverges in lock-step; kept as the baseline)."""
+
+    name: str = "best-response"
+
+    def initial_state(self, num_users: int) -> RuleState:
+        return RuleState()
+
+    def update(
+        self, state: RuleState, view: ServerView, totals: FloatArray, column: FloatArray
+    ) -> tuple[FloatArray, RuleState]:
+        return best_response(view, totals, column), state
+
+
+@dataclass(frozen=True)
+class Damped:
+    """Uniform damping ``X + a (BR - X)``: a convex combination of two feasible columns."""
+
+    a: float = 0.5
+    name: str = "damped"
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.a <= 1.0:
+            raise ValueError(f"damping a must be in (0, 1], got {self.a}")
+
+    def initial_state(self, num_users: int) -> RuleState:
+        return RuleState()
+
+    def update(
+        self, state: RuleState, view: ServerView, totals: FloatArray, column: FloatArray
+    ) -> tuple[FloatArray, RuleState]:
+        col = feasible_column(view, column)
+        target = best_response(view, totals, col)
+        return feasible_column(view, col + self.a * (target - col)), state
+
+
+@dataclass(frozen=True)
+class PredictiveSecant:
+    """Predictive water-filling with the gain k[n] estimated by a secant on the totals."""
+
+    smoothing: float = SECANT_SMOOTHING
+    name: str = "predictive"
+
+    def initial_state(self, num_users: int) -> RuleState:
+        nan = np.full(num_users, np.nan)
+        return RuleState(
+            {"gain": np.ones(num_users), "last_totals": nan.copy(), "last_column": nan.copy()},
+            {"gain": 1.0, "last_totals": math.nan, "last_column": math.nan},
+        )
+
+    def update(
+        self, state: RuleState, view: ServerView, totals: FloatArray, column: FloatArray
+    ) -> tuple[FloatArray, RuleState]:
+        col = feasible_column(view, column)
+        tot = np.maximum(np.where(np.isfinite(totals), totals, 0.0), col)
+        gain = state.get("gain")
+        d_total = tot - state.get("last_totals")
+        d_own = col - state.get("last_column")
+        scale = np.maximum(tot, 1e-300)
+        measurable = np.isfinite(d_own) & np.isfinite(d_total) & (
+            np.abs(d_own) > SECANT_MIN_CHANGE * scale
+        )
+        with np.errstate(divide="ignore", invalid="ignore"):
+            secant = np.clip(
+                d_total / np.where(measurable, d_own, 1.0), 1.0, max(view.num_servers, 1)
+            )
+        log_gain = np.where(
+            measurable,
+            (1 - self.smoothing) * np.log(gain) + self.smoothing * np.log(secant),
+            np.log(gain),
+        )
+        gain = np.exp(log_gain)
+        gain = np.where(view.gamma > 0, gain, 1.0)
+        new = best_response(view, tot, col, gain=gain)
+        return new, state.evolve(gain=gain, last_totals=tot, last_column=col)
+
+
+RuleFactory = Callable[..., UpdateRule]
+
+_FACTORIES: dict[str, RuleFactory] = {
+    "best-response": BestResponse,
+    "damped": Damped,
+    "predictive": PredictiveSecant,
+}
+RULES: tuple[str, ...] = tuple(_FACTORIES)
+DEFAULT_RULE = "predictive"
+
+
+def make_rule(name: str = DEFAULT_RULE, **params: float) -> UpdateRule:
+    """Build a rule by name; ``params`` are its numeric parameters (e.g. ``a`` for damped)."""
+    try:
+        factory = _FACTORIES[name]
+    except KeyError:
+        choices = ", ".join(RULES)
+        raise ValueError(f"unknown update rule {name!r}; choose one of {choices}") from None
+    try:
+        return factory(**params)
+    except TypeError as err:
+        raise ValueError(f"rule {name!r}: bad parameters {sorted(params)}: {err}") from None

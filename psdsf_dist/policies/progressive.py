@@ -1,0 +1,168 @@
+"""Progressive filling: the lexicographic weighted max-min of ``x[n] / scale[n]`` by LPs.
+
+Every LP baseline (DRF, DRFH, C-DRFH, TSF, CDRF, TSF-ER) is "max-min of x[n] / scale[n]" over
+its feasible set with a different ``scale``.  One LP maximises the common level t; the users that
+cannot exceed ``t * scale[n]`` are then frozen there and the LP is repeated for the others, until
+everyone is frozen.  Who is blocked is read from the duals: a positive multiplier on user n's
+row ``t - x[n]/scale[n] <= 0`` in an optimal dual means that row is tight in *every* optimal
+primal solution (complementary slackness), so n cannot grow without someone below dropping.
+Where the duals are degenerate (all zero) a per-user LP settles it.  A user reaching its backlog
+``max_tasks`` is frozen at its cap.  At most N rounds; the result is leximin, hence Pareto optimal
+within the feasible set.
+
+LPs are solved with ``scipy.optimize.linprog(method="highs")``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import scipy.sparse as sp
+from scipy.optimize import linprog
+
+from psdsf_dist.errors import SolverError
+from psdsf_dist.policies.feasibility import LinearModel
+
+FloatArray = npt.NDArray[np.float64]
+
+DUAL_TOL = 1e-7  # multipliers sum to 1, so this is relative
+LEVEL_RTOL = 1e-9  # slack given to frozen users' lower bounds against round-off
+
+
+@dataclass(frozen=True)
+class Filling:
+    """Solution of progressive filling."""
+
+    z: FloatArray  # the LP variables
+    totals: FloatArray  # N user totals
+    levels: FloatArray  # N: level t at which each user froze (cap/scale for capped users)
+    lp_solves: int
+
+
+def progressive_fill(model: LinearModel, scale: FloatArray, caps: FloatArray) -> Filling:
+    """Leximin of ``x / scale`` over ``{z >= 0: A z <= b, x = totals z, x <= caps}``.
+
+    ``scale[n] <= 0`` or a user without variables means the user gets nothing.
+    """
+    N = model.num_users
+    T = model.totals
+    has_var = np.asarray((T != 0).sum(axis=1)).ravel() > 0
+    frozen = ~has_var | (scale <= 0) | (caps <= 0)
+    value = np.zeros(N)  # lower bound for frozen users
+    levels = np.zeros(N)
+    lp_solves = 0
+    z = np.zeros(model.num_variables)
+    while not frozen.all():
+        active = np.flatnonzero(~frozen)
+        level, z, duals = _max_level(model, scale, caps, frozen, value, active)
+        lp_solves += 1
+        reach = caps[active] / scale[active]
+        blocked = np.abs(duals) > DUAL_TOL
+        at_cap = reach <= level * (1.0 + 1e-12)
+        newly = blocked | at_cap
+        if not newly.any():
+            newly = _blocked_by_lp(model, scale, caps, frozen, value, active, level)
+            lp_solves += len(active)
+            if not newly.any():  # cannot happen in exact arithmetic; freeze all rather than loop
+                newly[:] = True
+        for j, n in enumerate(active.tolist()):
+            if newly[j]:
+                frozen[n] = True
+                value[n] = min(caps[n], level * scale[n])
+                levels[n] = level
+    totals = np.asarray(T @ z) if lp_solves else np.zeros(N)
+    return Filling(z, totals, levels, lp_solves)
+
+
+def _bounds_rows(
+    model: LinearModel,
+    caps: FloatArray,
+    frozen: npt.NDArray[np.bool_],
+    value: FloatArray,
+) -> tuple[sp.csr_matrix, FloatArray]:
+    """Frozen users keep (about) their value; every user stays within its cap."""
+    T = model.totals
+    rows = []
+    rhs = []
+    fz = np.flatnonzero(frozen & (value > 0))
+    if len(fz):
+        norm = value[fz]
+        rows.append(-sp.diags(1.0 / norm) @ T[fz])
+        rhs.append(-np.ones(len(fz)) * (1.0 - LEVEL_RTOL))
+    capped = np.flatnonzero(np.isfinite(caps) & (caps > 0))
+    if len(capped):
+        rows.append(sp.diags(1.0 / caps[capped]) @ T[capped])
+        rhs.append(np.ones(len(capped)))
+    zero = np.flatnonzero(frozen & (value <= 0))
+    if len(zero):  # users that get nothing
+        rows.append(T[zero])
+        rhs.append(np.zeros(len(zero)))
+    if not rows:
+        return sp.csr_matrix((0, model.num_variables)), np.zeros(0)
+    return sp.vstack(rows, format="csr"), np.concatenate(rhs)
+
+
+def _max_level(
+    model: LinearModel,
+    scale: FloatArray,
+    caps: FloatArray,
+    frozen: npt.NDArray[np.bool_],
+    value: FloatArray,
+    active: npt.NDArray[np.intp],
+) -> tuple[float, FloatArray, FloatArray]:
+    """max t s.t. x[n] >= t * scale[n] for active n; returns (t, z, duals of those rows)."""
+    P = model.num_variables
+    T = model.totals
+    extra_A, extra_b = _bounds_rows(model, caps, frozen, value)
+    level_rows = sp.hstack(
+        [-sp.diags(1.0 / scale[active]) @ T[active], sp.csr_matrix(np.ones((len(active), 1)))]
+    )
+    A = sp.vstack(
+        [
+            level_rows,
+            sp.hstack([model.A, sp.csr_matrix((model.A.shape[0], 1))]),
+            sp.hstack([extra_A, sp.csr_matrix((extra_A.shape[0], 1))]),
+        ],
+        format="csr",
+    )
+    b = np.concatenate([np.zeros(len(active)), model.b, extra_b])
+    c = np.zeros(P + 1)
+    c[-1] = -1.0
+    t_max = float(np.min(caps[active] / scale[active]))
+    bounds = [(0.0, None)] * P + [(0.0, t_max if np.isfinite(t_max) else None)]
+    res = linprog(c, A_ub=A, b_ub=b, bounds=bounds, method="highs")
+    if res.status != 0:
+        raise SolverError(f"progressive filling LP failed: {res.message}")
+    z = np.asarray(res.x[:P])
+    duals = np.asarray(res.ineqlin.marginals[: len(active)])
+    return float(res.x[-1]), z, duals
+
+
+def _blocked_by_lp(
+    model: LinearModel,
+    scale: FloatArray,
+    caps: FloatArray,
+    frozen: npt.NDArray[np.bool_],
+    value: FloatArray,
+    active: npt.NDArray[np.intp],
+    level: float,
+) -> npt.NDArray[np.bool_]:
+    """For each active user: can it exceed ``level`` while every other active one keeps it?"""
+    T = model.totals
+    floor = frozen.copy()
+    val = value.copy()
+    val[active] = level * scale[active]
+    floor[active] = True
+    extra_A, extra_b = _bounds_rows(model, caps, floor, val)
+    A = sp.vstack([model.A, extra_A], format="csr")
+    b = np.concatenate([model.b, extra_b])
+    blocked = np.zeros(len(active), dtype=bool)
+    for j, n in enumerate(active.tolist()):
+        c = -np.asarray(T[n].todense()).ravel() / max(val[n], 1e-300)
+        res = linprog(c, A_ub=A, b_ub=b, bounds=(0.0, None), method="highs")
+        if res.status != 0:
+            raise SolverError(f"progressive filling LP failed: {res.message}")
+        blocked[j] = -res.fun <= 1.0 + 1e-7
+    return blocked

@@ -1,0 +1,115 @@
+"""Every allocation policy by name: ``allocate(scenario, policy, mode) -> Allocation``.
+
+``psdsf`` is the certified exact solver (:func:`psdsf_dist.solver.solve`); the others are the
+baselines of :mod:`drf`, :mod:`drfh`, :mod:`tsf` and :mod:`tsf_er`.  Only ``tsf-er`` models the
+external resources of a scenario; every other policy allocates as if they did not exist (as the
+mechanisms are defined), so its use of them may exceed their capacity.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from psdsf_dist.certificate import Certificate
+from psdsf_dist.errors import PsdsfError
+from psdsf_dist.policies.drf import drf, per_server_drf
+from psdsf_dist.policies.drfh import drfh
+from psdsf_dist.policies.tsf import tsf
+from psdsf_dist.policies.tsf_er import tsf_er
+from psdsf_dist.scenario import Mode, Scenario
+from psdsf_dist.solver import solve
+
+FloatArray = npt.NDArray[np.float64]
+
+POLICIES: tuple[str, ...] = (
+    "psdsf",
+    "drf",
+    "per-server-drf",
+    "drfh",
+    "c-drfh",
+    "tsf",
+    "cdrf",
+    "tsf-er",
+)
+
+DESCRIPTIONS: dict[str, str] = {
+    "psdsf": "per-server dominant share fairness (certified exact solve)",
+    "drf": "DRF on all servers pooled into one machine (task equivalents per server)",
+    "per-server-drf": "each server runs DRF alone, no coordination",
+    "drfh": "max-min global dominant share, pooled over each user's eligible servers",
+    "c-drfh": "max-min global dominant share, pooled over all servers",
+    "tsf": "max-min task share, tasks alone on the cluster counted ignoring placement",
+    "cdrf": "max-min task share, tasks alone on the cluster counted respecting placement",
+    "tsf-er": "TSF with the external resources (task share over servers and external)",
+}
+
+
+class UnknownPolicyError(PsdsfError, ValueError):
+    """A policy name that is not in :data:`POLICIES`."""
+
+    def __init__(self, policy: str) -> None:
+        super().__init__(f"unknown policy {policy!r} (choose from {', '.join(POLICIES)})")
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """The outcome of one policy on one scenario."""
+
+    policy: str
+    mode: Mode
+    allocation: FloatArray  # N x K tasks (pooled DRF: task equivalents)
+    seconds: float
+    lp_solves: int = 0
+    pooled: bool = False  # server boundaries ignored: per-server feasibility is not claimed
+    certificate: Certificate | None = None  # psdsf only: its own certificate
+
+    @property
+    def totals(self) -> FloatArray:
+        return np.asarray(self.allocation.sum(axis=1))
+
+
+def models_external(policy: str) -> bool:
+    """Whether the policy takes the scenario's external resources into account."""
+    return policy == "tsf-er"
+
+
+def without_external(scenario: Scenario) -> Scenario:
+    """The scenario with its external resources removed (what non-TSF-ER policies see)."""
+    if not scenario.external_resources:
+        return scenario
+    return dataclasses.replace(
+        scenario,
+        external_resources=(),
+        external_capacity=np.zeros(0),
+        external_demand=np.zeros((scenario.num_users, 0)),
+    )
+
+
+def allocate(scenario: Scenario, policy: str, mode: Mode = "rdm") -> Allocation:
+    """Run one policy. Raises :class:`UnknownPolicyError`, ScenarioError or SolverError."""
+    if policy not in POLICIES:
+        raise UnknownPolicyError(policy)
+    mode = scenario.check_mode(mode)
+    t0 = time.perf_counter()
+    if policy == "psdsf":
+        sol = solve(scenario, mode)
+        return Allocation(policy, mode, sol.allocation, time.perf_counter() - t0,
+                          certificate=sol.certificate)
+    if policy == "per-server-drf":
+        X = per_server_drf(scenario, mode)
+        return Allocation(policy, mode, X, time.perf_counter() - t0)
+    if policy == "drf":
+        X, filling = drf(scenario)
+        return Allocation(policy, mode, X, time.perf_counter() - t0, filling.lp_solves, pooled=True)
+    if policy in ("drfh", "c-drfh"):
+        X, filling = drfh(scenario, mode, respect_placement=policy == "drfh")
+    elif policy in ("tsf", "cdrf"):
+        X, filling = tsf(scenario, mode, respect_placement=policy == "cdrf")
+    else:
+        X, filling = tsf_er(scenario, mode)
+    return Allocation(policy, mode, X, time.perf_counter() - t0, filling.lp_solves)

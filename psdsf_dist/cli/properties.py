@@ -1,0 +1,73 @@
+"""``psdsf-dist properties``: the fairness properties of a policy's allocation, with witnesses."""
+
+from __future__ import annotations
+
+import argparse
+
+from psdsf_dist.cli.common import EXIT_FAILURE, CommandError, dumps, emit, load
+from psdsf_dist.errors import PsdsfError
+from psdsf_dist.policies import POLICIES
+from psdsf_dist.properties import DEFAULT_TRIALS, PropertyReport, check_properties
+from psdsf_dist.scenario import Scenario
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "properties",
+        help="check sharing incentive, envy-freeness, Pareto optimality, bottleneck and "
+             "single-resource fairness, and probe strategy-proofness",
+    )
+    p.add_argument("scenario", help="scenario file (YAML or JSON)")
+    p.add_argument("--policy", choices=POLICIES, default="psdsf", help="policy (default psdsf)")
+    p.add_argument("--mode", choices=["rdm", "tdm"], default="rdm",
+                   help="rdm: divisible resources; tdm: time-shared servers")
+    add_probe_arguments(p, DEFAULT_TRIALS)
+    p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    p.set_defaults(run=run)
+
+
+def add_probe_arguments(p: argparse.ArgumentParser, trials: int) -> None:
+    p.add_argument("--trials", type=_count, default=trials, metavar="N",
+                   help=f"random misreports probing strategy-proofness (default {trials}; 0 skips)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the misreports (default 0)")
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    scenario = load(args.scenario)
+    try:
+        report = check_properties(scenario, args.policy, args.mode, trials=args.trials,
+                                  seed=args.seed)
+    except PsdsfError as err:
+        raise CommandError(f"{args.scenario}: {err}", EXIT_FAILURE) from None
+    if args.json:
+        doc = report.to_json()
+        doc["tasks"] = {u: float(report.totals[n]) for n, u in enumerate(scenario.user_names)}
+        text = dumps(doc)
+    else:
+        text = render(scenario, report)
+    emit(text, args.output)
+    return 0
+
+
+def verdict(holds: bool | None) -> str:
+    return {True: "yes", False: "NO", None: "n/a"}[holds]
+
+
+def render(scenario: Scenario, report: PropertyReport) -> str:
+    tasks = ", ".join(f"{u} {report.totals[n]:.6g}" for n, u in enumerate(scenario.user_names))
+    lines = [f"policy {report.policy} ({report.mode.upper()}): tasks {tasks}", ""]
+    width = max(len(c.name) for c in report.checks)
+    for c in report.checks:
+        lines.append(f"  {c.name.ljust(width)}  {verdict(c.holds).ljust(3)}  {c.detail}")
+    return "\n".join(lines)

@@ -60,6 +60,9 @@ class ServerView:
     mode: Mode
     num_servers: int
     """Current membership size as this server knows it (bounds estimates of k)."""
+    holders: FloatArray | None = None
+    """(N,) optional, changes every round: how many servers hold tasks of each user, counted
+    over the columns this server has heard of (its own current column included)."""
 
     @property
     def num_users(self) -> int:
@@ -215,37 +218,105 @@ class PredictiveSecant:
     name: str = "predictive"
 
     def initial_state(self, num_users: int) -> RuleState:
-        nan = np.full(num_users, np.nan)
-        return RuleState(
-            {"gain": np.ones(num_users), "last_totals": nan.copy(), "last_column": nan.copy()},
-            {"gain": 1.0, "last_totals": math.nan, "last_column": math.nan},
-        )
+        return _secant_state(num_users)
 
     def update(
         self, state: RuleState, view: ServerView, totals: FloatArray, column: FloatArray
     ) -> tuple[FloatArray, RuleState]:
         col = feasible_column(view, column)
         tot = np.maximum(np.where(np.isfinite(totals), totals, 0.0), col)
-        gain = state.get("gain")
-        d_total = tot - state.get("last_totals")
-        d_own = col - state.get("last_column")
-        scale = np.maximum(tot, 1e-300)
-        measurable = np.isfinite(d_own) & np.isfinite(d_total) & (
-            np.abs(d_own) > SECANT_MIN_CHANGE * scale
-        )
-        with np.errstate(divide="ignore", invalid="ignore"):
-            secant = np.clip(
-                d_total / np.where(measurable, d_own, 1.0), 1.0, max(view.num_servers, 1)
-            )
-        log_gain = np.where(
-            measurable,
-            (1 - self.smoothing) * np.log(gain) + self.smoothing * np.log(secant),
-            np.log(gain),
-        )
-        gain = np.exp(log_gain)
-        gain = np.where(view.gamma > 0, gain, 1.0)
-        new = best_response(view, tot, col, gain=gain)
-        return new, state.evolve(gain=gain, last_totals=tot, last_column=col)
+        gain, memory = _secant_gain(state, view, tot, col, self.smoothing)
+        return best_response(view, tot, col, gain=gain), state.evolve(**memory)
+
+
+@dataclass(frozen=True)
+class PredictiveHolders:
+    """Predictive water-filling with the gain k[n] = number of servers holding user n.
+
+    The count comes from ``view.holders`` (gossip knows who holds what); a view without it
+    falls back to the secant estimate of :class:`PredictiveSecant`.
+    """
+
+    name: str = "holders"
+
+    def initial_state(self, num_users: int) -> RuleState:
+        return _secant_state(num_users)
+
+    def update(
+        self, state: RuleState, view: ServerView, totals: FloatArray, column: FloatArray
+    ) -> tuple[FloatArray, RuleState]:
+        col = feasible_column(view, column)
+        tot = np.maximum(np.where(np.isfinite(totals), totals, 0.0), col)
+        gain, memory = _holders_gain(state, view, tot, col)
+        return best_response(view, tot, col, gain=gain), state.evolve(**memory)
+
+
+@dataclass(frozen=True)
+class HoldersAdaptive:
+    """:class:`PredictiveHolders`, then a per-user step on the change that shrinks when the
+    change flips direction and grows back otherwise (a convex step: stays feasible)."""
+
+    shrink: float = 0.5
+    grow: float = 1.5
+    min_step: float = 1e-3
+    name: str = "adaptive"
+
+    def initial_state(self, num_users: int) -> RuleState:
+        base = _secant_state(num_users)
+        arrays = dict(base.arrays, step=np.ones(num_users), last_change=np.zeros(num_users))
+        return RuleState(arrays, dict(base.fill, step=1.0, last_change=0.0))
+
+    def update(
+        self, state: RuleState, view: ServerView, totals: FloatArray, column: FloatArray
+    ) -> tuple[FloatArray, RuleState]:
+        col = feasible_column(view, column)
+        tot = np.maximum(np.where(np.isfinite(totals), totals, 0.0), col)
+        gain, memory = _holders_gain(state, view, tot, col)
+        change = best_response(view, tot, col, gain=gain) - col
+        flipped = change * state.get("last_change") < 0
+        step = np.where(flipped, state.get("step") * self.shrink, state.get("step") * self.grow)
+        step = np.clip(step, self.min_step, 1.0)
+        new = feasible_column(view, col + step * change)
+        last = np.where(change != 0, change, state.get("last_change"))
+        return new, state.evolve(step=step, last_change=last, **memory)
+
+
+def _secant_state(num_users: int) -> RuleState:
+    nan = np.full(num_users, np.nan)
+    return RuleState(
+        {"gain": np.ones(num_users), "last_totals": nan.copy(), "last_column": nan.copy()},
+        {"gain": 1.0, "last_totals": math.nan, "last_column": math.nan},
+    )
+
+
+def _secant_gain(
+    state: RuleState, view: ServerView, tot: FloatArray, col: FloatArray, smoothing: float
+) -> tuple[FloatArray, dict[str, FloatArray]]:
+    """Gain = (change of the gossiped total) / (own change) over the last update, clipped to
+    [1, K] and smoothed in log space; the arrays to remember for the next estimate."""
+    gain = state.get("gain")
+    d_total = tot - state.get("last_totals")
+    d_own = col - state.get("last_column")
+    scale = np.maximum(tot, 1e-300)
+    measurable = np.isfinite(d_own) & np.isfinite(d_total) & (
+        np.abs(d_own) > SECANT_MIN_CHANGE * scale
+    )
+    with np.errstate(divide="ignore", invalid="ignore"):
+        secant = np.clip(d_total / np.where(measurable, d_own, 1.0), 1.0, max(view.num_servers, 1))
+    log_gain = np.where(
+        measurable, (1 - smoothing) * np.log(gain) + smoothing * np.log(secant), np.log(gain)
+    )
+    gain = np.where(view.gamma > 0, np.exp(log_gain), 1.0)
+    return gain, {"gain": gain, "last_totals": tot, "last_column": col}
+
+
+def _holders_gain(
+    state: RuleState, view: ServerView, tot: FloatArray, col: FloatArray
+) -> tuple[FloatArray, dict[str, FloatArray]]:
+    if view.holders is None:
+        return _secant_gain(state, view, tot, col, SECANT_SMOOTHING)
+    gain = np.clip(np.asarray(view.holders, dtype=float), 1.0, max(view.num_servers, 1))
+    return gain, {}
 
 
 RuleFactory = Callable[..., UpdateRule]
@@ -254,9 +325,11 @@ _FACTORIES: dict[str, RuleFactory] = {
     "best-response": BestResponse,
     "damped": Damped,
     "predictive": PredictiveSecant,
+    "holders": PredictiveHolders,
+    "adaptive": HoldersAdaptive,
 }
 RULES: tuple[str, ...] = tuple(_FACTORIES)
-DEFAULT_RULE = "predictive"
+DEFAULT_RULE = "holders"
 
 
 def make_rule(name: str = DEFAULT_RULE, **params: float) -> UpdateRule:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from conftest import WriteScenario
 from psdsf_dist.errors import ScenarioError, ScenarioWarning
 from psdsf_dist.scenario import Scenario, load_scenario
 
@@ -176,7 +176,7 @@ def test_arrays_are_read_only() -> None:
         s.capacity[0, 0] = 1.0
 
 
-def test_yaml_and_json_give_the_same_scenario(write_scenario: WriteScenario) -> None:
+def test_yaml_and_json_give_the_same_scenario(write_scenario: Callable[..., Path]) -> None:
     a = load_scenario(write_scenario(base(), "yaml"))
     b = load_scenario(write_scenario(base(), "json"))
     for name in ("capacity", "demand", "weight", "placement", "gamma", "max_tasks"):

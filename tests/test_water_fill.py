@@ -1,4 +1,4 @@
-"""Weighted max-min water-filling with offsets and upper bounds: hand-checked cases and properties."""
+"""Weighted max-min water-filling with offsets and upper bounds: hand cases and properties."""
 
 from __future__ import annotations
 

@@ -146,7 +146,7 @@ def test_column_is_max_min_fair(
     with np.errstate(divide="ignore", invalid="ignore"):
         level = np.where(weight > 0, (x + offset) / weight, np.inf)
     consumers = (consumption > 0) & (x[:, None] > 1e-12)
-    missing = ((consumption > 0) & (capacity[None, :] <= 0)).any(axis=1)
+    missing = np.asarray(((consumption > 0) & (capacity[None, :] <= 0)).any(axis=1))
     for n in range(len(x)):
         if weight[n] <= 0 or missing[n] or not (consumption[n] > 0).any():
             continue

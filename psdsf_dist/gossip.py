@@ -1,0 +1,333 @@
+"""Scuttlebutt-style anti-entropy of server columns: pure, transport-free, clock injected.
+
+Every server owns one *column* (its tasks per user) and gossips it; every server estimates the
+users' global totals as the sum of the latest columns it has heard of.  One :class:`GossipState`
+is one server's knowledge; messages are plain frozen values, so the simulator and a networked
+runtime move them the same way.
+
+Versions
+    An origin keeps two counters.  ``heartbeat`` grows every time it acts (so a live but
+    converged server is not mistaken for a dead one); ``column_version`` grows only when its
+    column changes (so an unchanged column is never re-sent).  Knowledge of an origin is the
+    pair (largest heartbeat heard, column of the largest column_version heard).  Both parts merge
+    by ``max``, hence merging is idempotent, commutative and associative: duplicated, reordered
+    or lost-then-resent messages always end in the same state.
+
+Reconciliation (push-pull, three messages per exchange)
+    A sends its :class:`Digest` (origin -> (heartbeat, column_version)); B answers with a
+    :class:`Delta` of the entries where it knows more than A, plus its own digest; A answers with
+    the entries B lacks.  A's first message also carries A's own entry (the freshest news, and
+    small), which saves a hop for it.  An entry carries the column only if the peer's
+    column_version is older, so the traffic follows what changed, not K x N.
+
+Membership
+    A server that leaves gracefully publishes a *tombstone* (its column becomes empty, flagged
+    ``left``); tombstones are forgotten ``tombstone_ttl`` seconds after they were learnt, longer
+    than any message can be in flight.  A server that falls silent (crash, partition) is
+    *expired* by each peer on its own: if its heartbeat has not grown for ``ttl`` seconds of the
+    peer's clock, its column stops counting; a newer heartbeat revives it.  Time is always passed
+    in (``now``), never read from a clock.
+
+Users
+    The user universe can grow (new users appended): columns of different lengths merge, the
+    shorter being zero-padded.
+
+Message size (bytes), a documented estimate of a compact binary encoding
+    * a message header: ``MESSAGE_HEADER_BYTES`` (sender id, kind, length);
+    * a digest entry: origin id (4) + heartbeat (8) + column_version (8) = ``DIGEST_ENTRY_BYTES``;
+    * a delta entry: the same 20 bytes plus a flags byte, and, when it carries the column, 4 bytes
+      of length plus 12 bytes (user index 4 + float64 8) per non-zero entry of the column —
+      columns are sparse (a server holds few users), so this is smaller than 8 N.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+
+MESSAGE_HEADER_BYTES = 16
+DIGEST_ENTRY_BYTES = 20
+DELTA_ENTRY_BYTES = 21
+COLUMN_HEADER_BYTES = 4
+COLUMN_VALUE_BYTES = 12
+
+# Running totals are rebuilt from the columns after this many incremental updates, so that
+# floating-point drift of ``totals += new - old`` cannot accumulate.
+REBUILD_EVERY = 4096
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What one message says about one origin."""
+
+    origin: str
+    heartbeat: int
+    column_version: int
+    column: FloatArray | None
+    """The origin's column at ``column_version``; ``None`` when the sender knew the receiver
+    already had it (a heartbeat-only entry)."""
+    left: bool = False
+    """The origin left the cluster (tombstone): its column counts as empty."""
+
+    def size_bytes(self) -> int:
+        size = DELTA_ENTRY_BYTES
+        if self.column is not None:
+            size += COLUMN_HEADER_BYTES + COLUMN_VALUE_BYTES * int(np.count_nonzero(self.column))
+        return size
+
+
+@dataclass(frozen=True)
+class Digest:
+    """origin -> (heartbeat, column_version) as known by ``sender``."""
+
+    sender: str
+    versions: Mapping[str, tuple[int, int]]
+
+    def size_bytes(self) -> int:
+        return MESSAGE_HEADER_BYTES + DIGEST_ENTRY_BYTES * len(self.versions)
+
+
+@dataclass(frozen=True)
+class Delta:
+    """Entries ``sender`` knows and the receiver (per its digest) lacks."""
+
+    sender: str
+    entries: tuple[Entry, ...]
+
+    def size_bytes(self) -> int:
+        return MESSAGE_HEADER_BYTES + sum(e.size_bytes() for e in self.entries)
+
+
+@dataclass
+class _Known:
+    heartbeat: int
+    column_version: int
+    column: FloatArray
+    left: bool
+    heard_at: float  # local time the heartbeat last grew
+    expired: bool = False
+
+
+_EMPTY = np.zeros(0)
+_EMPTY.setflags(write=False)
+
+
+def _frozen(column: FloatArray) -> FloatArray:
+    out = np.array(column, dtype=float, copy=True)
+    out.setflags(write=False)
+    return out
+
+
+@dataclass
+class GossipState:
+    """One server's gossip state: its own column and what it knows of everyone else's."""
+
+    origin: str
+    num_users: int
+    ttl: float = math.inf
+    """Seconds without a new heartbeat after which an origin stops counting."""
+    tombstone_ttl: float = math.inf
+    """Seconds after which a tombstone is forgotten."""
+    _known: dict[str, _Known] = field(default_factory=dict, repr=False)
+    _totals: FloatArray = field(default_factory=lambda: np.zeros(0), repr=False)
+    _holders: npt.NDArray[np.int64] = field(
+        default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
+    _updates: int = 0
+
+    def __post_init__(self) -> None:
+        self._totals = np.zeros(self.num_users)
+        self._holders = np.zeros(self.num_users, dtype=np.int64)
+        if self.origin not in self._known:
+            self._known[self.origin] = _Known(0, 0, _frozen(np.zeros(self.num_users)), False, 0.0)
+
+    # -- own column -----------------------------------------------------------------------
+    @property
+    def column(self) -> FloatArray:
+        return self._padded(self._known[self.origin].column)
+
+    def set_column(self, column: FloatArray, now: float) -> None:
+        """Publish this server's column (a heartbeat; a new column_version if it changed)."""
+        me = self._known[self.origin]
+        col = np.asarray(column, dtype=float)
+        if len(col) > self.num_users:
+            self.resize(len(col))
+        me.heartbeat += 1
+        me.heard_at = now
+        old = self._padded(me.column)
+        new = self._padded(col)
+        if me.left or not np.array_equal(old, new):
+            me.column_version = me.heartbeat
+            self._count(old, new, me.expired or me.left, False)
+            me.column = _frozen(new)
+            me.left = False
+            me.expired = False
+
+    def heartbeat(self, now: float) -> None:
+        """Show liveness without changing the column."""
+        me = self._known[self.origin]
+        me.heartbeat += 1
+        me.heard_at = now
+
+    def leave(self, now: float) -> None:
+        """Publish a tombstone: this server leaves, its column stops counting everywhere."""
+        me = self._known[self.origin]
+        me.heartbeat += 1
+        me.column_version = me.heartbeat
+        self._count(self._padded(me.column), np.zeros(self.num_users), me.expired or me.left, True)
+        me.column = _frozen(np.zeros(self.num_users))
+        me.left = True
+        me.heard_at = now
+
+    def introduce(self, origin: str, now: float) -> None:
+        """Learn that ``origin`` exists (e.g. from a membership list at start-up), as it is
+        before its first update: heartbeat 0, empty column.  A no-op if already known."""
+        if origin not in self._known:
+            self._known[origin] = _Known(0, 0, _EMPTY, False, now)
+
+    # -- knowledge --------------------------------------------------------------------------
+    def resize(self, num_users: int) -> None:
+        """Grow the user universe (appended users start at 0 tasks everywhere)."""
+        if num_users > self.num_users:
+            extra = num_users - self.num_users
+            self._totals = np.concatenate([self._totals, np.zeros(extra)])
+            self._holders = np.concatenate([self._holders, np.zeros(extra, dtype=np.int64)])
+            self.num_users = num_users
+
+    def totals(self) -> FloatArray:
+        """Per-user totals: the sum of the columns of every counted origin (self included)."""
+        return self._totals.copy()
+
+    def holders(self) -> npt.NDArray[np.int64]:
+        """Per user, how many counted origins (self included) hold some of its tasks."""
+        return self._holders.copy()
+
+    def members(self) -> list[str]:
+        """Origins currently counted as live (not left, not expired), self included."""
+        return [o for o, k in self._known.items() if not k.left and not k.expired]
+
+    def known_column(self, origin: str) -> FloatArray | None:
+        k = self._known.get(origin)
+        return None if k is None else self._padded(k.column)
+
+    def versions(self) -> dict[str, tuple[int, int, bool]]:
+        """origin -> (heartbeat, column_version, left): the merge-relevant state."""
+        return {o: (k.heartbeat, k.column_version, k.left) for o, k in self._known.items()}
+
+    # -- reconciliation ---------------------------------------------------------------------
+    def digest(self) -> Digest:
+        known = self._known.items()
+        return Digest(self.origin, {o: (k.heartbeat, k.column_version) for o, k in known})
+
+    def own_entry(self) -> Entry:
+        """This server's own entry with its column (to piggyback on an exchange it starts)."""
+        me = self._known[self.origin]
+        return Entry(self.origin, me.heartbeat, me.column_version, me.column, me.left)
+
+    def delta_for(self, digest: Digest) -> Delta:
+        """The entries the digest's sender lacks; the column only where its copy is older."""
+        peer = digest.versions
+        out: list[Entry] = []
+        for o, k in self._known.items():
+            hb, cv = peer.get(o, (-1, -1))
+            if k.heartbeat > hb or k.column_version > cv:
+                out.append(
+                    Entry(o, k.heartbeat, k.column_version,
+                          k.column if k.column_version > cv else None, k.left)
+                )
+        return Delta(self.origin, tuple(out))
+
+    def merge(self, delta: Delta | Iterable[Entry], now: float) -> int:
+        """Apply entries; returns how many changed this state. Idempotent and commutative."""
+        entries = delta.entries if isinstance(delta, Delta) else tuple(delta)
+        changed = 0
+        for e in entries:
+            if e.origin == self.origin:
+                continue  # nobody knows this server better than itself
+            k = self._known.get(e.origin)
+            if k is None:
+                if e.column is None:
+                    # a heartbeat for a column never seen: remember the heartbeat only
+                    k = _Known(e.heartbeat, -1, _EMPTY, False, now)
+                    self._known[e.origin] = k
+                    changed += 1
+                    continue
+                k = _Known(-1, -1, _EMPTY, True, now)
+                self._known[e.origin] = k
+            touched = False
+            if e.heartbeat > k.heartbeat:
+                k.heartbeat = e.heartbeat
+                k.heard_at = now
+                touched = True
+            if e.column is not None and e.column_version > k.column_version:
+                col = _frozen(e.column)
+                if len(col) > self.num_users:
+                    self.resize(len(col))
+                self._count(self._padded(k.column), self._padded(col), k.left or k.expired,
+                            e.left or k.expired)
+                k.column_version = e.column_version
+                k.column = col
+                k.left = e.left
+                touched = True
+            if touched and k.expired and not k.left:
+                # a newer heartbeat revives an expired origin
+                k.expired = False
+                col = self._padded(k.column)
+                self._totals += col
+                self._holders += col > 0
+            changed += touched
+        return changed
+
+    def expire(self, now: float) -> list[str]:
+        """Stop counting silent origins; forget old tombstones. Returns the origins dropped."""
+        dropped: list[str] = []
+        for o, k in list(self._known.items()):
+            if o == self.origin:
+                continue
+            if k.left:
+                if now - k.heard_at >= self.tombstone_ttl:
+                    del self._known[o]
+                continue
+            if not k.expired and now - k.heard_at >= self.ttl:
+                k.expired = True
+                col = self._padded(k.column)
+                self._totals -= col
+                self._holders -= col > 0
+                dropped.append(o)
+        return dropped
+
+    # -- internals --------------------------------------------------------------------------
+    def _padded(self, column: FloatArray) -> FloatArray:
+        if len(column) == self.num_users:
+            return column
+        out = np.zeros(self.num_users)
+        out[: len(column)] = column[: self.num_users]
+        return out
+
+    def _count(self, old: FloatArray, new: FloatArray, old_excluded: bool,
+               new_excluded: bool) -> None:
+        if not old_excluded:
+            self._totals -= old
+            self._holders -= old > 0
+        if not new_excluded:
+            self._totals += new
+            self._holders += new > 0
+        self._updates += 1
+        if self._updates % REBUILD_EVERY == 0:
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        tot = np.zeros(self.num_users)
+        held = np.zeros(self.num_users, dtype=np.int64)
+        for k in self._known.values():
+            if not k.left and not k.expired:
+                col = self._padded(k.column)
+                tot += col
+                held += col > 0
+        self._totals = tot
+        self._holders = held

@@ -464,6 +464,8 @@ def _build(data: Any) -> Scenario:
     events = top.get("events") or ()
     if events:
         _sequence(events, "events")
+    from psdsf_dist.events import parse_events  # here: events imports this module
+    parse_events(top.get("events"), top, server_names=names, user_names=unames)
     return Scenario(
         resources=tuple(resources),
         server_names=tuple(names),

@@ -43,9 +43,11 @@ def test_oracle_1_fig1(fig1: Scenario, mode: Mode) -> None:
 
 def test_oracle_2_fig2_rdm(fig2: Scenario) -> None:
     sol = solve(fig2, "rdm")
-    np.testing.assert_allclose(sol.allocation, [[3.6, 0], [3.6, 0], [0, 8], [0, 8]], atol=1e-6)
+    np.testing.assert_allclose(
+        sol.allocation, np.array([[3.6, 0], [3.6, 0], [0, 8], [0, 8]]), atol=1e-6
+    )
     V = sol.totals / (fig2.weight * fig2.gamma[:, 0])  # virtual dominant shares at s1
-    np.testing.assert_allclose(V, [0.6, 0.6, 8 / 12, 8 / 9], atol=1e-6)
+    np.testing.assert_allclose(V, np.array([0.6, 0.6, 8 / 12, 8 / 9]), atol=1e-6)
 
 
 def test_oracle_2_fig2_tdm(fig2: Scenario) -> None:

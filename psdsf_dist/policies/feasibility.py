@@ -119,7 +119,9 @@ def pooled_model(scenario: Scenario) -> LinearModel:
     D = scenario.demand
     C = scenario.capacity
     pool = C.sum(axis=0)
-    dominant = np.argmax(np.where(pool > 0, D / np.where(pool > 0, pool, 1.0), np.inf), axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(D > 0, np.where(pool > 0, D / pool, np.inf), 0.0)
+    dominant = np.argmax(share, axis=1)
     elig = scenario.gamma > 0
     # resource variables: eligible (n, i) and r demanded by n and present at i
     an, ai, ar = np.nonzero(elig[:, :, None] & (D[:, None, :] > 0) & (C[None, :, :] > 0))

@@ -29,6 +29,9 @@ FloatArray = npt.NDArray[np.float64]
 
 DUAL_TOL = 1e-7  # multipliers sum to 1, so this is relative
 LEVEL_RTOL = 1e-9  # slack given to frozen users' lower bounds against round-off
+# HiGHS defaults to 1e-7 feasibility tolerances; rows here are scaled to 1, so tighter ones keep
+# a frozen user from being handed ~1e-7 of its neighbours' share.
+HIGHS_OPTIONS = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
 
 
 @dataclass(frozen=True)
@@ -132,7 +135,8 @@ def _max_level(
     c[-1] = -1.0
     t_max = float(np.min(caps[active] / scale[active]))
     bounds = [(0.0, None)] * P + [(0.0, t_max if np.isfinite(t_max) else None)]
-    res = linprog(c, A_ub=A, b_ub=b, bounds=bounds, method="highs")
+    res = linprog(c, A_ub=A, b_ub=b, bounds=bounds, method="highs",
+                  options=HIGHS_OPTIONS)
     if res.status != 0:
         raise SolverError(f"progressive filling LP failed: {res.message}")
     z = np.asarray(res.x[:P])
@@ -161,7 +165,8 @@ def _blocked_by_lp(
     blocked = np.zeros(len(active), dtype=bool)
     for j, n in enumerate(active.tolist()):
         c = -np.asarray(T[n].todense()).ravel() / max(val[n], 1e-300)
-        res = linprog(c, A_ub=A, b_ub=b, bounds=(0.0, None), method="highs")
+        res = linprog(c, A_ub=A, b_ub=b, bounds=(0.0, None), method="highs",
+                  options=HIGHS_OPTIONS)
         if res.status != 0:
             raise SolverError(f"progressive filling LP failed: {res.message}")
         blocked[j] = -res.fun <= 1.0 + 1e-7

@@ -1,0 +1,135 @@
+"""``compare``, ``properties`` and ``solve --policy`` through the real CLI entry point."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources as importlib_resources
+from pathlib import Path
+
+import pytest
+
+from psdsf_dist.cli.main import main
+from psdsf_dist.policies import POLICIES
+
+
+def example(name: str) -> str:
+    return str(importlib_resources.files("psdsf_dist") / "examples" / f"{name}.yaml")
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    status = main(argv)
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_compare_json_has_every_policy_and_the_oracle_numbers(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, out, err = run(["compare", example("paper_fig1"), "--json", "--trials", "2"], capsys)
+    assert status == 0 and err == ""
+    doc = json.loads(out)
+    assert list(doc["policies"]) == list(POLICIES)
+    tsf = doc["policies"]["tsf"]
+    assert tsf["tasks"] == pytest.approx({"u1": 2.0, "u2": 2.0, "u3": 8.0})
+    assert tsf["total_tasks"] == pytest.approx(12.0)
+    assert tsf["weighted_tasks"] == pytest.approx(2 + 2 + 2 * 8)
+    assert tsf["properties"]["bf"] is False
+    psdsf = doc["policies"]["psdsf"]
+    assert psdsf["properties"]["bf"] is True and psdsf["properties"]["si"] is True
+    assert psdsf["utilization"]["s1"]["mem"] == pytest.approx(1.0)
+    assert psdsf["utilization"]["s2"]["bw"] is None  # s2 has no bandwidth
+    # task shares 3/6, 3/6, 6/(2*12) = 1/2, 1/2, 1/4: Jain's index (5/4)^2 / (3 * 9/16) = 25/27
+    assert psdsf["jain_index"] == pytest.approx(25 / 27)
+    # TSF's are 2/6, 2/6, 8/24: all equal
+    assert tsf["jain_index"] == pytest.approx(1.0)
+    assert doc["policies"]["drf"]["pooled"] is True
+
+
+def test_compare_table_is_aligned_with_units(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(["compare", example("paper_cluster"), "--policies", "psdsf", "tsf",
+                          "c-drfh", "--trials", "0"], capsys)
+    assert status == 0
+    lines = out.splitlines()
+    header = next(line for line in lines if "psdsf" in line and "tsf" in line)
+    assert header.split() == ["psdsf", "tsf", "c-drfh"]
+    assert "utilisation, % of capacity" in out
+    cpu_c = next(line for line in lines if line.strip().startswith("cpu [C]"))
+    # PS-DSF keeps class C's CPU busy; TSF leaves about a fifth idle (ORACLES.md example 3)
+    assert cpu_c.split()[-3:-1] == ["100.0", "80.5"]
+    # numbers right-aligned under their policy names
+    end = header.index("psdsf") + len("psdsf")
+    assert cpu_c[:end].endswith("100.0")
+
+
+def test_compare_shows_the_external_resource(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(["compare", example("tsfer_fig2"), "--policies", "tsf", "tsf-er",
+                          "--trials", "0"], capsys)
+    assert status == 0
+    uplink = next(line for line in out.splitlines() if "uplink [external]" in line)
+    assert uplink.split()[-2:] == ["100.0", "89.3"]
+    assert "only tsf-er models the external resources" in out
+
+
+def test_compare_writes_the_output_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "cmp.json"
+    status, out, _ = run(["compare", example("paper_fig2"), "--json", "--trials", "0",
+                          "-o", str(target)], capsys)
+    assert status == 0 and out == ""
+    assert set(json.loads(target.read_text())["policies"]) == set(POLICIES)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["compare", "missing.yaml"], "missing.yaml: no such file"),
+        (["compare", "EXAMPLE", "--policies", "fair"], "invalid choice: 'fair'"),
+        (["properties", "EXAMPLE", "--trials", "-3"], "--trials: must be >= 0"),
+        (["solve", "EXAMPLE", "--policy", "nope"], "invalid choice: 'nope'"),
+    ],
+)
+def test_bad_input_is_one_line_and_status_2(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [example("paper_fig1") if a == "EXAMPLE" else a for a in argv]
+    status, out, err = run(argv, capsys)
+    assert status == 2 and out == ""
+    assert err.count("\n") == 1 and message in err and "Traceback" not in err
+
+
+def test_bad_scenario_field_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("resources: [cpu]\nexternal: {uplink: -1}\nservers: [{name: s, capacity: "
+                   "{cpu: 1}}]\nusers: [{name: u, demand: {cpu: 1}}]\n")
+    status, _, err = run(["compare", str(bad)], capsys)
+    assert status == 2
+    assert err.strip() == f"psdsf-dist: {bad}: external.uplink: must be >= 0, got -1"
+
+
+def test_properties_json_and_text(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(["properties", example("paper_fig1"), "--policy", "c-drfh", "--json",
+                          "--trials", "3", "--seed", "5"], capsys)
+    assert status == 0
+    doc = json.loads(out)
+    assert doc["policy"] == "c-drfh"
+    assert doc["properties"]["bf"]["holds"] is False
+    assert doc["properties"]["bf"]["witness"]["user"] == "u1"
+    assert doc["properties"]["srf"]["holds"] is None
+    assert doc["tasks"]["u1"] == pytest.approx(60 / 23)
+    status, out, _ = run(["properties", example("paper_fig1"), "--trials", "0"], capsys)
+    assert status == 0
+    assert "bottleneck fairness" in out and "NO" not in out
+
+
+def test_solve_policy_json(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(["solve", example("paper_fig1"), "--policy", "c-drfh", "--json"], capsys)
+    assert status == 0
+    doc = json.loads(out)
+    assert doc["policy"] == "c-drfh"
+    assert doc["tasks"]["u3"] == pytest.approx(144 / 23)
+    # the PS-DSF certificate of the C-DRFH allocation: it is not PS-DSF
+    assert doc["certificate"]["holds"] is False
+    status, out, _ = run(["solve", example("paper_fig1"), "--policy", "drf", "--json"], capsys)
+    assert json.loads(out)["certificate"] is None
+    status, out, _ = run(["solve", example("paper_fig1"), "--json"], capsys)
+    doc = json.loads(out)
+    assert doc["policy"] == "psdsf" and doc["certificate"]["holds"] is True

@@ -136,7 +136,9 @@ def server_view(
 def feasible_column(view: ServerView, column: FloatArray) -> FloatArray:
     """Project a column into the server's feasible set: no negatives, nothing on ineligible
     users, and scaled down uniformly if any capacity would be exceeded."""
-    col = np.where(view.gamma > 0, np.maximum(np.asarray(column, dtype=float), 0.0), 0.0)
+    raw = np.asarray(column, dtype=float)
+    # A non-finite amount is corrupt input, not a quantity: it counts as nothing.
+    col = np.where((view.gamma > 0) & np.isfinite(raw), np.maximum(raw, 0.0), 0.0)
     if view.mode == "tdm":
         with np.errstate(divide="ignore", invalid="ignore"):
             used = float(np.sum(np.where(view.gamma > 0, col / view.gamma, 0.0)))
@@ -157,10 +159,10 @@ def best_response(
     view: ServerView, totals: FloatArray, column: FloatArray, gain: FloatArray | float | None = None
 ) -> FloatArray:
     """The server procedure on a view (exact water-fill; always feasible)."""
-    col = np.where(view.gamma > 0, np.maximum(column, 0.0), 0.0)
+    col = feasible_column(view, column)
     # Totals can never be below what this server itself holds.
     tot = np.maximum(np.where(np.isfinite(totals), totals, 0.0), col)
-    return server_procedure(
+    new = server_procedure(
         view.capacity,
         view.consumption,
         view.gamma,
@@ -171,6 +173,9 @@ def best_response(
         mode=view.mode,
         gain=gain,
     )
+    # The water-fill is exact and feasible; the projection only guards against round-off and
+    # overflow on degenerate inputs (e.g. subnormal capacities), so the promise holds always.
+    return feasible_column(view, new)
 
 
 @dataclass(frozen=True)

@@ -186,7 +186,7 @@ def test_default_rule_certifies_the_paper_cluster_with_churn_in_lockstep() -> No
 
 def test_plain_best_response_oscillates_in_lockstep_where_the_default_rule_converges() -> None:
     scenario = paper()
-    held, X, _ = lockstep(scenario, make_rule("best-response"), 30)
+    held, _, _ = lockstep(scenario, make_rule("best-response"), 30)
     assert held is None
     held, _, _ = lockstep(scenario, make_rule(DEFAULT_RULE), 30)
     assert held is not None

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from psdsf_dist.certificate import certificate
 from psdsf_dist.random_scenarios import random_scenario
-from psdsf_dist.scenario import Scenario, load_scenario
+from psdsf_dist.scenario import Mode, Scenario, load_scenario
 from psdsf_dist.solver import ServerClasses, solve
 from psdsf_dist.update_rule import (
     DEFAULT_RULE,
@@ -53,7 +53,7 @@ wild = st.one_of(
 def views_and_inputs(draw: st.DrawFn) -> tuple[ServerView, FloatArray, FloatArray, int]:
     N = draw(st.integers(1, 6))
     M = draw(st.integers(1, 3))
-    mode = draw(st.sampled_from(["rdm", "tdm"]))
+    mode: Mode = "tdm" if draw(st.booleans()) else "rdm"
     amount = st.one_of(st.just(0.0), st.floats(1e-3, 2.0))
     capacity = np.array(draw(st.lists(amount, min_size=M, max_size=M)))
     demand = np.array(

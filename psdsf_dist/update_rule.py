@@ -2,24 +2,63 @@
 
 Every T seconds a server replaces its column (tasks per user) by a function of what it alone
 has: its capacities, its own column, the users' demands, weights and caps, the per-user totals
-it has heard through gossip (possibly stale) and a little per-user state it keeps itself.  The
-fixed points of every rule here are exactly the PS-DSF allocations (a server whose column is its
-best response to the true totals does not move), and every column a rule returns is feasible
-(it never exceeds a capacity, whatever the inputs), so the rules differ only in *how* they get
-there when many servers act at once on the same stale totals.
+it has heard through gossip (possibly stale), optionally how many servers hold each user (also
+from gossip), and a little per-user state it keeps itself.  Every rule returns a feasible column
+whatever its inputs (an exact water-fill, a convex step between two feasible columns, and a final
+projection that only guards round-off), and the fixed points of every rule are exactly the
+PS-DSF allocations: a server whose column is its best response to the true totals does not
+move.  The rules differ only in how they get there when many servers act at once on the same
+stale totals.
 
-Rules
------
-``best-response``
-    The plain server procedure.  With k servers holding user n, each corrects n's whole error,
-    so n's total moves by about k times its error: period-2 oscillation in lock-step.
-``damped``
-    ``X + a (BR - X)``: stable only while ``a < 2 / (k + 1)``, and then slow.
-``predictive``
-    Predictive water-filling (see :mod:`psdsf_dist.server_procedure`, ``gain``): the server
-    values user n's level at the total predicted if ``k[n]`` servers move n as it does; ``k[n]``
-    is estimated by a secant on the gossiped totals (their change over the last round divided by
-    the server's own change of n), clipped to [1, K] and smoothed in log space.
+Why the plain best response oscillates
+--------------------------------------
+At fixed water levels, server i's best response sets user n to ``w[n,i] L[i] - (x[n] - X[n,i])``,
+i.e. it corrects n's whole error ``w[n,i] L[i] - x[n]`` by itself.  If k servers hold n and act
+on the same snapshot, n's total moves by about k times its error: for k >= 2 it overshoots, and
+the paper cluster (70 servers holding users 1 and 2) flips with period 2 forever.  Uniform
+damping ``a`` needs ``a < 2 / (k + 1)`` for the largest k, so it is either unstable or slow for
+everyone else.
+
+Why predictive water-filling converges (when it does)
+-----------------------------------------------------
+With ``gain`` k[n] (:mod:`psdsf_dist.server_procedure`) the server values n's level at the
+predicted total ``x[n] + k[n] (X_new - X_old)``, i.e. moves n by ``(w L' - x[n]) / k[n]``
+(L' its new level).  If k[n] is the number of servers that really move n, n's new total is the
+*average* over its servers of ``w[n,i] L'[i]`` instead of their sum.  Linearise around a PS-DSF
+allocation with the structure fixed (who holds whom, one level per server, saturated columns):
+with relative errors e[n] of the totals and f[i] of the levels, a server's new level is a
+positive weighted average of the e of its users (weights ``c w / k``, from saturation) and
+e'[n] is the plain average of f over n's servers.  So e' = P Q e with P, Q the two halves of a
+random walk on the bipartite user-server graph; it satisfies detailed balance (user n has mass
+phi[n] in TDM), so P Q has real eigenvalues in [0, 1]: no oscillation, geometric convergence at
+the walk's spectral gap.  If s = (servers really moving n) / k[n], the eigenvalues become
+``1 - s (1 - lambda)``: the period-2 mode returns once s > 2 (k under-estimated by more than 2x,
+as observed); over-estimating k only slows convergence.
+
+Estimating k.  ``predictive`` uses a secant (change of the gossiped total over the last update
+divided by the server's own change), which is noisy and lags.  ``holders`` (the default) uses
+the count of servers holding n, which gossip provides exactly (``ServerView.holders``; without it
+the rule falls back to the secant).  Starting from zero no one holds n, k = 1, and the first
+round is per-server DRF (the paper's initialisation); from then on k is the holder count.
+
+What is still slow (measured in ``experiments/results/rule_study.md``)
+----------------------------------------------------------------------
+* Moving a user *between* servers is a local decision, but the gain treats it as shared.  A user
+  held on k servers whose level at server i is a little above the water level there should leave
+  i; with gain k it sheds ``(x - w L) / k`` per round while its other servers, seeing its total
+  drop, take it back, so its total barely changes and the certificate stays off on a plateau
+  (one random instance: residual 4.3e-3 for ~250 rounds, then machine precision at once).  A
+  signed count (servers moving n the same way) would fix the gain; giving leaving users gain 1
+  was tried and brings the period-2 oscillation back (36/60 random instances failed).
+* Extra gossip delay: the prediction assumes the other servers' moves show up in the next
+  totals.  With the others' columns one round older still, the moves of the last round are
+  counted twice and the oscillation returns; a delay-aware prediction (add ``(k - 1)`` times the
+  server's own changes not yet visible) is the natural next step.
+* ``adaptive`` (holder gain plus a per-user step halved when the change flips direction) damps
+  residual limit cycles but does not shorten the plateaus.
+
+Rules: ``best-response`` (plain), ``damped`` (``a``), ``predictive`` (secant gain), ``holders``
+(default), ``adaptive`` (``shrink``, ``grow``, ``min_step``).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@
   of the dominant share ``x[n] max_r D[n, r] / sum_i C[i, r]``, a user drawing each resource only
   from servers eligible for it.  Server boundaries are ignored, so its per-server numbers are
   task *equivalents* (see :func:`~psdsf_dist.policies.feasibility.pooled_model`): an upper
-  reference for what fragmentation costs, not an allocation the servers could run.
+  reference for what fragmentation costs, not an allocation the servers could run.  Pooling is
+  of resources, so the mode (RDM or TDM) does not change it.
 * **Per-server DRF** is the coordination-free baseline and the paper's initialisation: each
   server water-fills its own capacity among the users eligible on it with weight
   ``phi[n] * gamma[n, i]`` and no offsets (the server procedure with totals = column = 0).

@@ -340,3 +340,12 @@ def test_the_installed_command_prints_no_traceback(write_scenario: Write) -> Non
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert_one_line(proc.stderr, str(path), "users[0].weight")
+
+
+def test_output_onto_a_directory_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    status, out, err = run(capsys, "solve", str(example_path("paper_fig1")), "-o", str(tmp_path))
+    assert status == 2 and out == ""
+    assert_one_line(err, str(tmp_path), "directory")
+    assert list(tmp_path.iterdir()) == []

@@ -47,13 +47,20 @@ def emit(text: str, output: str | None) -> None:
     directory = target.parent if str(target.parent) else Path(".")
     if not directory.is_dir():
         raise CommandError(f"{output}: directory {directory} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
+    if target.is_dir():
+        raise CommandError(f"{output}: is a directory")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as err:  # e.g. no write permission: one line, not a traceback
+        raise CommandError(f"{output}: cannot write: {err.strerror or err}") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text if text.endswith("\n") else text + "\n")
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise CommandError(f"{output}: cannot write: {err.strerror or err}") from None
         raise
 
 

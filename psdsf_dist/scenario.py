@@ -111,7 +111,7 @@ class Scenario:
                     "server lacks a resource the user demands, so a gamma given there is only "
                     "meaningful when servers are time-shared (use mode tdm)",
                 )
-        return mode  # type: ignore[return-value]
+        return mode
 
     def server_capacity(self, mode: Mode) -> FloatArray:
         """K x M' capacities of the resources the server procedure shares (time: M' = 1)."""
@@ -203,7 +203,9 @@ def load_scenario(path: str | Path) -> Scenario:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as err:
-            raise ScenarioError("", f"malformed JSON at line {err.lineno}: {err.msg}", source) from None
+            raise ScenarioError(
+                "", f"malformed JSON at line {err.lineno}: {err.msg}", source
+            ) from None
     else:
         try:
             data = yaml.safe_load(text)
@@ -295,7 +297,8 @@ def resource_vector(value: Any, resources: Sequence[str], fld: str) -> FloatArra
     index = {r: j for j, r in enumerate(resources)}
     for k, v in m.items():
         if k not in index:
-            raise ScenarioError(f"{fld}.{k}", f"unknown resource (declared: {', '.join(resources)})")
+            declared = ", ".join(resources)
+            raise ScenarioError(f"{fld}.{k}", f"unknown resource (declared: {declared})")
         out[index[k]] = number(v, f"{fld}.{k}")
     return out
 
@@ -307,7 +310,10 @@ def _build(data: Any) -> Scenario:
     _check_keys(top, TOP_KEYS, "")
     if "resources" not in top:
         raise ScenarioError("resources", "missing")
-    resources = [_name(r, f"resources[{j}]") for j, r in enumerate(_sequence(top["resources"], "resources"))]
+    resources = [
+        _name(r, f"resources[{j}]")
+        for j, r in enumerate(_sequence(top["resources"], "resources"))
+    ]
     if not resources:
         raise ScenarioError("resources", "no resource declared")
     _unique(resources, "resources")
@@ -482,7 +488,9 @@ def _build(data: Any) -> Scenario:
         gamma_given=_frozen(given),
         external_resources=tuple(ext_names),
         external_capacity=_frozen(ext_cap),
-        external_demand=_frozen(np.array(ext_dem, dtype=float).reshape(len(unames), len(ext_names))),
+        external_demand=_frozen(
+            np.array(ext_dem, dtype=float).reshape(len(unames), len(ext_names))
+        ),
         events=tuple(events),
         raw=dict(top),
     )

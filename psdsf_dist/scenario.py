@@ -201,20 +201,59 @@ def load_scenario(path: str | Path) -> Scenario:
     data: Any
     if p.suffix.lower() == ".json":
         try:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=_json_object)
+        except _DuplicateKeyError as err:
+            raise ScenarioError("", f"malformed JSON: duplicate key {err.key!r}", source) from None
         except json.JSONDecodeError as err:
             raise ScenarioError(
                 "", f"malformed JSON at line {err.lineno}: {err.msg}", source
             ) from None
     else:
         try:
-            data = yaml.safe_load(text)
+            data = yaml.load(text, Loader=_StrictYamlLoader)  # a SafeLoader
         except yaml.YAMLError as err:
             mark = getattr(err, "problem_mark", None)
             at = f" at line {mark.line + 1}" if mark is not None else ""
             problem = getattr(err, "problem", None) or str(err).splitlines()[0]
             raise ScenarioError("", f"malformed YAML{at}: {problem}", source) from None
     return Scenario.from_dict(data, source)
+
+
+class _DuplicateKeyError(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # json.loads keeps the last of two equal keys: a repeated key is a typo to report.
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKeyError(key)
+        out[key] = value
+    return out
+
+
+class _StrictYamlLoader(yaml.SafeLoader):
+    """The safe loader, refusing a key repeated in one mapping (PyYAML keeps the last)."""
+
+
+def _yaml_mapping(loader: _StrictYamlLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        # merge keys (<<) may be overridden on purpose; only keys written twice are refused
+        if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+            key = loader.construct_object(key_node)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+    return loader.construct_mapping(node)
+
+
+_StrictYamlLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _yaml_mapping)
 
 
 def demand_gamma(capacity: FloatArray, demand: FloatArray) -> FloatArray:

@@ -261,6 +261,8 @@ def test_bad_scenario_is_one_line_naming_file_and_field(
         ("list.json", "[1, 2]", "scenario"),
         ("empty.yaml", "", "empty"),
         ("scalar.yaml", "42\n", "scenario"),
+        ("repeated.yaml", "resources: [cpu]\nresources: [mem]\n", "duplicate key 'resources'"),
+        ("repeated.json", '{"users": [], "users": []}', "duplicate key 'users'"),
     ],
 )
 def test_malformed_files(

@@ -229,3 +229,26 @@ def test_user_eligible_nowhere_is_a_warning_not_an_error() -> None:
     with pytest.warns(ScenarioWarning, match=r"users\[1\] \(bob\)"):
         s = Scenario.from_dict(doc)
     assert not s.eligible[1].any()
+
+
+def test_a_key_written_twice_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "twice.yaml"
+    path.write_text(
+        "resources: [cpu]\nservers: [{name: s, capacity: {cpu: 1}}]\n"
+        "users:\n  - {name: u, demand: {cpu: 1}, weight: 1, weight: -5}\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ScenarioError, match="line 4: duplicate key 'weight'"):
+        load_scenario(path)
+
+
+def test_yaml_merge_keys_may_be_overridden(tmp_path: Path) -> None:
+    path = tmp_path / "merge.yaml"
+    path.write_text(
+        "resources: [cpu, mem]\n"
+        "servers:\n  - &big {name: big, capacity: {cpu: 4, mem: 4}}\n"
+        "  - {<<: *big, name: other}\n"
+        "users: [{name: u, demand: {cpu: 1}}]\n",
+        encoding="utf-8",
+    )
+    assert load_scenario(path).server_names == ("big", "other")

@@ -74,11 +74,14 @@ class Entry:
     already had it (a heartbeat-only entry)."""
     left: bool = False
     """The origin left the cluster (tombstone): its column counts as empty."""
+    nonzero: int = -1
+    """Non-zero entries of ``column`` (counted when not given)."""
 
     def size_bytes(self) -> int:
         size = DELTA_ENTRY_BYTES
         if self.column is not None:
-            size += COLUMN_HEADER_BYTES + COLUMN_VALUE_BYTES * int(np.count_nonzero(self.column))
+            nnz = self.nonzero if self.nonzero >= 0 else int(np.count_nonzero(self.column))
+            size += COLUMN_HEADER_BYTES + COLUMN_VALUE_BYTES * nnz
         return size
 
 
@@ -112,6 +115,7 @@ class _Known:
     left: bool
     heard_at: float  # local time the heartbeat last grew
     expired: bool = False
+    nonzero: int = 0
 
 
 _EMPTY = np.zeros(0)
@@ -119,6 +123,8 @@ _EMPTY.setflags(write=False)
 
 
 def _frozen(column: FloatArray) -> FloatArray:
+    if isinstance(column, np.ndarray) and not column.flags.writeable and column.dtype == float:
+        return column  # already an immutable column: share it
     out = np.array(column, dtype=float, copy=True)
     out.setflags(write=False)
     return out
@@ -165,6 +171,7 @@ class GossipState:
             me.column_version = me.heartbeat
             self._count(old, new, me.expired or me.left, False)
             me.column = _frozen(new)
+            me.nonzero = int(np.count_nonzero(new))
             me.left = False
             me.expired = False
 
@@ -181,6 +188,7 @@ class GossipState:
         me.column_version = me.heartbeat
         self._count(self._padded(me.column), np.zeros(self.num_users), me.expired or me.left, True)
         me.column = _frozen(np.zeros(self.num_users))
+        me.nonzero = 0
         me.left = True
         me.heard_at = now
 
@@ -227,7 +235,7 @@ class GossipState:
     def own_entry(self) -> Entry:
         """This server's own entry with its column (to piggyback on an exchange it starts)."""
         me = self._known[self.origin]
-        return Entry(self.origin, me.heartbeat, me.column_version, me.column, me.left)
+        return Entry(self.origin, me.heartbeat, me.column_version, me.column, me.left, me.nonzero)
 
     def delta_for(self, digest: Digest) -> Delta:
         """The entries the digest's sender lacks; the column only where its copy is older."""
@@ -238,7 +246,7 @@ class GossipState:
             if k.heartbeat > hb or k.column_version > cv:
                 out.append(
                     Entry(o, k.heartbeat, k.column_version,
-                          k.column if k.column_version > cv else None, k.left)
+                          k.column if k.column_version > cv else None, k.left, k.nonzero)
                 )
         return Delta(self.origin, tuple(out))
 
@@ -272,6 +280,7 @@ class GossipState:
                             e.left or k.expired)
                 k.column_version = e.column_version
                 k.column = col
+                k.nonzero = e.nonzero if e.nonzero >= 0 else int(np.count_nonzero(col))
                 k.left = e.left
                 touched = True
             if touched and k.expired and not k.left:

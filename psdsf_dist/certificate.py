@@ -101,12 +101,16 @@ def certify_columns(
     neg = X < -DUST
     if neg.any():
         n, j = map(int, np.argwhere(neg)[0])
-        note(1.0, f"user {scenario.user_names[n]}: negative tasks on {scenario.server_names[servers[j]]}")
+        where = scenario.server_names[servers[j]]
+        note(1.0, f"user {scenario.user_names[n]}: negative tasks on {where}")
     with np.errstate(divide="ignore", invalid="ignore"):
         excess = np.where(np.isfinite(caps) & (caps > 0), x / caps - 1.0, 0.0)
         excess = np.where((caps == 0) & (x > DUST), 1.0, excess)
     for n in np.flatnonzero(excess > rtol)[:MAX_REPORTED]:
-        note(float(excess[n]), f"user {scenario.user_names[n]}: {x[n]:.6g} tasks exceed its cap {caps[n]:.6g}")
+        note(
+            float(excess[n]),
+            f"user {scenario.user_names[n]}: {x[n]:.6g} tasks exceed its cap {caps[n]:.6g}",
+        )
     worst = max(worst, float(excess.max(initial=0.0)))
     below_cap = x < caps * (1.0 - rtol)
 
@@ -131,7 +135,8 @@ def certify_columns(
         stray = (gam <= 0) & (Xb > DUST)
         if stray.any():
             k, n = map(int, np.argwhere(stray)[0])
-            note(1.0, f"user {scenario.user_names[n]}: tasks on ineligible server {scenario.server_names[blk[k]]}")
+            where = scenario.server_names[blk[k]]
+            note(1.0, f"user {scenario.user_names[n]}: tasks on ineligible server {where}")
 
         # bottleneck test
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -154,7 +159,9 @@ def certify_columns(
             for k, n in bad[order][:MAX_REPORTED]:
                 note(
                     float(deficit[k, n]),
-                    _explain(scenario, mode, int(blk[k]), int(n), cons[k, n], unsat[k], Vmax[k], V[k, n]),
+                    _explain(
+                        scenario, mode, int(blk[k]), int(n), cons[k, n], unsat[k], Vmax[k], V[k, n]
+                    ),
                 )
             worst = max(worst, float(deficit.max(initial=0.0)))
     return Certificate(worst <= rtol, float(worst), tuple(messages), rtol)

@@ -30,7 +30,7 @@ def _used(scenario: Scenario, allocation: FloatArray) -> FloatArray:
     cons = scenario.consumption_tensor("rdm") if _has_overrides(scenario) else None
     if cons is None:
         return np.asarray(allocation.T @ scenario.demand)
-    return np.einsum("nk,knm->km", allocation, cons)
+    return np.asarray(np.einsum("nk,knm->km", allocation, cons))
 
 
 def _has_overrides(scenario: Scenario) -> bool:
@@ -131,7 +131,8 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
 
     def line(cells: list[str]) -> str:
         return "  " + "  ".join(
-            c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(cells, widths, strict=True))
+            c.ljust(w) if j == 0 else c.rjust(w)
+            for j, (c, w) in enumerate(zip(cells, widths, strict=True))
         )
 
     return [line(head), line(["-" * w for w in widths]), *(line(r) for r in rows)]

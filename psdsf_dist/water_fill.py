@@ -119,7 +119,8 @@ def water_fill(
         column[idx] = x
         tol = SATURATION_RTOL * max(1.0, abs(level))
         sat = np.flatnonzero(cross <= level + tol)
-        done_upper = finite_end & (end <= level + tol * np.maximum(1.0, np.abs(np.where(finite_end, end, 0.0))))
+        end_scale = np.maximum(1.0, np.abs(np.where(finite_end, end, 0.0)))
+        done_upper = finite_end & (end <= level + tol * end_scale)
         freeze = uses[idx][:, sat].any(axis=1) | done_upper
         fidx = idx[freeze]
         group[fidx] = phase

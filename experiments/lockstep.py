@@ -2,7 +2,8 @@
 
 Every round, all K servers update at once on the same snapshot: server i sees its own current
 column and the other servers' columns as they were ``1 + delay`` rounds before the new columns
-take effect (``delay = 0``: the totals of the previous round, the usual Jacobi iteration).  This
+take effect (``delay = 0``: the totals of the previous round, the usual Jacobi iteration; the
+views carry ``staleness = delay`` and the holder counts of that snapshot).  This
 is the worst case for concurrency and it is fast: servers that start alike (same class, same
 column, same state) stay alike under a deterministic rule, so one representative per *lineage*
 is computed and copied.  The certificate (rtol 1e-3 by default) is checked every round on the
@@ -101,7 +102,7 @@ def run(
         new = np.empty_like(cur)
         for j in range(len(reps)):
             totals = others[:, j] + cur[:, j]
-            view = replace(views[j], holders=holders[:, j])
+            view = replace(views[j], holders=holders[:, j], staleness=float(delay))
             new[:, j], states[j] = rule.update(states[j], view, totals, cur[:, j])
         X = new[:, lineage]
         history.append(new.copy())
@@ -122,6 +123,6 @@ def _residual(
 ) -> float:
     totals = columns @ counts
     cert = certify_columns(
-        scenario, columns, totals, reps.astype(np.int64), mode=mode, rtol=rtol, explain=False
+        scenario, columns, totals, reps.astype(np.int64), mode=mode, rtol=rtol, explain=True
     )
     return cert.residual

@@ -54,8 +54,9 @@ RULE_SET: tuple[tuple[str, str, dict[str, float]], ...] = (
     ("predictive (secant)", "predictive", {}),
     ("holders", "holders", {}),
     ("adaptive", "adaptive", {}),
+    ("split", "split", {}),
 )
-PROPOSED = ("predictive (secant)", "holders", "adaptive")
+PROPOSED = ("predictive (secant)", "holders", "split")
 
 Row = dict[str, Any]
 
@@ -289,7 +290,7 @@ def plot(paper: list[Row], cap: int) -> None:
     except ImportError:  # plots are optional
         return
     fig, ax = plt.subplots(figsize=(8, 4))
-    for lab in ("best-response", "damped a=0.5", "predictive (secant)", "holders", "adaptive"):
+    for lab in ("best-response", "damped a=0.5", "predictive (secant)", "holders", "split"):
         rs = [r for r in paper if r["rule"] == lab and r["delay"] == 0 and r["seed"] == ""]
         trace: list[float] = []
         for r in rs:

@@ -80,6 +80,7 @@ BoolArray = npt.NDArray[np.bool_]
 # Changes below this fraction of a user's total are treated as no change by the secant.
 SECANT_MIN_CHANGE = 1e-9
 SECANT_SMOOTHING = 0.5  # weight of the new secant in the log-space moving average
+MAX_STALENESS = 3  # rounds of own changes a server remembers to compensate gossip delay
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,9 @@ class ServerView:
     holders: FloatArray | None = None
     """(N,) optional, changes every round: how many servers hold tasks of each user, counted
     over the columns this server has heard of (its own current column included)."""
+    staleness: float = 0.0
+    """Optional: by how many rounds, beyond the usual one, the other servers' columns in the
+    totals lag behind (gossip delay).  Rounded, at most :data:`MAX_STALENESS`."""
 
     @property
     def num_users(self) -> int:
@@ -325,6 +329,74 @@ class HoldersAdaptive:
         return new, state.evolve(step=step, last_change=last, **memory)
 
 
+@dataclass(frozen=True)
+class SplitGain:
+    """Predictive water-filling that tells shared corrections from local moves.
+
+    The gain of user n starts at the holder count k[n] (a shared correction: every holder moves
+    n).  After each update the server checks whether n's gossiped total followed its own move
+    of n: ``ratio = (change of the others' part of the total) / (own change, as far as the
+    others could have seen it) + 1``.  If the total moved less than ``threshold`` times the
+    server's own move, the other servers are moving n the other way: the move is local (n
+    changing servers), so the gain for n here is cut by ``factor`` (down to 1).  When the total
+    follows again, the gain returns to k[n].  With ``view.staleness`` = d > 0 the server also
+    adds ``(gain - 1)`` times its own changes of the last d rounds to the totals: the other
+    holders' matching moves that gossip has not delivered yet.
+    """
+
+    threshold: float = 0.5
+    factor: float = 0.1
+    name: str = "split"
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.factor < 1.0:
+            raise ValueError(f"factor must be in [0, 1), got {self.factor}")
+
+    def initial_state(self, num_users: int) -> RuleState:
+        nan = np.full(num_users, np.nan)
+        arrays = {"gain": nan.copy(), "last_totals": nan.copy(), "last_column": nan.copy()}
+        fill = {"gain": math.nan, "last_totals": math.nan, "last_column": math.nan}
+        for j in range(MAX_STALENESS + 1):
+            arrays[f"change{j}"] = np.zeros(num_users)
+            fill[f"change{j}"] = 0.0
+        return RuleState(arrays, fill)
+
+    def update(
+        self, state: RuleState, view: ServerView, totals: FloatArray, column: FloatArray
+    ) -> tuple[FloatArray, RuleState]:
+        col = feasible_column(view, column)
+        tot = np.maximum(np.where(np.isfinite(totals), totals, 0.0), col)
+        d = int(min(max(round(view.staleness), 0), MAX_STALENESS))
+        # own changes, most recent first: change0 is the one made at the previous update
+        history = [state.get(f"change{j}") for j in range(MAX_STALENESS + 1)]
+        holders = np.ones(view.num_users) if view.holders is None else view.holders
+        k = np.clip(holders, 1.0, max(view.num_servers, 1))
+        # The others' part of the total changed by what they did d + 1 updates ago; compare
+        # with what this server did then.
+        d_own = col - state.get("last_column")
+        d_others = tot - state.get("last_totals") - d_own
+        reference = history[d]
+        measurable = (
+            np.isfinite(d_others)
+            & np.isfinite(d_own)
+            & (np.abs(reference) > SECANT_MIN_CHANGE * np.maximum(tot, 1e-300))
+        )
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = d_others / np.where(measurable, reference, 1.0) + 1.0
+        gain = state.get("gain")
+        gain = np.where(np.isfinite(gain), np.minimum(gain, k), k)
+        opposed = measurable & (ratio < self.threshold)
+        gain = np.where(opposed, np.maximum(1.0, gain * self.factor), np.where(measurable, k, gain))
+        gain = np.where(view.gamma > 0, gain, 1.0)
+        pending = np.sum(history[:d], axis=0) if d else np.zeros_like(col)
+        predicted = np.maximum(tot + (gain - 1.0) * pending, col)
+        new = best_response(view, predicted, col, gain=gain)
+        shifted = {f"change{j + 1}": history[j] for j in range(MAX_STALENESS)}
+        return new, state.evolve(
+            gain=gain, last_totals=tot, last_column=col, change0=new - col, **shifted
+        )
+
+
 def _secant_state(num_users: int) -> RuleState:
     nan = np.full(num_users, np.nan)
     return RuleState(
@@ -371,9 +443,10 @@ _FACTORIES: dict[str, RuleFactory] = {
     "predictive": PredictiveSecant,
     "holders": PredictiveHolders,
     "adaptive": HoldersAdaptive,
+    "split": SplitGain,
 }
 RULES: tuple[str, ...] = tuple(_FACTORIES)
-DEFAULT_RULE = "holders"
+DEFAULT_RULE = "split"
 
 
 def make_rule(name: str = DEFAULT_RULE, **params: float) -> UpdateRule:

@@ -163,7 +163,7 @@ def lockstep(
             view = replace(views[i], holders=holders)
             new[:, i], states[i] = rule.update(states[i], view, x, X[:, i])
         X = new
-        holds = certificate(cert_scenario, X, rtol=1e-3, explain=False).holds
+        holds = certificate(cert_scenario, X, rtol=1e-3).holds
         if holds and first_held is None:
             first_held = t
         elif not holds:

@@ -36,29 +36,42 @@ the walk's spectral gap.  If s = (servers really moving n) / k[n], the eigenvalu
 as observed); over-estimating k only slows convergence.
 
 Estimating k.  ``predictive`` uses a secant (change of the gossiped total over the last update
-divided by the server's own change), which is noisy and lags.  ``holders`` (the default) uses
-the count of servers holding n, which gossip provides exactly (``ServerView.holders``; without it
-the rule falls back to the secant).  Starting from zero no one holds n, k = 1, and the first
-round is per-server DRF (the paper's initialisation); from then on k is the holder count.
+divided by the server's own change), which is noisy and lags.  ``holders`` uses the count of
+servers holding n, which gossip provides exactly (``ServerView.holders``; without it the rule
+falls back to the secant).  Starting from zero no one holds n, k = 1, and the first round is
+per-server DRF (the paper's initialisation); from then on k is the holder count.
 
-What is still slow (measured in ``experiments/results/rule_study.md``)
-----------------------------------------------------------------------
-* Moving a user *between* servers is a local decision, but the gain treats it as shared.  A user
-  held on k servers whose level at server i is a little above the water level there should leave
-  i; with gain k it sheds ``(x - w L) / k`` per round while its other servers, seeing its total
-  drop, take it back, so its total barely changes and the certificate stays off on a plateau
-  (one random instance: residual 4.3e-3 for ~250 rounds, then machine precision at once).  A
-  signed count (servers moving n the same way) would fix the gain; giving leaving users gain 1
-  was tried and brings the period-2 oscillation back (36/60 random instances failed).
-* Extra gossip delay: the prediction assumes the other servers' moves show up in the next
-  totals.  With the others' columns one round older still, the moves of the last round are
-  counted twice and the oscillation returns; a delay-aware prediction (add ``(k - 1)`` times the
-  server's own changes not yet visible) is the natural next step.
-* ``adaptive`` (holder gain plus a per-user step halved when the change flips direction) damps
-  residual limit cycles but does not shorten the plateaus.
+Shared corrections and local moves (the default rule, ``split``)
+-----------------------------------------------------------------
+The holder count is right for a *shared* correction (n's total is off, every holder moves n the
+same way) and wrong for a *local* move: a user held on k servers whose level at server i is a
+little above the water level there should leave i, but with gain k it sheds only
+``(x - w L) / k`` per round while its other servers, seeing its total drop, take it back; its
+total hardly moves and the certificate stays off on a plateau (one random instance: residual
+4.3e-3 for ~250 rounds, then machine precision at once).  The two cases differ in one thing the
+server can observe: whether n's gossiped total follows the server's own move.  In a shared
+correction the others move with it (total change ~ k times the own change); in a local move they
+move against it (ratio ~ 0).  ``split`` starts each user at gain k and, each time the total
+followed less than half of its own move, cuts the gain for that user by 10x (to at least 1);
+when the total follows again, the gain returns to k.  Cutting straight to 1, or giving every
+leaving user gain 1, brings the period-2 oscillation back; a geometric cut does not, because a
+wrongly cut gain is restored after one round.
 
-Rules: ``best-response`` (plain), ``damped`` (``a``), ``predictive`` (secant gain), ``holders``
-(default), ``adaptive`` (``shrink``, ``grow``, ``min_step``).
+Gossip delay.  The prediction assumes the other holders' moves show up in the next totals.  When
+the other columns are d rounds older still (``ServerView.staleness``), the moves they made in
+those rounds are missing, and each server would correct them again; ``split`` adds
+``(gain - 1)`` times its own last d changes to the totals (the others' matching moves, not yet
+delivered) and compares its secant against its own change of d rounds earlier.
+
+What remains (numbers in ``experiments/results/rule_study.md``): a tail of random instances where
+the support of the allocation (who sits where) keeps switching for a while before it locks and
+the certificate then holds to machine precision at once; and extra delay, where the
+compensation helps on the paper cluster but not yet on the random suite.  ``adaptive`` (holder
+gain plus a per-user step halved when the change flips direction) damps limit cycles but does
+not shorten plateaus.
+
+Rules: ``best-response`` (plain), ``damped`` (``a``), ``predictive`` (secant gain), ``holders``,
+``adaptive`` (``shrink``, ``grow``, ``min_step``), ``split`` (default; ``threshold``, ``factor``).
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,15 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
     print_blob=True,
 )
-settings.load_profile("ci")
+# A long randomised hunt for counterexamples: PSDSF_HYPOTHESIS_PROFILE=deep pytest tests/...
+settings.register_profile(
+    "deep",
+    max_examples=1000,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=True,
+)
+settings.load_profile(os.environ.get("PSDSF_HYPOTHESIS_PROFILE", "ci"))
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "psdsf_dist" / "examples"
 

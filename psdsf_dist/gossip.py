@@ -35,9 +35,16 @@ Users
 Message size (bytes), a documented estimate of a compact binary encoding
     * a message header: ``MESSAGE_HEADER_BYTES`` (sender id, kind, length);
     * a digest entry: origin id (4) + heartbeat (8) + column_version (8) = ``DIGEST_ENTRY_BYTES``;
-    * a delta entry: the same 20 bytes plus a flags byte, and, when it carries the column, 4 bytes
-      of length plus 12 bytes (user index 4 + float64 8) per non-zero entry of the column —
-      columns are sparse (a server holds few users), so this is smaller than 8 N.
+    * a delta entry: the same 20 bytes plus a flags byte and the origin's timestamp of the
+      heartbeat (8), and, when it carries the column, 4 bytes of length plus 12 bytes (user
+      index 4 + float64 8) per non-zero entry of the column — columns are sparse (a server holds
+      few users), so this is smaller than 8 N.
+
+Age
+    Every heartbeat carries the origin's clock reading (``heartbeat_at``; servers' clocks are
+    assumed synchronised far better than the period, e.g. by NTP), so a server can tell how old
+    its picture of the others is (:meth:`GossipState.ages`) — update rules use it to compensate
+    for gossip delay.
 """
 
 from __future__ import annotations
@@ -53,7 +60,7 @@ FloatArray = npt.NDArray[np.float64]
 
 MESSAGE_HEADER_BYTES = 16
 DIGEST_ENTRY_BYTES = 20
-DELTA_ENTRY_BYTES = 21
+DELTA_ENTRY_BYTES = 29
 COLUMN_HEADER_BYTES = 4
 COLUMN_VALUE_BYTES = 12
 
@@ -76,6 +83,8 @@ class Entry:
     """The origin left the cluster (tombstone): its column counts as empty."""
     nonzero: int = -1
     """Non-zero entries of ``column`` (counted when not given)."""
+    heartbeat_at: float = math.nan
+    """The origin's clock when it emitted ``heartbeat``."""
 
     def size_bytes(self) -> int:
         size = DELTA_ENTRY_BYTES
@@ -116,6 +125,7 @@ class _Known:
     heard_at: float  # local time the heartbeat last grew
     expired: bool = False
     nonzero: int = 0
+    heartbeat_at: float = math.nan  # the origin's clock at its heartbeat
 
 
 _EMPTY = np.zeros(0)
@@ -164,7 +174,7 @@ class GossipState:
         if len(col) > self.num_users:
             self.resize(len(col))
         me.heartbeat += 1
-        me.heard_at = now
+        me.heard_at = me.heartbeat_at = now
         old = self._padded(me.column)
         new = self._padded(col)
         if me.left or not np.array_equal(old, new):
@@ -179,7 +189,7 @@ class GossipState:
         """Show liveness without changing the column."""
         me = self._known[self.origin]
         me.heartbeat += 1
-        me.heard_at = now
+        me.heard_at = me.heartbeat_at = now
 
     def leave(self, now: float) -> None:
         """Publish a tombstone: this server leaves, its column stops counting everywhere."""
@@ -190,7 +200,7 @@ class GossipState:
         me.column = _frozen(np.zeros(self.num_users))
         me.nonzero = 0
         me.left = True
-        me.heard_at = now
+        me.heard_at = me.heartbeat_at = now
 
     def introduce(self, origin: str, now: float) -> None:
         """Learn that ``origin`` exists (e.g. from a membership list at start-up), as it is
@@ -219,6 +229,13 @@ class GossipState:
         """Origins currently counted as live (not left, not expired), self included."""
         return [o for o, k in self._known.items() if not k.left and not k.expired]
 
+    def ages(self, now: float) -> FloatArray:
+        """Seconds since each other counted origin emitted the heartbeat this server knows."""
+        out = [now - k.heartbeat_at for o, k in self._known.items()
+               if o != self.origin and not k.left and not k.expired
+               and math.isfinite(k.heartbeat_at)]
+        return np.array(out, dtype=float)
+
     def known_column(self, origin: str) -> FloatArray | None:
         k = self._known.get(origin)
         return None if k is None else self._padded(k.column)
@@ -235,7 +252,8 @@ class GossipState:
     def own_entry(self) -> Entry:
         """This server's own entry with its column (to piggyback on an exchange it starts)."""
         me = self._known[self.origin]
-        return Entry(self.origin, me.heartbeat, me.column_version, me.column, me.left, me.nonzero)
+        return Entry(self.origin, me.heartbeat, me.column_version, me.column, me.left,
+                     me.nonzero, me.heartbeat_at)
 
     def delta_for(self, digest: Digest) -> Delta:
         """The entries the digest's sender lacks; the column only where its copy is older."""
@@ -246,7 +264,8 @@ class GossipState:
             if k.heartbeat > hb or k.column_version > cv:
                 out.append(
                     Entry(o, k.heartbeat, k.column_version,
-                          k.column if k.column_version > cv else None, k.left, k.nonzero)
+                          k.column if k.column_version > cv else None, k.left, k.nonzero,
+                          k.heartbeat_at)
                 )
         return Delta(self.origin, tuple(out))
 
@@ -270,6 +289,7 @@ class GossipState:
             touched = False
             if e.heartbeat > k.heartbeat:
                 k.heartbeat = e.heartbeat
+                k.heartbeat_at = e.heartbeat_at
                 k.heard_at = now
                 touched = True
             if e.column is not None and e.column_version > k.column_version:

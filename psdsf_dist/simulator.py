@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Literal
 
@@ -110,6 +110,9 @@ class SimConfig:
     mode: Mode = "rdm"
     rtol: float = CONVERGENCE_RTOL
     gossip: GossipModel = "auto"
+    stop_after_hold: int | None = None
+    """Stop early once the last event has passed and the certificate has held this many
+    rounds in a row (for experiments; None = always run ``rounds``)."""
     memoize: bool = True
     """Snapshot model: compute a pure rule once per class of identical servers in identical
     states (bit-identical to computing each; off to time the per-server cost)."""
@@ -324,8 +327,11 @@ class Simulator:
         if srv.gossip is not None:
             srv.gossip.expire(now)
             totals = srv.gossip.totals()
+            ages = srv.gossip.ages(now)
+            # rounds by which the others' columns lag beyond the usual one
+            lag = float(np.median(ages)) / self.config.period - 1.0 if len(ages) else 0.0
             view = _with_knowledge(self._view(i), len(srv.gossip.members()),
-                                   srv.gossip.holders())
+                                   srv.gossip.holders(), max(lag, 0.0))
             new, srv.state = self._update(i, view, totals, column, srv.state)
         else:
             totals, holders = self._snapshot()
@@ -335,7 +341,8 @@ class Simulator:
             hit = self._memo.get(key) if self.config.memoize else None
             if hit is None:
                 base = self._view(i)
-                view = _with_knowledge(base, base.num_servers, holders)
+                view = _with_knowledge(base, base.num_servers, holders,
+                                       round(self.config.delay / self.config.period))
                 hit = self._update(i, view, totals, column, srv.state)
                 if self.config.memoize:
                     self._memo[key] = hit
@@ -508,10 +515,21 @@ class Simulator:
             trace.append(rec)
             if self.progress is not None:
                 self.progress(rec)
+            if self._settled(trace):
+                break
         seconds = time.perf_counter() - started
         outcomes = converged_rounds(self._u.events, [rec.holds for rec in trace], T)
         return SimulationResult(self.current, self.X.copy(), tuple(trace), outcomes, cfg,
                                 self.model, seconds)
+
+    def _settled(self, trace: list[RoundRecord]) -> bool:
+        hold = self.config.stop_after_hold
+        if hold is None or len(trace) < hold:
+            return False
+        last_event = max((e.at for e in self._u.events), default=0.0)
+        if trace[-hold].round < math.floor(last_event / self.config.period + 1e-9):
+            return False
+        return all(rec.holds for rec in trace[-hold:])
 
     def _estimate_traffic(self) -> None:
         """Protocol cost without running it (snapshot model): see the module docstring."""
@@ -527,10 +545,12 @@ class Simulator:
         self.acct.bytes[up] = digests + heartbeats + columns
 
 
-def _with_knowledge(view: ServerView, members: int, holders: npt.NDArray[Any]) -> ServerView:
-    """The view with what gossip says now: membership size and holders per user."""
-    return ServerView(view.capacity, view.consumption, view.gamma, view.weight, view.max_tasks,
-                      view.mode, members, np.asarray(holders, dtype=float))
+def _with_knowledge(view: ServerView, members: int, holders: npt.NDArray[Any],
+                    staleness: float) -> ServerView:
+    """The view with what gossip says now: membership size, holders per user, and by how many
+    rounds beyond one the others' columns lag."""
+    return replace(view, num_servers=members, holders=np.asarray(holders, dtype=float),
+                   staleness=float(staleness))
 
 
 def _message_size(kind: str, body: Any) -> int:

@@ -180,3 +180,15 @@ def test_introduced_member_is_counted_empty_until_heard() -> None:
     a.introduce("b", 0.0)
     assert sorted(a.members()) == ["a", "b"]
     assert a.totals().tolist() == [0.0, 0.0]
+
+
+def test_ages_follow_the_origins_heartbeat_clock() -> None:
+    a, b, c = GossipState("a", 1), GossipState("b", 1), GossipState("c", 1)
+    b.set_column(np.array([1.0]), 10.0)
+    c.heartbeat(12.0)
+    a.merge(b.delta_for(a.digest()), 13.0)
+    a.merge(c.delta_for(a.digest()), 13.0)
+    assert sorted(a.ages(14.0).tolist()) == [2.0, 4.0]
+    b.heartbeat(13.5)
+    a.merge(b.delta_for(a.digest()), 13.7)
+    assert sorted(a.ages(14.0).tolist()) == [0.5, 2.0]

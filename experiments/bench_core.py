@@ -408,7 +408,9 @@ def write_results(
         f"Machine: {os.cpu_count()} cores, {platform.machine()}, Python "
         f"{platform.python_version()}, numpy {np.__version__}, scipy {scipy.__version__}; "
         f"commit {_commit()}; {args.runs} timed runs per cell (median), cap {args.cap:g} s per "
-        f"run; the whole run took {seconds / 60:.1f} min.",
+        f"run; the whole run took {seconds / 60:.1f} min.  Load average (1 min) at the start "
+        f"{args.load_start:.1f}, at the end {os.getloadavg()[0]:.1f}: other work on the machine "
+        "inflates every time alike, so read the ratios first.",
         "",
         "## server_procedure, time per call (M = 4)",
         "",
@@ -478,6 +480,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cap", type=float, default=300.0)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
+    args.load_start = os.getloadavg()[0]
     t0 = time.perf_counter()
     if args.quick:
         sp_sizes, ks, ns = [10, 100, 1000], [10, 100], [10]

@@ -245,6 +245,7 @@ class _ClassState:
             scale = self.scenario.max_tasks[capped] / np.maximum(self.x[capped], 1e-300)
             fixed[capped] = self.Y[capped] * scale[:, None]
         free = positive & ~capped[:, None]
+        Y: FloatArray | None = None
         for _ in range(ACTIVE_SET_ROUNDS):
             Y = self._solve_structure(fills, free, fixed)
             if Y is None:
@@ -253,6 +254,8 @@ class _ClassState:
             if not negative.any():
                 break
             free &= ~negative
+        if Y is None:
+            return None
         Y = np.maximum(Y, 0.0)
         # back into capacity, column by column (round-off or a wrong structure may overshoot)
         for c in range(C):

@@ -6,6 +6,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from psdsf_dist.cli.common import CommandError
 
@@ -15,7 +16,7 @@ COMMANDS = ("solve", "compare", "properties", "simulate")
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, no usage dump
+    def error(self, message: str) -> NoReturn:  # one line, exit 2, no usage dump
         raise CommandError(message)
 
 

@@ -26,7 +26,8 @@ What is measured, all in one run so that the ratios compare like with like:
      [0.9, 1.1], so no two servers are identical and the class shortcut does not apply.
 
    Users: per-task cpu and memory demands uniform in [0.005, 0.05], weights 1 or 2, no placement
-   constraints, unlimited backlog.  Seeded (``SEED``).
+   constraints, unlimited backlog.  Every (variant, K, N) cell is its own random instance, seeded
+   ``SEED + 7 K + N`` (machines and users both), so times across K compare different users too.
 3. The paper's 120-server example (ORACLES 3): ``solve`` time and the LP, target under 50 ms.
 
 Every timed run happens in a forked child process that is killed after ``--cap`` seconds; a

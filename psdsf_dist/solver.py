@@ -47,7 +47,8 @@ IntArray = npt.NDArray[np.int64]
 
 POSITIVE = 1e-13  # relative to gamma: below this an entry is treated as zero in the structure
 ACTIVE_SET_ROUNDS = 6  # re-solves after dropping entries the solve drove negative
-DENSE_LIMIT = 2500  # unknowns up to which the exact step uses a dense least-squares solve
+MAX_EXACT_WAIT = 32  # most sweeps between two exact attempts
+DENSE_LIMIT = 100  # unknowns up to which the exact step uses a dense least-squares solve
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,7 @@ def solve(
     best = state.certify(rtol)
     last_structure: tuple[bytes, ...] | None = None
     since_exact = 0
+    wait = 1  # sweeps between exact attempts; doubles after each miss (an attempt costs sweeps)
     while not best.holds:
         if sweeps >= max_sweeps or time.perf_counter() - t0 > time_limit:
             raise SolverError(
@@ -120,24 +122,26 @@ def solve(
         fills = state.sweep()
         sweeps += 1
         since_exact += 1
-        cert = state.certify(rtol)
-        if cert.holds:
-            best = cert
+        best = state.certify(rtol)
+        if best.holds:
             break
         structure = _structure_key(fills, state)
-        if structure == last_structure or since_exact >= 4:
-            since_exact = 0
-            exact += 1
-            candidate = state.exact_step(fills)
-            if candidate is not None:
-                # Only a certified candidate replaces the sweep state: a candidate built on a
-                # not-yet-right structure can be closer by the residual yet farther for sweeps.
-                trial = _ClassState(scenario, mode, classes, candidate)
-                tcert = trial.certify(rtol)
-                if tcert.holds:
-                    state, cert = trial, tcert
+        stable = structure == last_structure
         last_structure = structure
-        best = cert
+        if since_exact < wait or not (stable or since_exact >= 2 * wait):
+            continue
+        since_exact = 0
+        exact += 1
+        candidate = state.exact_step(fills)
+        if candidate is not None:
+            # Only a certified candidate replaces the sweep state: a candidate built on a
+            # not-yet-right structure can be closer by the residual yet farther for sweeps.
+            trial = _ClassState(scenario, mode, classes, candidate)
+            tcert = trial.certify(rtol)
+            if tcert.holds:
+                state, best = trial, tcert
+                break
+        wait = min(2 * wait, MAX_EXACT_WAIT)
     X = state.expand()
     final = certificate(scenario, X, mode=mode, rtol=rtol)
     if not final.holds:  # defensive: the class certificate should imply the full one
@@ -319,17 +323,20 @@ class _ClassState:
             return Y
         A = sp.csr_matrix((vals, (rows, cols)), shape=(len(rhs), nunk))
         b = np.array(rhs)
+        # The conditions fix levels and totals but often leave how a user's tasks split across
+        # servers free (PS-DSF is not unique).  Solve for the smallest change from the current
+        # iterate, which is non-negative, so the solution rarely leaves the non-negative orthant.
+        z0 = np.empty(nunk)
+        z0[:nvar] = self.Y[pn, pc]
+        for (c, g), j in level_var.items():
+            lvl = float(fills[c].level[g])
+            z0[j] = lvl if np.isfinite(lvl) else 0.0
+        r = b - A @ z0
         if nunk <= DENSE_LIMIT:
-            sol = np.linalg.lstsq(A.toarray(), b, rcond=None)[0]
+            delta = np.linalg.lstsq(A.toarray(), r, rcond=None)[0]
         else:
-            sol = None
-            if A.shape[0] == nunk:
-                try:
-                    sol = spla.spsolve(A.tocsc(), b)
-                except RuntimeError:
-                    sol = None
-            if sol is None or not np.all(np.isfinite(sol)):
-                sol = spla.lsqr(A, b, atol=1e-15, btol=1e-15, iter_lim=20 * nunk)[0]
+            delta = spla.lsmr(A, r, atol=1e-15, btol=1e-15, maxiter=50 * nunk)[0]
+        sol = z0 + delta
         if not np.all(np.isfinite(sol)):
             return None
         Y[pn, pc] = sol[:nvar]

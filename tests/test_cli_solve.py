@@ -308,8 +308,6 @@ def test_tdm_only_gamma_refused_in_rdm(
     assert json.loads(out)["tasks"]["alice"] > 0
 
 
-@pytest.mark.xfail(strict=True, reason="cli/solve.py reports a ScenarioError raised by solve's "
-                   "mode check with exit status 1 instead of 2")
 def test_tdm_only_gamma_in_rdm_is_bad_input_exit_2(
     capsys: pytest.CaptureFixture[str], write_scenario: Write
 ) -> None:

@@ -10,7 +10,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from psdsf_dist.errors import PsdsfError, ScenarioWarning
+from psdsf_dist.errors import PsdsfError, ScenarioError, ScenarioWarning
 from psdsf_dist.scenario import Scenario, load_scenario
 
 EXIT_USAGE = 2
@@ -23,6 +23,12 @@ class CommandError(Exception):
     def __init__(self, message: str, status: int = EXIT_USAGE) -> None:
         super().__init__(message)
         self.status = status
+
+
+def failed(path: str, err: PsdsfError) -> CommandError:
+    """A library failure on a scenario as a CLI error: bad input exits 2, anything else 1."""
+    status = EXIT_USAGE if isinstance(err, ScenarioError) else EXIT_FAILURE
+    return CommandError(f"{path}: {err}", status)
 
 
 def load(path: str) -> Scenario:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from psdsf_dist.cli.common import EXIT_FAILURE, CommandError, dumps, emit, load
+from psdsf_dist.cli.common import dumps, emit, failed, load
 from psdsf_dist.cli.properties import add_probe_arguments, verdict
 from psdsf_dist.errors import PsdsfError
 from psdsf_dist.fairness_metrics import jain_index, task_shares
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         results = {p: evaluate(scenario, p, args.mode, args.trials, args.seed) for p in policies}
     except PsdsfError as err:
-        raise CommandError(f"{args.scenario}: {err}", EXIT_FAILURE) from None
+        raise failed(args.scenario, err) from None
     if args.json:
         text = dumps({"scenario": args.scenario, "mode": args.mode, "policies": results})
     else:

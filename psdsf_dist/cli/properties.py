@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from psdsf_dist.cli.common import EXIT_FAILURE, CommandError, dumps, emit, load
+from psdsf_dist.cli.common import dumps, emit, failed, load
 from psdsf_dist.errors import PsdsfError
 from psdsf_dist.policies import POLICIES
 from psdsf_dist.properties import DEFAULT_TRIALS, PropertyReport, check_properties
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         report = check_properties(scenario, args.policy, args.mode, trials=args.trials,
                                   seed=args.seed)
     except PsdsfError as err:
-        raise CommandError(f"{args.scenario}: {err}", EXIT_FAILURE) from None
+        raise failed(args.scenario, err) from None
     if args.json:
         doc = report.to_json()
         doc["tasks"] = {u: float(report.totals[n]) for n, u in enumerate(scenario.user_names)}

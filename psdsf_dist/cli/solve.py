@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from psdsf_dist.certificate import Certificate, certificate
-from psdsf_dist.cli.common import EXIT_FAILURE, CommandError, dumps, emit, load
+from psdsf_dist.cli.common import dumps, emit, failed, load
 from psdsf_dist.errors import PsdsfError
 from psdsf_dist.policies import POLICIES, Allocation, allocate
 from psdsf_dist.report import allocation_json, allocation_table
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         outcome = allocate(scenario, args.policy, args.mode)
         cert = psdsf_certificate(scenario, outcome)
     except PsdsfError as err:
-        raise CommandError(f"{args.scenario}: {err}", EXIT_FAILURE) from None
+        raise failed(args.scenario, err) from None
     if args.json:
         text = dumps(
             allocation_json(
@@ -66,7 +66,7 @@ def run_psdsf(args: argparse.Namespace) -> int:
     try:
         solution = solve(scenario, args.mode)
     except PsdsfError as err:
-        raise CommandError(f"{args.scenario}: {err}", EXIT_FAILURE) from None
+        raise failed(args.scenario, err) from None
     if args.json:
         text = dumps(
             allocation_json(

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from test_solver import cases
 
@@ -60,7 +60,6 @@ def test_a_certified_solution_is_a_fixed_point_of_every_server(
 
 
 @given(cases(), st.sampled_from([None, 3.0]))
-@settings(max_examples=40)
 def test_random_certified_solutions_are_fixed_points(
     case: tuple[Mode, dict[str, Any]], gain: float | None
 ) -> None:

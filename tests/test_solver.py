@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from psdsf_dist.certificate import certificate
@@ -221,7 +221,6 @@ def _rename_server(name: str, names: dict[str, str]) -> str:
 
 
 @given(cases())
-@settings(max_examples=40)
 def test_renaming_users_and_servers_changes_nothing(case: tuple[Mode, dict[str, Any]]) -> None:
     mode, doc = case
     a = solve(build(doc), mode).allocation
@@ -230,7 +229,6 @@ def test_renaming_users_and_servers_changes_nothing(case: tuple[Mode, dict[str, 
 
 
 @given(cases(), st.randoms(use_true_random=False))
-@settings(max_examples=40)
 def test_reordering_users_and_servers(case: tuple[Mode, dict[str, Any]], rnd: Any) -> None:
     """TDM totals are unique, so they must agree.  RDM PS-DSF is not unique: there the permuted
     solution, mapped back, must certify for the original scenario."""
@@ -261,7 +259,6 @@ def _scaled(doc: dict[str, Any], factor: float) -> dict[str, Any]:
 
 
 @given(cases(), st.sampled_from([1e-3, 0.3, 7.0, 1e3]))
-@settings(max_examples=40)
 def test_scaling_capacities_and_demands_together_changes_nothing(
     case: tuple[Mode, dict[str, Any]], factor: float
 ) -> None:
@@ -272,7 +269,6 @@ def test_scaling_capacities_and_demands_together_changes_nothing(
 
 
 @given(cases())
-@settings(max_examples=40)
 def test_doubling_all_weights_changes_nothing(case: tuple[Mode, dict[str, Any]]) -> None:
     mode, doc = case
     doubled = copy.deepcopy(doc)

@@ -27,13 +27,15 @@ from sim_common import RESULTS, rounds_stat, table, update_readme, write_atomic,
 
 from psdsf_dist.random_scenarios import GOOGLE_2011_TOTAL, google_cluster
 from psdsf_dist.simulator import SimConfig, simulate
+from psdsf_dist.update_rule import DEFAULT_RULE
 
 RULES: tuple[tuple[str, str, tuple[tuple[str, float], ...]], ...] = (
     ("best-response (naive)", "best-response", ()),
     ("damped a=0.5", "damped", (("a", 0.5),)),
     ("predictive (secant)", "predictive", ()),
-    ("holders (default)", "holders", ()),
+    ("holders", "holders", ()),
     ("adaptive", "adaptive", ()),
+    (f"{DEFAULT_RULE} (default)", DEFAULT_RULE, ()),
 )
 USERS = 100
 TIMING_ROUNDS = 3

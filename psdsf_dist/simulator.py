@@ -104,6 +104,8 @@ class SimConfig:
     """Seconds a message is in flight."""
     loss: float = 0.0
     fanout: int = 1
+    gossip_rate: int = 1
+    """Exchanges each server starts per period (at its update and evenly in between)."""
     seed: int = 0
     rule: str = DEFAULT_RULE
     rule_params: tuple[tuple[str, float], ...] = ()
@@ -131,6 +133,8 @@ class SimConfig:
             raise ValueError("loss must be in [0, 1)")
         if self.fanout < 1:
             raise ValueError("fanout must be >= 1")
+        if self.gossip_rate < 1:
+            raise ValueError("gossip rate must be >= 1 exchange round per period")
         if not self.rtol > 0:
             raise ValueError("rtol must be > 0")
 
@@ -352,7 +356,17 @@ class Simulator:
         if srv.gossip is not None:
             srv.gossip.set_column(new, now)
             self._start_exchanges(srv, now)
+            # extra anti-entropy between updates (gossip faster than the update period)
+            g = self.config.gossip_rate
+            for j in range(1, g):
+                self.clock.at(now + j * self.config.period / g, _TICK,
+                              partial(self._gossip_only, i, origin))
         self._schedule_tick(i, k + 1, origin)
+
+    def _gossip_only(self, i: int, origin: str) -> None:
+        srv = self.servers[i]
+        if srv.up and srv.origin == origin and srv.gossip is not None:
+            self._start_exchanges(srv, self.clock.now)
 
     def _update(self, i: int, view: ServerView, totals: FloatArray, column: FloatArray,
                 state: RuleState) -> tuple[FloatArray, RuleState]:

@@ -44,6 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="probability that a message is lost (default 0)")
     p.add_argument("--fanout", type=int, default=1, metavar="F",
                    help="peers each server gossips with per round (default 1)")
+    p.add_argument("--gossip-rate", type=int, default=1, metavar="G",
+                   help="gossip exchange rounds per period (default 1: at each update)")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
     p.add_argument("--rule", choices=RULES, default=DEFAULT_RULE,
                    help=f"update rule (default {DEFAULT_RULE})")
@@ -87,6 +89,7 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         delay=parse_delay(args.delay, args.period),
         loss=args.loss,
         fanout=args.fanout,
+        gossip_rate=args.gossip_rate,
         seed=args.seed,
         rule=args.rule,
         mode=args.mode,
@@ -145,7 +148,8 @@ def render(result: SimulationResult, *, json_output: bool) -> str:
             "simulation": {
                 "rounds": cfg.rounds, "period": cfg.period, "lockstep": cfg.lockstep,
                 "jitter": cfg.jitter, "delay": cfg.delay, "loss": cfg.loss,
-                "fanout": cfg.fanout, "seed": cfg.seed, "rule": cfg.rule, "rtol": cfg.rtol,
+                "fanout": cfg.fanout, "gossip_rate": cfg.gossip_rate, "seed": cfg.seed,
+                "rule": cfg.rule, "rtol": cfg.rtol,
                 "gossip": result.gossip, "seconds": result.seconds,
                 "seconds_per_round": result.seconds_per_round,
             },

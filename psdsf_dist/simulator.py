@@ -479,7 +479,9 @@ class Simulator:
         for j in np.flatnonzero(self.servers_up):
             col = self.X[:, j]
             if col.any():
-                self.X[:, j] = feasible_column(self._view(int(j)), col)
+                view = self._view(int(j))
+                self.X[:, j] = feasible_column(view, col)
+                self._assert_feasible(int(j), view, self.X[:, j])
         if isinstance(event, ServerJoins):
             self._start_server(full.server_names.index(event.server), now, bootstrap=True)
 

@@ -22,7 +22,16 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
-from sim_common import EXAMPLES, RESULTS, rounds_stat, table, update_readme, write_atomic, write_csv
+from sim_common import (
+    EXAMPLES,
+    RESULTS,
+    rounds_stat,
+    table,
+    update_overview,
+    update_readme,
+    write_atomic,
+    write_csv,
+)
 
 from psdsf_dist.scenario import Scenario, load_scenario
 from psdsf_dist.simulator import SimConfig, simulate
@@ -147,6 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     md = report(rows, args.seeds, args.cap, seconds)
     write_atomic(RESULTS / "sim_gossip.md", md + "\n")
     update_readme("sim_gossip", md)
+    update_overview()
     print(md)
 
 

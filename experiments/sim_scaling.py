@@ -23,7 +23,15 @@ import time
 from typing import Any
 
 import numpy as np
-from sim_common import RESULTS, rounds_stat, table, update_readme, write_atomic, write_csv
+from sim_common import (
+    RESULTS,
+    rounds_stat,
+    table,
+    update_overview,
+    update_readme,
+    write_atomic,
+    write_csv,
+)
 
 from psdsf_dist.random_scenarios import GOOGLE_2011_TOTAL, google_cluster
 from psdsf_dist.simulator import SimConfig, simulate
@@ -161,6 +169,7 @@ def main(argv: list[str] | None = None) -> None:
     md = report(rows, timings, args.seeds, args.cap, seconds)
     write_atomic(RESULTS / "sim_scaling.md", md + "\n")
     update_readme("sim_scaling", md)
+    update_overview()
     print(md)
 
 

@@ -63,6 +63,7 @@ def run(
     start: FloatArray | None = None,
     states: list[RuleState] | None = None,
     lineage: IntArray | None = None,
+    movers: bool = True,
 ) -> Run:
     """Run ``rule`` in lock-step until the certificate has held ``hold`` rounds in a row.
 
@@ -87,7 +88,7 @@ def run(
     views: list[ServerView] = [
         server_view(cert_scenario, int(i), mode, act, K) for i in reps
     ]
-    history: deque[FloatArray] = deque([X[:, reps].copy()] * (delay + 1), maxlen=delay + 1)
+    history: deque[FloatArray] = deque([X[:, reps].copy()] * (delay + 2), maxlen=delay + 2)
     counts = np.bincount(lineage, minlength=len(reps)).astype(float)
     residuals = [_residual(cert_scenario, X[:, reps], counts, reps, mode, rtol)]
     streak = 1 if residuals[0] <= rtol else 0
@@ -95,14 +96,23 @@ def run(
         if streak >= hold:
             break
         cur = X[:, reps]
-        old = history[0]
+        old = history[1]
+        moved = history[1] - history[0]  # the changes the snapshot shows
+        raising = (moved > HELD).astype(float) @ counts
+        lowering = (moved < -HELD).astype(float) @ counts
         others = (old @ counts)[:, None] - old
         held_old = (old > HELD).astype(float)
         holders = (held_old @ counts)[:, None] - held_old + (cur > HELD)
         new = np.empty_like(cur)
         for j in range(len(reps)):
             totals = others[:, j] + cur[:, j]
-            view = replace(views[j], holders=holders[:, j], staleness=float(delay))
+            view = replace(
+                views[j],
+                holders=holders[:, j],
+                raising=raising if movers else None,
+                lowering=lowering if movers else None,
+                staleness=float(delay),
+            )
             new[:, j], states[j] = rule.update(states[j], view, totals, cur[:, j])
         X = new[:, lineage]
         history.append(new.copy())

@@ -54,9 +54,10 @@ RULE_SET: tuple[tuple[str, str, dict[str, float]], ...] = (
     ("predictive (secant)", "predictive", {}),
     ("holders", "holders", {}),
     ("adaptive", "adaptive", {}),
+    ("split, holders only", "split", {"use_movers": 0.0}),
     ("split", "split", {}),
 )
-PROPOSED = ("predictive (secant)", "holders", "split")
+PROPOSED = ("holders", "split, holders only", "split")
 
 Row = dict[str, Any]
 
@@ -290,7 +291,7 @@ def plot(paper: list[Row], cap: int) -> None:
     except ImportError:  # plots are optional
         return
     fig, ax = plt.subplots(figsize=(8, 4))
-    for lab in ("best-response", "damped a=0.5", "predictive (secant)", "holders", "split"):
+    for lab in ("best-response", "damped a=0.5", "holders", "split, holders only", "split"):
         rs = [r for r in paper if r["rule"] == lab and r["delay"] == 0 and r["seed"] == ""]
         trace: list[float] = []
         for r in rs:

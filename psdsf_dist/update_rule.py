@@ -57,6 +57,16 @@ when the total follows again, the gain returns to k.  Cutting straight to 1, or 
 leaving user gain 1, brings the period-2 oscillation back; a geometric cut does not, because a
 wrongly cut gain is restored after one round.
 
+Signed counts.  What the linear analysis above needs is not the number of holders but the number
+of servers moving n *the same way*.  When gossip reports how many servers raised and lowered
+each user in the latest changes it has seen (``ServerView.raising`` / ``lowering``), ``split``
+uses as k[n] the count on the side of its own last move.  A user entering or leaving many
+servers at once then gets the right gain, and two groups of servers pulling one user in
+opposite directions no longer both treat the other group's moves as their own (with holder
+counts only, both cut their gains and can fall into a limit cycle: the Google-mix clusters).
+With signed counts, the secant cut is applied only to leaving (a decrease the total does not
+follow), which is the plateau above.  ``use_movers=0`` ignores the signed counts.
+
 Gossip delay.  The prediction assumes the other holders' moves show up in the next totals.  When
 the other columns are d rounds older still (``ServerView.staleness``), the moves they made in
 those rounds are missing, and each server would correct them again; ``split`` adds
@@ -116,6 +126,12 @@ class ServerView:
     holders: FloatArray | None = None
     """(N,) optional, changes every round: how many servers hold tasks of each user, counted
     over the columns this server has heard of (its own current column included)."""
+    raising: FloatArray | None = None
+    """(N,) optional, changes every round: how many servers' latest column change raised each
+    user (gossip: compare the two latest versions of each column, or let the origin attach the
+    sign of its change to each entry)."""
+    lowering: FloatArray | None = None
+    """(N,) optional: likewise, how many servers' latest change lowered each user."""
     staleness: float = 0.0
     """Optional: by how many rounds, beyond the usual one, the other servers' columns in the
     totals lag behind (gossip delay).  Rounded, at most :data:`MAX_STALENESS`."""
@@ -359,6 +375,7 @@ class SplitGain:
 
     threshold: float = 0.5
     factor: float = 0.1
+    use_movers: float = 1.0
     name: str = "split"
 
     def __post_init__(self) -> None:
@@ -384,11 +401,19 @@ class SplitGain:
         history = [state.get(f"change{j}") for j in range(MAX_STALENESS + 1)]
         holders = np.ones(view.num_users) if view.holders is None else view.holders
         k = np.clip(holders, 1.0, max(view.num_servers, 1))
+        reference = history[d]
+        signed = self.use_movers and view.raising is not None and view.lowering is not None
+        if signed:
+            # the servers that moved n the way this server did, in the round the snapshot shows
+            assert view.raising is not None and view.lowering is not None
+            same = np.where(
+                reference > 0, view.raising, np.where(reference < 0, view.lowering, holders)
+            )
+            k = np.clip(same, 1.0, max(view.num_servers, 1))
         # The others' part of the total changed by what they did d + 1 updates ago; compare
         # with what this server did then.
         d_own = col - state.get("last_column")
         d_others = tot - state.get("last_totals") - d_own
-        reference = history[d]
         measurable = (
             np.isfinite(d_others)
             & np.isfinite(d_own)
@@ -399,6 +424,9 @@ class SplitGain:
         gain = state.get("gain")
         gain = np.where(np.isfinite(gain), np.minimum(gain, k), k)
         opposed = measurable & (ratio < self.threshold)
+        if signed:
+            # with signed counts only leaving needs the cut: see the class docstring
+            opposed &= reference < 0
         gain = np.where(opposed, np.maximum(1.0, gain * self.factor), np.where(measurable, k, gain))
         gain = np.where(view.gamma > 0, gain, 1.0)
         pending = np.sum(history[:d], axis=0) if d else np.zeros_like(col)

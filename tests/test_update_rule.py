@@ -157,14 +157,20 @@ def lockstep(
     X = np.zeros((N, K)) if start is None else start.copy()
     states = [rule.initial_state(N) for _ in range(K)] if states is None else states
     first_held: int | None = None
-    past = [X] * (delay + 1)
+    past = [X] * (delay + 2)
     for t in range(1, rounds + 1):
-        old = past[0]
+        old = past[1]
         x = old.sum(axis=1)
         holders = (old > 1e-12).sum(axis=1).astype(float)
+        moved = past[1] - past[0]
+        raising = (moved > 1e-12).sum(axis=1).astype(float)
+        lowering = (moved < -1e-12).sum(axis=1).astype(float)
         new = np.empty_like(X)
         for i in range(K):
-            view = replace(views[i], holders=holders, staleness=float(delay))
+            view = replace(
+                views[i], holders=holders, raising=raising, lowering=lowering,
+                staleness=float(delay),
+            )
             totals = x - old[:, i] + X[:, i]
             new[:, i], states[i] = rule.update(states[i], view, totals, X[:, i])
         X = new
@@ -198,22 +204,24 @@ def test_plain_best_response_oscillates_in_lockstep_where_the_default_rule_conve
     assert held is not None
 
 
-def test_default_rule_compensates_one_extra_round_of_gossip_delay_on_the_paper_cluster() -> None:
+def test_split_rule_compensates_one_extra_round_of_gossip_delay_on_the_paper_cluster() -> None:
     scenario = paper()
-    held, X, states = lockstep(scenario, make_rule(DEFAULT_RULE), 60, delay=1)
+    rule = make_rule("split", use_movers=0.0)
+    held, X, states = lockstep(scenario, rule, 60, delay=1)
     assert held is not None and held <= 40
     away = np.array([n != "u4" for n in scenario.user_names])
-    held, X, states = lockstep(
-        scenario, make_rule(DEFAULT_RULE), 60, start=X, states=states, active=away, delay=1
-    )
+    held, X, states = lockstep(scenario, rule, 60, start=X, states=states, active=away, delay=1)
     assert held is not None and held <= 40
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_default_rule_converges_in_lockstep_on_small_random_scenarios(seed: int) -> None:
+@pytest.mark.parametrize("movers", [1.0, 0.0])
+def test_split_rule_converges_in_lockstep_on_small_random_scenarios(
+    seed: int, movers: float
+) -> None:
     rng = np.random.default_rng(100 + seed)
     scenario = random_scenario(rng, K=8, N=4, M=2)
-    held, X, _ = lockstep(scenario, make_rule(DEFAULT_RULE), 120)
+    held, X, _ = lockstep(scenario, make_rule("split", use_movers=movers), 120)
     assert held is not None, certificate(scenario, X, rtol=1e-3).violations[:2]
 
 

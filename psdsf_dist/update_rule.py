@@ -370,7 +370,9 @@ class SplitGain:
     changing servers), so the gain for n here is cut by ``factor`` (down to 1).  When the total
     follows again, the gain returns to k[n].  With ``view.staleness`` = d > 0 the server also
     adds ``(gain - 1)`` times its own changes of the last d rounds to the totals: the other
-    holders' matching moves that gossip has not delivered yet.
+    holders' matching moves that gossip has not delivered yet.  When the view carries signed
+    counts (``raising`` / ``lowering``), k[n] is the number of servers that moved n the way this
+    server did, and the cut is kept for leaving only (see the module docstring).
     """
 
     threshold: float = 0.5
@@ -425,7 +427,7 @@ class SplitGain:
         gain = np.where(np.isfinite(gain), np.minimum(gain, k), k)
         opposed = measurable & (ratio < self.threshold)
         if signed:
-            # with signed counts only leaving needs the cut: see the class docstring
+            # with signed counts only leaving needs the cut (module docstring)
             opposed &= reference < 0
         gain = np.where(opposed, np.maximum(1.0, gain * self.factor), np.where(measurable, k, gain))
         gain = np.where(view.gamma > 0, gain, 1.0)

@@ -1,0 +1,445 @@
+"""The coordinator actor: membership, churn and convergence tracking — never the allocation.
+
+It starts one server actor per present server (placed by :func:`assign_nodes`), hands each a
+few peers to gossip with, and applies churn — the scenario's events at their (scaled) times, and
+changes asked for through :meth:`Coordinator.apply` (the Python API and the CLI) — by making a
+new :class:`~psdsf_dist.runtime.churn.Table` and pushing it to every server.  Once per period
+it collects the servers' columns, checks feasibility and the PS-DSF certificate on the scenario
+as it stands, and records the observation; per event it reports how long the servers took to
+re-converge.  The columns are the servers' own: the coordinator only reads them.
+
+Faults
+    A server actor that stops answering counts as holding nothing.  Ray restarts a crashed
+    actor (``max_restarts``); its next report says it is not running, and the coordinator
+    starts it again as a new incarnation with the current table.  An actor that is gone for
+    good (restarts exhausted, its pinned node removed) is a failed server: churn
+    ``server fails``.  With ``servers: from-ray`` a new Ray node becomes a new server.
+Restart
+    The coordinator keeps nothing it cannot rebuild: every server holds the newest table it has
+    adopted (membership, users, demands, weights, event history, how many scenario events
+    were applied) and the run's start time.  A restarted coordinator finds the run's server
+    actors by name, adopts the newest table among theirs and carries on; only the observations
+    made before the restart are lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from psdsf_dist.certificate import certificate
+from psdsf_dist.events import Event, ServerFails, ServerJoins
+from psdsf_dist.report import utilization
+from psdsf_dist.runtime.churn import ChurnState, Table
+from psdsf_dist.runtime.config import RunConfig
+from psdsf_dist.runtime.convergence import EventConvergence, Observation, event_convergence
+from psdsf_dist.runtime.names import (
+    NAMESPACE,
+    server_actor_name,
+    server_from_actor_name,
+)
+from psdsf_dist.runtime.placement import assign_nodes
+from psdsf_dist.runtime.server_actor import RemoteServerActor, ServerReport
+from psdsf_dist.runtime.server_core import origin_name
+from psdsf_dist.scenario import Scenario
+from psdsf_dist.simulator import FEASIBILITY_RTOL
+
+FloatArray = npt.NDArray[np.float64]
+
+SEED_PEERS = 8  # peers handed to a (re)starting server
+MISSES_BEFORE_FAILED = 3  # reports a gone-for-good actor may miss before it is a failed server
+NODE_CHECK_PERIODS = 5  # from-ray runs: look for new nodes this often
+
+
+@dataclass
+class Member:
+    name: str
+    handle: Any
+    incarnation: int = 0
+    node: str | None = None
+    hard: bool = False
+    gone: int = 0
+    """Consecutive reports that failed because the actor is dead for good."""
+
+
+@dataclass(frozen=True)
+class RunResult:
+    scenario: Scenario
+    allocation: FloatArray
+    observations: tuple[Observation, ...]
+    events: tuple[EventConvergence, ...]
+    config: RunConfig
+    servers: int
+    restarts: int
+    """Server incarnations started after a crash."""
+    pids: tuple[int, ...]
+
+
+NodeSpec = Callable[[Mapping[str, Any]], dict[str, Any]]
+
+
+class Coordinator:
+    def __init__(self, run_id: str, scenario: Scenario, config: RunConfig,
+                 pinned: Mapping[str, str] | None = None, detached_servers: bool = True,
+                 node_spec: Any = None) -> None:
+        self.run_id = run_id
+        self.scenario = scenario
+        self.config = config
+        self.pinned = dict(pinned or {})
+        self.detached_servers = detached_servers
+        self.node_spec: NodeSpec | None = node_spec
+        """from-ray runs: makes the server entry of a new Ray node (None: nodes are not
+        servers)."""
+        self.churn: ChurnState | None = None
+        self.events: tuple[Event, ...] = ()
+        self.members: dict[str, Member] = {}
+        self.observations: list[Observation] = []
+        self.started_at = 0.0
+        self.now_manual = 0.0
+        self.tables: dict[int, Scenario] = {}
+        self.traffic: dict[str, tuple[int, int]] = {}
+        self.pids: dict[str, int] = {}
+        self.restarts = 0
+        self.monitor: asyncio.Task[None] | None = None
+        self.last_allocation: FloatArray | None = None
+        self.lock: asyncio.Lock | None = None
+        self.failure: str | None = None
+        ctx = ray.get_runtime_context()
+        self.restarted = bool(ctx.was_current_actor_reconstructed)
+        self.ready = False
+
+    # -- life cycle ---------------------------------------------------------------------------
+    async def start(self) -> int:
+        """Start the run: one server actor per present server.  Returns how many."""
+        self.lock = asyncio.Lock()
+        self.churn, self.events = ChurnState.start(self.scenario)
+        self.started_at = time.time()
+        self.ready = True
+        names = self.churn.present_servers()
+        await self._spawn(names)
+        if self.config.clock == "real":
+            self.monitor = asyncio.get_running_loop().create_task(self._monitor())
+        return len(names)
+
+    async def _ensure(self) -> None:
+        """A restarted coordinator rebuilds its state from the servers before anything else."""
+        if self.ready:
+            return
+        if self.lock is None:
+            self.lock = asyncio.Lock()
+        async with self.lock:
+            if self.ready:
+                return
+            if not self.restarted:
+                raise RuntimeError("the run has not been started")
+            await self._rebuild()
+            self.ready = True
+            if self.config.clock == "real" and self.monitor is None:
+                self.monitor = asyncio.get_running_loop().create_task(self._monitor())
+
+    async def _rebuild(self) -> None:
+        found: dict[str, Any] = {}
+        for entry in ray.util.list_named_actors(all_namespaces=True):
+            if entry.get("namespace") != NAMESPACE:
+                continue
+            server = server_from_actor_name(self.run_id, entry["name"])
+            if server is not None:
+                found[server] = ray.get_actor(entry["name"], namespace=NAMESPACE)
+        states = await asyncio.gather(*(self._call(h.state.remote()) for h in found.values()),
+                                      return_exceptions=True)
+        best: Table | None = None
+        for (server, handle), st in zip(found.items(), states, strict=True):
+            if isinstance(st, BaseException) or st is None:
+                self.members[server] = Member(server, handle)
+                continue
+            table, incarnation, started_at = st
+            self.members[server] = Member(server, handle, incarnation)
+            self.started_at = started_at
+            if best is None or table.epoch > best.epoch:
+                best = table
+        if best is None:
+            raise RuntimeError("no server of the run could be reached to rebuild its state")
+        self.churn = ChurnState.resume(best)
+        _, self.events = ChurnState.start(self.scenario)
+        self.now_manual = max(self.now_manual, max((t for _, t in best.history), default=0.0))
+        nodes = _alive_nodes()
+        for name, (node, hard) in assign_nodes(list(self.members), nodes, self.pinned).items():
+            self.members[name].node, self.members[name].hard = node, hard
+        await self._push_table()
+
+    async def stop(self) -> None:
+        """Stop the monitor and end every server actor of the run."""
+        if self.monitor is not None:
+            self.monitor.cancel()
+            self.monitor = None
+        for m in self.members.values():
+            ray.kill(m.handle, no_restart=True)
+        self.members.clear()
+
+    # -- time ---------------------------------------------------------------------------------
+    def now(self) -> float:
+        if self.config.clock == "manual":
+            return self.now_manual
+        return time.time() - self.started_at
+
+    async def advance(self, periods: int = 1) -> list[dict[str, Any]]:
+        """Manual clock: move the run ``periods`` periods on and observe after each."""
+        await self._ensure()
+        out: list[dict[str, Any]] = []
+        for _ in range(periods):
+            t = self.now_manual + self.config.period
+            self.now_manual = t
+            await self._due_events()
+            await asyncio.gather(*(self._call(m.handle.advance_to.remote(t), 60.0)
+                                   for m in self.members.values()), return_exceptions=True)
+            out.append((await self._observe()).to_json())
+        return out
+
+    async def _monitor(self) -> None:
+        period = self.config.period
+        while True:
+            await asyncio.sleep(period - (self.now() % period))
+            try:
+                await self._due_events()
+                await self._observe()
+                if self.node_spec is not None and len(self.observations) % NODE_CHECK_PERIODS == 0:
+                    await self._check_nodes()
+            except Exception as err:  # keep observing; the failure shows in status
+                self.failure = f"{type(err).__name__}: {err}"
+
+    # -- churn --------------------------------------------------------------------------------
+    async def apply(self, item: Mapping[str, Any]) -> str:
+        """Apply one change now, in the scenario-file syntax, e.g. ``{"user_leaves": "u4"}``
+        or ``{"set_weight": {"user": "u1", "weight": 3}}``.  Returns its description."""
+        await self._ensure()
+        assert self.churn is not None
+        event = self.churn.parse(item)
+        await self._apply(event, from_scenario=False)
+        return event.describe()
+
+    async def _due_events(self) -> None:
+        assert self.churn is not None
+        now = self.now()
+        while self.churn.scenario_events_applied < len(self.events):
+            e = self.events[self.churn.scenario_events_applied]
+            if e.at * self.config.time_scale > now + 1e-9:
+                break
+            await self._apply(e, from_scenario=True)
+
+    async def _apply(self, event: Event, *, from_scenario: bool) -> None:
+        assert self.churn is not None
+        self.churn.apply(event, self.now(), from_scenario=from_scenario)
+        if isinstance(event, ServerFails):
+            m = self.members.pop(event.server, None)
+            if m is not None:  # a failure: its tasks are lost, no goodbye
+                ray.kill(m.handle, no_restart=True)
+        await self._push_table()
+        if isinstance(event, ServerJoins):
+            await self._spawn([event.server])
+
+    async def _push_table(self) -> None:
+        assert self.churn is not None
+        table = self.churn.table()
+        self.tables[table.epoch] = table.scenario
+        handles = {n: m.handle for n, m in self.members.items()}
+        await asyncio.gather(*(self._call(m.handle.adopt.remote(table, handles))
+                               for m in self.members.values()), return_exceptions=True)
+
+    # -- servers ------------------------------------------------------------------------------
+    async def _spawn(self, names: list[str]) -> None:
+        assert self.churn is not None
+        nodes = _alive_nodes()
+        where = assign_nodes(names, nodes, self.pinned)
+        for name in names:
+            node, hard = where[name]
+            options: dict[str, Any] = {
+                "name": server_actor_name(self.run_id, name), "namespace": NAMESPACE,
+                "num_cpus": 0, "max_restarts": self.config.max_restarts,
+                "max_concurrency": 1000,
+            }
+            if self.detached_servers:
+                options["lifetime"] = "detached"  # outlives a coordinator restart
+            if node is not None:
+                options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=not hard)
+            handle = RemoteServerActor.options(**options).remote(self.run_id, name, self.config)
+            self.members[name] = Member(name, handle, 0, node, hard)
+        table = self.churn.table()
+        self.tables[table.epoch] = table.scenario
+        await asyncio.gather(*(self._start_member(self.members[n], table) for n in names))
+        # the others learn the newcomers' handles (their columns come by gossip)
+        handles = {n: self.members[n].handle for n in names}
+        await asyncio.gather(*(self._call(m.handle.adopt.remote(table, handles))
+                               for n, m in self.members.items() if n not in handles),
+                             return_exceptions=True)
+
+    async def _start_member(self, m: Member, table: Table) -> None:
+        rng = np.random.default_rng(self.config.seed + len(self.observations) + m.incarnation)
+        others = [origin_name(n, o.incarnation) for n, o in self.members.items() if n != m.name]
+        seeds = [others[int(j)] for j in rng.permutation(len(others))[:SEED_PEERS]]
+        handles = {n: o.handle for n, o in self.members.items()}
+        now = self.now() if self.config.clock == "manual" else None
+        await self._call(m.handle.start.remote(table, m.incarnation, self.started_at, handles,
+                                               seeds, now), 120.0)
+
+    async def _report(self, m: Member) -> ServerReport | None:
+        try:
+            rep: ServerReport = await self._call(m.handle.report.remote())
+        except ray.exceptions.ActorUnavailableError:
+            return None  # restarting
+        except ray.exceptions.RayActorError:
+            m.gone += 1
+            return None
+        except TimeoutError:
+            return None
+        m.gone = 0
+        return rep
+
+    async def _call(self, ref: Any, timeout: float | None = None) -> Any:
+        limit = timeout if timeout is not None else max(self.config.rpc_timeout, 5.0)
+        return await asyncio.wait_for(ref, limit)
+
+    async def _check_nodes(self) -> None:
+        """from-ray: every alive node without a server becomes one."""
+        assert self.churn is not None and self.node_spec is not None
+        known = set(self.pinned.values())
+        for node in _ray_nodes():
+            if node.get("Alive") and node["NodeID"] not in known:
+                spec = self.node_spec(node)
+                self.pinned[spec["name"]] = node["NodeID"]
+                await self._apply(ServerJoins(self.now() / self.config.time_scale, -1,
+                                              spec["name"], spec), from_scenario=False)
+
+    # -- observing ----------------------------------------------------------------------------
+    async def _observe(self) -> Observation:
+        assert self.churn is not None
+        churn = self.churn
+        members = list(self.members.values())
+        reports = await asyncio.gather(*(self._report(m) for m in members))
+        current = churn.current()
+        N, K = current.num_users, current.num_servers
+        X = np.zeros((N, K))
+        answered = 0
+        feasible = True
+        fresh = True
+        messages = bytes_ = 0
+        for m, rep in zip(members, reports, strict=True):
+            if rep is None:
+                fresh = False
+                if m.gone >= MISSES_BEFORE_FAILED and m.name in self.members:
+                    await self._apply(ServerFails(self.now(), -1, m.name), from_scenario=False)
+                continue
+            if not rep.running:
+                fresh = False
+                if rep.error is not None:
+                    self.failure = f"server {m.name}: {rep.error}"
+                else:  # Ray restarted a crashed actor: start it again, a new incarnation
+                    m.incarnation += 1
+                    self.restarts += 1
+                    await self._start_member(m, churn.table())
+                continue
+            answered += 1
+            self.pids[m.name] = rep.pid
+            i = current.server_names.index(m.name)
+            col = np.zeros(N)
+            col[: len(rep.column)] = rep.column[:N]
+            X[:, i] = col
+            if rep.epoch != churn.epoch:
+                fresh = False
+            feasible &= _fits(self.tables.get(rep.epoch, current), i, col, self.config)
+            before = self.traffic.get(m.name, (0, 0))
+            messages += rep.messages - before[0]
+            bytes_ += rep.bytes - before[1]
+            self.traffic[m.name] = (rep.messages, rep.bytes)
+        cert = certificate(current, X, mode=self.config.mode, rtol=self.config.rtol,
+                           explain=True)
+        up = churn.servers_present
+        util = utilization(current, X)[up]
+        has = current.capacity[up] > 0
+        live = max(answered, 1)
+        obs = Observation(
+            round=len(self.observations), time=self.now(), residual=float(cert.residual),
+            holds=bool(cert.holds and fresh), feasible=bool(feasible),
+            utilization=float(util[has].mean()) if has.any() else 0.0,
+            messages=messages / live, bytes=bytes_ / live, servers=answered,
+        )
+        self.observations.append(obs)
+        self.last_allocation = X
+        return obs
+
+    # -- answers ------------------------------------------------------------------------------
+    async def status(self) -> dict[str, Any]:
+        await self._ensure()
+        assert self.churn is not None
+        last = self.observations[-1] if self.observations else None
+        history = self.churn.history
+        since = self.now() - history[-1][1] if history else self.now()
+        return {
+            "time": self.now(),
+            "round": None if last is None else last.round,
+            "residual": None if last is None else last.residual,
+            "holds": None if last is None else last.holds,
+            "feasible": all(o.feasible for o in self.observations),
+            "utilization": None if last is None else last.utilization,
+            "since_last_event": since,
+            "servers": len(self.members),
+            "users": int(self.churn.users_present.sum()),
+            "epoch": self.churn.epoch,
+            "members": sorted(self.members),
+            "present_users": [u for u, p in zip(self.churn.full.user_names,
+                                                self.churn.users_present, strict=True) if p],
+            "events_applied": self.churn.scenario_events_applied,
+            "events_total": len(self.events),
+            "restarts": self.restarts,
+            "failure": self.failure,
+        }
+
+    async def observations_json(self, since: int = 0) -> list[dict[str, Any]]:
+        return [o.to_json() for o in self.observations[since:]]
+
+    async def result(self) -> RunResult:
+        await self._ensure()
+        assert self.churn is not None
+        current = self.churn.current()
+        X = self.last_allocation
+        if X is None or X.shape != (current.num_users, current.num_servers):
+            await self._observe()
+            X = self.last_allocation
+        assert X is not None
+        conv = event_convergence(list(self.churn.history), self.observations, self.config.period)
+        return RunResult(current, X.copy(), tuple(self.observations), tuple(conv), self.config,
+                         len(self.members), self.restarts, tuple(self.pids.values()))
+
+    async def handles(self) -> dict[str, Any]:
+        return {n: m.handle for n, m in self.members.items()}
+
+
+def _fits(scenario: Scenario, i: int, column: FloatArray, config: RunConfig) -> bool:
+    """Whether a column fits server i's capacities (RDM) or its time (TDM)."""
+    g = scenario.gamma[:, i]
+    if np.any(column < -FEASIBILITY_RTOL) or np.any((g <= 0) & (column > 0)):
+        return False
+    if config.mode == "tdm":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return float(np.sum(np.where(g > 0, column / g, 0.0))) <= 1.0 + FEASIBILITY_RTOL
+    use = scenario.consumption(i, "rdm").T @ column
+    return bool(np.all(use <= scenario.capacity[i] * (1.0 + FEASIBILITY_RTOL) + 1e-12))
+
+
+def _alive_nodes() -> list[str]:
+    return sorted(str(n["NodeID"]) for n in _ray_nodes() if n.get("Alive"))
+
+
+def _ray_nodes() -> list[dict[str, Any]]:
+    nodes: Any = ray.nodes
+    return list(nodes())
+
+
+RemoteCoordinator: Any = ray.remote(Coordinator)

@@ -1,0 +1,211 @@
+"""The Python API of the distributed allocator: start or join Ray, launch a run, steer it.
+
+::
+
+    from psdsf_dist.runtime.launcher import launch, RunConfig
+    run = launch("psdsf_dist/examples/paper_cluster.yaml", RunConfig(period=0.5))
+    run.wait(duration=60, until_converged=True)
+    run.apply({"set_weight": {"user": "u1", "weight": 3}})
+    result = run.result()
+    run.stop()
+
+With no address an embedded local Ray is started (what a laptop user gets); ``"auto"`` or a
+Ray address joins an existing cluster.  Scenario servers are spread round-robin over the
+alive nodes; a scenario with ``servers: from-ray`` gets one server per node, pinned to it, with
+the node's resources as capacities (:mod:`psdsf_dist.runtime.from_ray`).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+import yaml
+
+from psdsf_dist.errors import ScenarioError, ScenarioWarning
+from psdsf_dist.runtime.config import RunConfig
+from psdsf_dist.runtime.coordinator import RemoteCoordinator, RunResult
+from psdsf_dist.runtime.from_ray import from_ray_document, is_from_ray, node_entry
+from psdsf_dist.runtime.names import DEFAULT_RUN_ID, NAMESPACE, coordinator_name
+from psdsf_dist.scenario import Scenario, load_scenario
+
+__all__ = ["Prepared", "Run", "RunConfig", "RunResult", "attach", "connect", "launch",
+           "prepare"]
+
+COORDINATOR_RESTARTS = 3
+
+
+def connect(address: str | None = None, *, num_cpus: int | None = None) -> bool:
+    """Make sure this process is connected to Ray; returns whether it started a local one."""
+    if ray.is_initialized():
+        return False
+    kwargs: dict[str, Any] = {"namespace": NAMESPACE, "include_dashboard": False,
+                              "log_to_driver": False, "configure_logging": False}
+    if address is None:
+        if num_cpus is not None:
+            kwargs["num_cpus"] = num_cpus
+        ray.init(**kwargs)
+        return True
+    ray.init(address=address, **kwargs)
+    return False
+
+
+@dataclass(frozen=True)
+class Prepared:
+    scenario: Scenario
+    pinned: dict[str, str]
+    """server -> Ray node id (``servers: from-ray``)."""
+    node_spec: Callable[[Mapping[str, Any]], dict[str, Any]] | None
+
+
+def prepare(source: str | Path | Mapping[str, Any] | Scenario) -> Prepared:
+    """A scenario ready to launch; ``servers: from-ray`` is resolved against the connected
+    cluster's nodes (so Ray must be connected first for such a file)."""
+    if isinstance(source, Scenario):
+        return Prepared(source, {}, None)
+    name = str(source) if not isinstance(source, Mapping) else None
+    if isinstance(source, Mapping):
+        doc: Any = source
+    else:
+        try:
+            return Prepared(load_scenario(source), {}, None)
+        except ScenarioError as err:
+            doc = _raw_document(Path(source))
+            if not is_from_ray(doc):
+                raise err from None
+    if not is_from_ray(doc):
+        return Prepared(Scenario.from_dict(doc, name), {}, None)
+    nodes: Any = ray.nodes
+    try:
+        resolved, pins = from_ray_document(doc, list(nodes()))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ScenarioWarning)
+            scenario = Scenario.from_dict(resolved, name)
+    except ScenarioError as err:
+        raise (err.with_source(name) if name else err) from None
+    spec = functools.partial(_node_spec, resources=tuple(scenario.resources))
+    return Prepared(scenario, pins, spec)
+
+
+def _node_spec(node: Mapping[str, Any], resources: tuple[str, ...]) -> dict[str, Any]:
+    return node_entry(node, resources)
+
+
+def _raw_document(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+
+
+class Run:
+    """A handle on a running allocation (its coordinator)."""
+
+    def __init__(self, coordinator: Any, run_id: str, config: RunConfig) -> None:
+        self.coordinator = coordinator
+        self.run_id = run_id
+        self.config = config
+
+    def status(self) -> dict[str, Any]:
+        out: dict[str, Any] = ray.get(self.coordinator.status.remote())
+        return out
+
+    def apply(self, change: Mapping[str, Any]) -> str:
+        """One churn change in the scenario-file event syntax (``at`` is ignored: now)."""
+        out: str = ray.get(self.coordinator.apply.remote(dict(change)))
+        return out
+
+    def user_leaves(self, user: str) -> str:
+        return self.apply({"user_leaves": user})
+
+    def user_joins(self, user: str | Mapping[str, Any]) -> str:
+        return self.apply({"user_joins": user if isinstance(user, str) else dict(user)})
+
+    def set_demand(self, user: str, demand: Mapping[str, float]) -> str:
+        return self.apply({"set_demand": {"user": user, "demand": dict(demand)}})
+
+    def set_weight(self, user: str, weight: float) -> str:
+        return self.apply({"set_weight": {"user": user, "weight": weight}})
+
+    def advance(self, periods: int = 1) -> list[dict[str, Any]]:
+        """Manual clock only: move the run on by whole periods (observing after each)."""
+        out: list[dict[str, Any]] = ray.get(self.coordinator.advance.remote(periods))
+        return out
+
+    def observations(self, since: int = 0) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = ray.get(self.coordinator.observations_json.remote(since))
+        return out
+
+    def result(self) -> RunResult:
+        out: RunResult = ray.get(self.coordinator.result.remote())
+        return out
+
+    def handles(self) -> dict[str, Any]:
+        out: dict[str, Any] = ray.get(self.coordinator.handles.remote())
+        return out
+
+    def wait(self, *, duration: float | None = None, until_converged: bool = False,
+             hold: int = 3, progress: Callable[[dict[str, Any]], None] | None = None,
+             poll: float | None = None) -> dict[str, Any]:
+        """Wait (real clock) for ``duration`` seconds, or — with ``until_converged`` — until
+        every scenario event has happened and the certificate has held ``hold`` observations in
+        a row (whichever first).  ``progress`` gets each new status."""
+        step = poll if poll is not None else max(self.config.period, 0.2)
+        start = time.monotonic()
+        seen = 0
+        while True:
+            st = self.status()
+            if progress is not None:
+                progress(st)
+            if until_converged and st["events_applied"] >= st["events_total"]:
+                obs = self.observations(seen)
+                seen += len(obs)
+                if _held(self, hold):
+                    return st
+            if duration is not None and time.monotonic() - start >= duration:
+                return st
+            time.sleep(step)
+
+    def stop(self) -> None:
+        """End every actor of the run (servers and coordinator)."""
+        try:
+            ray.get(self.coordinator.stop.remote(), timeout=60)
+        finally:
+            ray.kill(self.coordinator, no_restart=True)
+
+
+def _held(run: Run, hold: int) -> bool:
+    tail = run.observations(max(len(run.observations()) - hold, 0))
+    return len(tail) >= hold and all(o["holds"] for o in tail)
+
+
+def launch(source: str | Path | Mapping[str, Any] | Scenario, config: RunConfig | None = None,
+           *, address: str | None = None, run_id: str = DEFAULT_RUN_ID,
+           detached: bool = False, num_cpus: int | None = None) -> Run:
+    """Connect to Ray (see :func:`connect`), start the coordinator and the server actors."""
+    cfg = config or RunConfig()
+    cfg.check()
+    connect(address, num_cpus=num_cpus)
+    prepared = prepare(source)
+    prepared.scenario.check_mode(cfg.mode)
+    options: dict[str, Any] = {"name": coordinator_name(run_id), "namespace": NAMESPACE,
+                               "num_cpus": 0, "max_restarts": COORDINATOR_RESTARTS,
+                               "max_concurrency": 1000}
+    if detached:
+        options["lifetime"] = "detached"
+    coordinator = RemoteCoordinator.options(**options).remote(
+        run_id, prepared.scenario, cfg, prepared.pinned, True, prepared.node_spec)
+    ray.get(coordinator.start.remote())
+    return Run(coordinator, run_id, cfg)
+
+
+def attach(run_id: str = DEFAULT_RUN_ID, config: RunConfig | None = None) -> Run:
+    """A handle on a run started elsewhere (e.g. a detached coordinator)."""
+    handle = ray.get_actor(coordinator_name(run_id), namespace=NAMESPACE)
+    return Run(handle, run_id, config or RunConfig())

@@ -309,18 +309,24 @@ class AllocatorMetrics:
         self._gauge("psdsf_members", "server").set(servers)
         self._gauge("psdsf_members", "user").set(users)
 
-    def forget_server(self, name: str) -> None:
-        """Remove every series labelled with server ``name`` (it left the cluster)."""
-        self._forget("server", name)
+    def forget_server(self, name: str, *, restarts: bool = False) -> None:
+        """Remove every series labelled with server ``name`` (it failed or left).
+
+        Its restart count is kept unless ``restarts`` is true: a failed server is expected
+        back, and its restarts are what an operator wants to see then.  Pass ``restarts=True``
+        for a server decommissioned for good.
+        """
+        keep = () if restarts else ("psdsf_server_restarts_total",)
+        self._forget("server", name, keep)
 
     def forget_user(self, name: str) -> None:
         """Remove every series labelled with user ``name`` (it left)."""
         self._forget("user", name)
 
     # -- plumbing -----------------------------------------------------------------------------
-    def _forget(self, label: str, value: str) -> None:
+    def _forget(self, label: str, value: str, keep: tuple[str, ...] = ()) -> None:
         for name, spec in self._specs.items():
-            if label in spec.labels:
+            if label in spec.labels and name not in keep:
                 at = spec.labels.index(label)
                 self._remove(name, [key for key in self._series[name] if key[at] == value])
 

@@ -1,0 +1,280 @@
+"""``psdsf-dist observe``: run the deterministic simulator and export its live state to Prometheus.
+
+The simulated allocator is exported exactly as a running one is (:mod:`psdsf_dist.metrics` on
+one endpoint, :mod:`psdsf_dist.metrics_server`), so a simulated run can be watched in Prometheus
+and Grafana.  Each simulated round takes ``--pace`` seconds of wall-clock time (default: the
+period, i.e. real time), so scrapes see the run unfold; ``--hold`` keeps serving the final state.
+
+Times in the metrics are the simulation's own (a round is ``--period`` seconds), except the
+server-procedure latency, which is the wall-clock time each server's update took.  Every server
+computes its own update (the snapshot model's sharing of one computation between identical
+servers is off), so each round counts and times every live server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any
+
+import numpy as np
+
+from psdsf_dist.cli.common import EXIT_FAILURE, CommandError, emit, load
+from psdsf_dist.cli.simulate import render
+from psdsf_dist.errors import PsdsfError
+from psdsf_dist.events import Event, ServerFails, ServerJoins, UserLeaves, universe
+from psdsf_dist.metrics import AllocatorMetrics, allocation_state
+from psdsf_dist.metrics_server import DEFAULT_BIND, DEFAULT_PORT, MetricsServer
+from psdsf_dist.simulator import (
+    CONVERGENCE_RTOL,
+    FeasibilityError,
+    RoundRecord,
+    SimConfig,
+    SimulationResult,
+    Simulator,
+)
+from psdsf_dist.update_rule import DEFAULT_RULE, RULES, RuleState, ServerView
+
+PROGRESS_EVERY = 10  # rounds between progress lines
+EXIT_TERMINATED = 128 + signal.SIGTERM
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "observe",
+        help="simulate asynchronous PS-DSF and export its live state as Prometheus metrics",
+    )
+    p.add_argument("scenario", help="scenario file (YAML or JSON); its `events` are applied")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, metavar="P",
+                   help=f"metrics port (default {DEFAULT_PORT}; 0 picks a free one, printed)")
+    p.add_argument("--bind", default=DEFAULT_BIND, metavar="A",
+                   help=f"address to serve metrics on (default {DEFAULT_BIND}; 0.0.0.0 for all)")
+    p.add_argument("--rounds", type=int, default=300, metavar="R",
+                   help="rounds (periods) to simulate (default 300)")
+    p.add_argument("--period", type=float, default=1.0, metavar="T",
+                   help="simulated seconds between two updates of a server (default 1)")
+    p.add_argument("--pace", type=float, metavar="S",
+                   help="wall-clock seconds per simulated round (default: the period, i.e. "
+                        "real time; 0 = as fast as possible)")
+    p.add_argument("--hold", type=float, default=0.0, metavar="S",
+                   help="keep serving the final state for S seconds after the run (default 0)")
+    p.add_argument("--delay", type=float, metavar="D",
+                   help="message delay in simulated seconds (default: one period)")
+    p.add_argument("--jitter", type=float, metavar="J",
+                   help="random phases, each update within +-J/2 seconds of its phase "
+                        "(default: all servers in lock-step)")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
+    p.add_argument("--rule", choices=RULES, default=DEFAULT_RULE,
+                   help=f"update rule (default {DEFAULT_RULE})")
+    p.add_argument("--mode", choices=["rdm", "tdm"], default="rdm",
+                   help="rdm: divisible resources (Theorem 1); tdm: time-shared servers")
+    p.add_argument("--gossip", choices=["auto", "scuttlebutt", "snapshot"], default="auto",
+                   help="gossip model of the simulator (default auto)")
+    p.add_argument("--no-per-pair", dest="per_pair", action="store_false",
+                   help="no per-(user, server) task series (large clusters); per-user and "
+                        "per-server aggregates stay")
+    p.add_argument("--quiet", action="store_true", help="only the endpoint line on stderr")
+    p.add_argument("--json", action="store_true",
+                   help="print the final state as JSON (the `simulate --json` format)")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="write the final state to FILE (before holding) instead of stdout")
+    p.set_defaults(run=run)
+
+
+class TimedSimulator(Simulator):
+    """The simulator, timing each server's update: the server-procedure latency."""
+
+    def __post_init__(self) -> None:
+        self.updates: list[tuple[int, float]] = []
+        super().__post_init__()
+
+    def _update(self, i: int, view: ServerView, totals: Any, column: Any,
+                state: RuleState) -> Any:
+        started = time.perf_counter()
+        out = super()._update(i, view, totals, column, state)
+        self.updates.append((i, time.perf_counter() - started))
+        return out
+
+
+class SimulationExporter:
+    """Translates the simulator's state after each round into :class:`AllocatorMetrics`."""
+
+    def __init__(self, sim: TimedSimulator, metrics: AllocatorMetrics) -> None:
+        self.sim = sim
+        self.metrics = metrics
+        full = universe(sim.scenario)
+        self.events: tuple[Event, ...] = tuple(sorted(full.events, key=lambda e: (e.at, e.index)))
+        self.server_names = full.scenario.server_names
+        self._next_event = 0
+        self._event_at: float | None = None
+        self._ever_up = {self.server_names[int(i)] for i in np.flatnonzero(sim.servers_up)}
+
+    def start(self) -> None:
+        """Membership and the (empty) allocation before the first round."""
+        self._export_state()
+
+    def round(self, rec: RoundRecord) -> None:
+        sim, m = self.sim, self.metrics
+        # the clock runs every action strictly before the end of the round
+        while self._next_event < len(self.events) and self.events[self._next_event].at < rec.time:
+            self._event(self.events[self._next_event])
+            self._next_event += 1
+        self._export_state()
+        m.set_certificate(rec.residual, rec.holds)
+        for i, seconds in sim.updates:
+            m.observe_server_round(self.server_names[i], seconds)
+        sim.updates.clear()
+        now = rec.time
+        for up in np.flatnonzero(sim.servers_up):
+            m.observe_gossip(self.server_names[int(up)], float(sim.acct.messages[up]),
+                             float(sim.acct.bytes[up]), self._staleness(int(up), now))
+        if self._event_at is not None and rec.holds:
+            m.observe_reconvergence(now - self._event_at)
+            self._event_at = None
+
+    def _event(self, event: Event) -> None:
+        m = self.metrics
+        m.observe_event(event.kind)
+        self._event_at = event.at
+        if isinstance(event, UserLeaves):
+            m.forget_user(event.user)
+        elif isinstance(event, ServerFails):
+            m.forget_server(event.server)
+        elif isinstance(event, ServerJoins):
+            if event.server in self._ever_up:
+                m.observe_restart(event.server)
+            self._ever_up.add(event.server)
+
+    def _export_state(self) -> None:
+        sim = self.sim
+        self.metrics.set_state(allocation_state(sim.current, sim.X, users=sim.users_active,
+                                                servers=sim.servers_up))
+        self.metrics.set_membership(int(sim.servers_up.sum()), int(sim.users_active.sum()))
+
+    def _staleness(self, i: int, now: float) -> float:
+        """Median age of the other servers' heartbeats in server i's view (scuttlebutt), or the
+        snapshot model's fixed lag."""
+        gossip = self.sim.servers[i].gossip
+        if gossip is None:
+            cfg = self.sim.config
+            return (1 + round(cfg.delay / cfg.period)) * cfg.period
+        ages = gossip.ages(now)
+        return float(np.median(ages)) if len(ages) else 0.0
+
+
+class _TerminatedError(Exception):
+    pass
+
+
+@contextmanager
+def _terminate_on_sigterm(stop: threading.Event) -> Iterator[None]:
+    """SIGTERM (e.g. from a service manager) sets ``stop`` instead of killing the process, so
+    the endpoint is closed and the port released."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def config_from(args: argparse.Namespace) -> SimConfig:
+    for name in ("period", "pace", "hold", "delay"):
+        value = getattr(args, name)
+        if value is not None and not 0 <= value < float("inf"):
+            raise CommandError(f"--{name}: must be a finite number >= 0, got {value}")
+    if not 0 <= args.port <= 65535:
+        raise CommandError(f"--port: must be in 0..65535, got {args.port}")
+    cfg = SimConfig(
+        rounds=args.rounds,
+        period=args.period,
+        lockstep=args.jitter is None,
+        jitter=0.0 if args.jitter is None else args.jitter,
+        delay=args.period if args.delay is None else args.delay,
+        seed=args.seed,
+        rule=args.rule,
+        mode=args.mode,
+        rtol=CONVERGENCE_RTOL,
+        gossip=args.gossip,
+        memoize=False,
+    )
+    try:
+        cfg.check()
+    except ValueError as err:
+        raise CommandError(str(err)) from None
+    return cfg
+
+
+def run(args: argparse.Namespace) -> int:
+    scenario = load(args.scenario)
+    cfg = config_from(args)
+    pace = cfg.period if args.pace is None else args.pace
+    metrics = AllocatorMetrics(per_pair=args.per_pair)
+    try:
+        sim = TimedSimulator(scenario, cfg)
+    except PsdsfError as err:
+        raise CommandError(f"{args.scenario}: {err}") from None
+    server = MetricsServer(metrics.registry, args.port, args.bind)
+    try:
+        server.start()
+    except PsdsfError as err:
+        raise CommandError(f"--port/--bind: {err}") from None
+    stop = threading.Event()
+    try:
+        print(f"psdsf-dist: observe: serving metrics on {server.url}", file=sys.stderr,
+              flush=True)
+        with _terminate_on_sigterm(stop):
+            try:
+                result = _simulate(sim, metrics, pace, stop, quiet=args.quiet,
+                                   source=args.scenario)
+            except _TerminatedError:
+                print("psdsf-dist: observe: terminated", file=sys.stderr)
+                return EXIT_TERMINATED
+            emit(render(result, json_output=args.json), args.output)
+            if args.hold > 0:
+                if not args.quiet:
+                    print(f"psdsf-dist: observe: run finished; serving for {args.hold:g} s",
+                          file=sys.stderr, flush=True)
+                stop.wait(args.hold)
+    finally:
+        server.stop()
+    return 0
+
+
+def _simulate(sim: TimedSimulator, metrics: AllocatorMetrics, pace: float,
+              stop: threading.Event, *, quiet: bool, source: str) -> SimulationResult:
+    exporter = SimulationExporter(sim, metrics)
+    exporter.start()
+    deadline = time.monotonic()
+
+    def progress(rec: RoundRecord) -> None:
+        nonlocal deadline
+        exporter.round(rec)
+        if not quiet and rec.round % PROGRESS_EVERY == 0:
+            verdict = "holds" if rec.holds else "fails"
+            print(f"psdsf-dist: observe: round {rec.round} t={rec.time:g}s certificate "
+                  f"{verdict} residual {rec.residual:.2e}", file=sys.stderr, flush=True)
+        # pace the run in wall-clock time, without drifting when a round is slow
+        deadline = max(deadline + pace, time.monotonic())
+        if stop.wait(max(deadline - time.monotonic(), 0.0)):
+            raise _TerminatedError
+
+    sim.progress = progress
+    try:
+        return sim.run()
+    except FeasibilityError as err:
+        raise CommandError(f"{source}: {err}", EXIT_FAILURE) from None
+    except PsdsfError as err:
+        raise CommandError(f"{source}: {err}") from None

@@ -1,0 +1,243 @@
+"""``psdsf-dist run``: the distributed allocator on Ray — one actor per server, gossip between
+them, a coordinator for churn and convergence.
+
+Without ``--address`` an embedded local Ray is started (and shut down at the end); ``--address
+auto`` or a Ray address joins a running cluster.  Progress (round, certificate residual,
+utilisation, time since the last event) goes to stderr; the result — the allocation in the
+``solve`` JSON format, or its table, plus per-event re-convergence times — to stdout.
+
+Time compression: ``--period`` sets the servers' update period and ``--time-scale`` the
+wall-clock seconds per second of the scenario's event times, so ``--period 0.2 --time-scale
+0.2`` replays a scenario written for T = 1 s five times faster, round for round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+import yaml
+
+from psdsf_dist.certificate import certificate
+from psdsf_dist.cli.common import EXIT_FAILURE, CommandError, dumps, emit, load
+from psdsf_dist.errors import PsdsfError, ScenarioError
+from psdsf_dist.report import allocation_json, allocation_table
+from psdsf_dist.runtime.config import CONVERGENCE_RTOL, RunConfig
+from psdsf_dist.runtime.coordinator import RunResult
+from psdsf_dist.scenario import Scenario
+from psdsf_dist.update_rule import DEFAULT_RULE, RULES
+
+PROGRESS_SECONDS = 1.0  # at most one progress line per this many seconds (plus each event)
+DEFAULT_HOLD = 3  # observations in a row the certificate must hold to count as converged
+SETTLE_PERIODS = 200  # without --duration: give up this many periods after the last event
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("run", help="run the distributed allocator on Ray (one actor per server)")
+    p.add_argument("scenario", help="scenario file (YAML or JSON); `servers: from-ray` takes the "
+                                    "servers from the Ray cluster's nodes")
+    p.add_argument("--address", metavar="ADDR",
+                   help="Ray cluster to join (`auto` or host:port); default: start a local Ray")
+    p.add_argument("--period", type=float, default=1.0, metavar="T",
+                   help="seconds between two updates of a server (default 1)")
+    p.add_argument("--time-scale", type=float, default=None, metavar="F",
+                   help="wall-clock seconds per second of the scenario's event times "
+                        "(default: the period, i.e. event times count in rounds)")
+    p.add_argument("--duration", type=float, metavar="S",
+                   help="stop after S seconds (default: once converged after the last event, "
+                        f"or {SETTLE_PERIODS} periods after it)")
+    p.add_argument("--until-converged", action="store_true",
+                   help="stop as soon as the last event has passed and the certificate has held "
+                        f"{DEFAULT_HOLD} observations in a row (at most --duration)")
+    p.add_argument("--event", action="append", default=[], metavar="YAML",
+                   help="an extra churn event in the scenario syntax, e.g. "
+                        "'{at: 30, set_weight: {user: u1, weight: 3}}' (repeatable)")
+    p.add_argument("--mode", choices=["rdm", "tdm"], default="rdm",
+                   help="rdm: divisible resources (Theorem 1); tdm: time-shared servers")
+    p.add_argument("--rule", choices=RULES, default=DEFAULT_RULE,
+                   help=f"update rule (default {DEFAULT_RULE})")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
+    p.add_argument("--jitter", type=float, default=0.2, metavar="J",
+                   help="random spread of each wait, as a fraction of the period (default 0.2)")
+    p.add_argument("--fanout", type=int, default=1, metavar="F",
+                   help="peers per gossip round (default 1)")
+    p.add_argument("--gossip-rate", type=int, default=2, metavar="G",
+                   help="gossip rounds per period (default 2)")
+    p.add_argument("--rtol", type=float, default=CONVERGENCE_RTOL,
+                   help=f"certificate tolerance (default {CONVERGENCE_RTOL:g})")
+    p.add_argument("--num-cpus", type=int, metavar="C",
+                   help="CPUs of the embedded local Ray (default: all)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--json", action="store_true",
+                   help="print a JSON object: the allocation (solve format), events, trace")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    p.set_defaults(run=run)
+
+
+def config_from(args: argparse.Namespace) -> RunConfig:
+    cfg = RunConfig(period=args.period, jitter=args.jitter, fanout=args.fanout,
+                    gossip_rate=args.gossip_rate, rule=args.rule, mode=args.mode,
+                    seed=args.seed, rtol=args.rtol,
+                    time_scale=args.period if args.time_scale is None else args.time_scale)
+    try:
+        cfg.check()
+    except ValueError as err:
+        raise CommandError(str(err)) from None
+    return cfg
+
+
+def extra_events(texts: list[str]) -> list[Any]:
+    out: list[Any] = []
+    for j, text in enumerate(texts):
+        try:
+            ev = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise CommandError(f"--event[{j}]: not a YAML mapping: {text!r}") from None
+        if not isinstance(ev, dict):
+            raise CommandError(f"--event[{j}]: not a YAML mapping: {text!r}")
+        out.append(ev)
+    return out
+
+
+def source_of(path: str, events: list[Any]) -> Any:
+    """What to launch: the scenario (checked now, before Ray starts) or, for ``servers:
+    from-ray``, its document (resolved once Ray is up)."""
+    from psdsf_dist.runtime.from_ray import is_from_ray
+
+    doc: Any = None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = yaml.safe_load(fh)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        doc = None
+    if is_from_ray(doc):
+        if events:
+            doc = {**doc, "events": [*(doc.get("events") or []), *events]}
+        return doc
+    scenario = load(path)
+    if not events:
+        return scenario
+    raw = dict(scenario.raw)
+    raw["events"] = [*(raw.get("events") or []), *events]
+    try:
+        return Scenario.from_dict(raw, path)
+    except ScenarioError as err:
+        raise CommandError(str(err)) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    import ray
+
+    from psdsf_dist.runtime.launcher import connect, launch
+
+    cfg = config_from(args)
+    if args.duration is not None and not args.duration > 0:
+        raise CommandError(f"--duration: must be > 0 seconds, got {args.duration}")
+    source = source_of(args.scenario, extra_events(args.event))
+    if isinstance(source, Scenario):
+        try:
+            source.check_mode(cfg.mode)
+        except ScenarioError as err:
+            raise CommandError(f"{args.scenario}: {err}") from None
+    began = time.monotonic()
+    try:
+        started_ray = connect(args.address, num_cpus=args.num_cpus)
+    except (ConnectionError, RuntimeError, ValueError) as err:
+        raise CommandError(f"--address {args.address}: cannot connect to Ray: {err}",
+                           EXIT_FAILURE) from None
+    the_run = None
+    try:
+        try:
+            the_run = launch(source, cfg)
+        except ScenarioError as err:
+            raise CommandError(str(err) if err.source else f"{args.scenario}: {err}") from None
+        say = _progress(args.quiet, cfg)
+        say(None, f"{the_run.status()['servers']} server actors started in "
+                  f"{time.monotonic() - began:.1f} s")
+        limit = args.duration if args.duration is not None else _default_limit(the_run)
+        converge = args.until_converged or args.duration is None
+        final = the_run.wait(duration=limit, until_converged=converge, hold=DEFAULT_HOLD,
+                             progress=lambda st: say(st, None))
+        result = the_run.result()
+    except PsdsfError as err:
+        raise CommandError(f"{args.scenario}: {err}") from None
+    finally:
+        if the_run is not None:
+            the_run.stop()
+        if started_ray:
+            ray.shutdown()
+    emit(render(result, json_output=args.json, seconds=time.monotonic() - began),
+         args.output)
+    if final.get("failure"):
+        print(f"psdsf-dist: run: {final['failure']}", file=sys.stderr)
+        return EXIT_FAILURE
+    if not all(o.feasible for o in result.observations):
+        print("psdsf-dist: run: a column exceeded its server's capacity", file=sys.stderr)
+        return EXIT_FAILURE
+    if converge and not (result.observations and result.observations[-1].holds):
+        print("psdsf-dist: run: the certificate did not hold at the end", file=sys.stderr)
+        return EXIT_FAILURE
+    return 0
+
+
+def _default_limit(the_run: Any) -> float:
+    cfg: RunConfig = the_run.config
+    events = the_run.result().scenario.events
+    last = max((float(e.get("at", 0.0)) for e in events), default=0.0)
+    return last * cfg.time_scale + SETTLE_PERIODS * cfg.period
+
+
+def _progress(quiet: bool, cfg: RunConfig) -> Any:
+    last = {"shown": -1e9, "epoch": -1, "holds": None}
+
+    def show(st: dict[str, Any] | None, note: str | None) -> None:
+        if quiet:
+            return
+        if note is not None:
+            print(f"psdsf-dist: run: {note}", file=sys.stderr, flush=True)
+            return
+        assert st is not None
+        now = time.monotonic()
+        changed = st["epoch"] != last["epoch"] or st["holds"] != last["holds"]
+        if not changed and now - float(last["shown"] or 0.0) < PROGRESS_SECONDS:
+            return
+        last.update(shown=now, epoch=st["epoch"], holds=st["holds"])
+        if st["round"] is None:
+            return
+        verdict = "holds" if st["holds"] else "fails"
+        print(f"psdsf-dist: run: round {st['round']} t={st['time']:.1f}s certificate {verdict} "
+              f"residual {st['residual']:.2e} util {100 * st['utilization']:.1f}% "
+              f"{st['servers']} servers, {st['users']} users, "
+              f"{st['since_last_event']:.1f}s since last event", file=sys.stderr, flush=True)
+
+    return show
+
+
+def render(result: RunResult, *, json_output: bool, seconds: float) -> str:
+    cfg = result.config
+    final = certificate(result.scenario, result.allocation, mode=cfg.mode, rtol=cfg.rtol,
+                        explain=not json_output)
+    policy = f"psdsf-ray/{cfg.rule}"
+    if json_output:
+        extra = {
+            "run": {"period": cfg.period, "time_scale": cfg.time_scale, "jitter": cfg.jitter,
+                    "fanout": cfg.fanout, "gossip_rate": cfg.gossip_rate, "seed": cfg.seed,
+                    "rule": cfg.rule, "rtol": cfg.rtol, "servers": result.servers,
+                    "restarts": result.restarts, "seconds": seconds,
+                    "rounds": len(result.observations)},
+            "events": [e.to_json() for e in result.events],
+            "trace": [o.to_json() for o in result.observations],
+        }
+        return dumps(allocation_json(result.scenario, result.allocation, policy=policy,
+                                     mode=cfg.mode, certificate=final, extra=extra))
+    lines = [allocation_table(result.scenario, result.allocation, policy=policy, mode=cfg.mode,
+                              certificate=final), "", "convergence (certificate held for good)"]
+    for e in result.events:
+        when = ("not yet" if e.seconds is None
+                else f"after {e.seconds:.1f} s ({e.rounds} rounds)")
+        lines.append(f"  t={e.at:.1f}s {e.description}: {when}")
+    lines.append(f"{len(result.observations)} rounds of {result.servers} server actors in "
+                 f"{seconds:.1f} s")
+    return "\n".join(lines)

@@ -5,4 +5,15 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh test plots
 echo "== ruff"; .venv/bin/ruff check psdsf_dist tests experiments
 echo "== mypy"; .venv/bin/mypy
+# Debian's prometheus for tests/test_metrics_prometheus.py; the tests start their own server on
+# free loopback ports, so a packaged service (started where there is an init system) is stopped
+# only so that it does not scrape or listen needlessly.
+if [ ! -x /usr/bin/prometheus ]; then
+  echo "== installing prometheus"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    prometheus >/dev/null
+  $SUDO service prometheus stop >/dev/null 2>&1 || true
+fi
 echo "== pytest"; .venv/bin/python -m pytest -q "$@"

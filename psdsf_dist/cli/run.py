@@ -163,6 +163,9 @@ def run(args: argparse.Namespace) -> int:
         result = the_run.result()
     except PsdsfError as err:
         raise CommandError(f"{args.scenario}: {err}") from None
+    except ray.exceptions.RayError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CommandError(f"ray: {type(err).__name__}: {first}", EXIT_FAILURE) from None
     finally:
         if the_run is not None:
             the_run.stop()

@@ -72,12 +72,13 @@ class ManualClock:
             cond.notify_all()
 
     async def idle_after(self, sleepers: int, timeout: float) -> bool:
-        """Wait until ``sleepers`` tasks sleep with targets beyond now (False on timeout)."""
+        """Wait until ``sleepers`` tasks sleep, all with targets beyond now: everything due by
+        now has run (False on timeout)."""
         cond = self._condition()
 
         def idle() -> bool:
-            waiting = [t for t in self._sleeping.values() if t > self._now]
-            return len(waiting) >= sleepers
+            targets = list(self._sleeping.values())
+            return len(targets) >= sleepers and all(t > self._now for t in targets)
 
         async with cond:
             try:

@@ -36,6 +36,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from psdsf_dist.certificate import certificate
+from psdsf_dist.errors import ScenarioError
 from psdsf_dist.events import Event, ServerFails, ServerJoins
 from psdsf_dist.report import utilization
 from psdsf_dist.runtime.churn import ChurnState, Table
@@ -57,6 +58,7 @@ FloatArray = npt.NDArray[np.float64]
 SEED_PEERS = 8  # peers handed to a (re)starting server
 MISSES_BEFORE_FAILED = 3  # reports a gone-for-good actor may miss before it is a failed server
 NODE_CHECK_PERIODS = 5  # from-ray runs: look for new nodes this often
+START_TIMEOUT = 900.0  # seconds for a new actor to come up (120 at once on 2 busy cores: slow)
 
 
 @dataclass
@@ -216,14 +218,19 @@ class Coordinator:
                 self.failure = f"{type(err).__name__}: {err}"
 
     # -- churn --------------------------------------------------------------------------------
-    async def apply(self, item: Mapping[str, Any]) -> str:
+    async def apply(self, item: Mapping[str, Any]) -> tuple[bool, str]:
         """Apply one change now, in the scenario-file syntax, e.g. ``{"user_leaves": "u4"}``
-        or ``{"set_weight": {"user": "u1", "weight": 3}}``.  Returns its description."""
+        or ``{"set_weight": {"user": "u1", "weight": 3}}``.  Returns (True, its description),
+        or (False, why it was refused) — as a value, so that the caller gets the one-line
+        message rather than a wrapped remote exception."""
         await self._ensure()
         assert self.churn is not None
-        event = self.churn.parse(item)
-        await self._apply(event, from_scenario=False)
-        return event.describe()
+        try:
+            event = self.churn.parse(item)
+            await self._apply(event, from_scenario=False)
+        except ScenarioError as err:
+            return False, str(err)
+        return True, event.describe()
 
     async def _due_events(self) -> None:
         assert self.churn is not None
@@ -287,7 +294,7 @@ class Coordinator:
         handles = {n: o.handle for n, o in self.members.items()}
         now = self.now() if self.config.clock == "manual" else None
         await self._call(m.handle.start.remote(table, m.incarnation, self.started_at, handles,
-                                               seeds, now), 120.0)
+                                               seeds, now), START_TIMEOUT)
 
     async def _report(self, m: Member) -> ServerReport | None:
         try:
@@ -398,6 +405,7 @@ class Coordinator:
             "events_applied": self.churn.scenario_events_applied,
             "events_total": len(self.events),
             "restarts": self.restarts,
+            "coordinator_restarted": self.restarted,
             "failure": self.failure,
         }
 

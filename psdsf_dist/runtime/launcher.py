@@ -35,10 +35,17 @@ from psdsf_dist.runtime.from_ray import from_ray_document, is_from_ray, node_ent
 from psdsf_dist.runtime.names import DEFAULT_RUN_ID, NAMESPACE, coordinator_name
 from psdsf_dist.scenario import Scenario, load_scenario
 
-__all__ = ["Prepared", "Run", "RunConfig", "RunResult", "attach", "connect", "launch",
+__all__ = ["ChurnError", "Prepared", "Run", "RunConfig", "RunResult", "attach", "connect", "launch",
            "prepare"]
 
 COORDINATOR_RESTARTS = 3
+
+
+class ChurnError(ScenarioError):
+    """A change asked of a running allocation was refused (unknown user, user absent, ...)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("", message)
 
 
 def connect(address: str | None = None, *, num_cpus: int | None = None) -> bool:
@@ -117,9 +124,12 @@ class Run:
         return out
 
     def apply(self, change: Mapping[str, Any]) -> str:
-        """One churn change in the scenario-file event syntax (``at`` is ignored: now)."""
-        out: str = ray.get(self.coordinator.apply.remote(dict(change)))
-        return out
+        """One churn change in the scenario-file event syntax (``at`` is ignored: now).
+        Raises :class:`ChurnError` (one line) if it does not fit the run's state."""
+        ok, text = ray.get(self.coordinator.apply.remote(dict(change)))
+        if not ok:
+            raise ChurnError(text)
+        return str(text)
 
     def user_leaves(self, user: str) -> str:
         return self.apply({"user_leaves": user})

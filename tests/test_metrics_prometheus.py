@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -25,8 +26,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from conftest import WriteScenario
 from test_cli_observe import CHURN
+
+from psdsf_dist.metrics import METRICS
 
 PROMETHEUS = "/usr/bin/prometheus"
 PATIENCE = 60.0  # seconds; the machine may be busy with other test suites
@@ -83,12 +85,15 @@ def stop(proc: subprocess.Popen[Any]) -> int:
     return proc.wait()
 
 
-@pytest.fixture
-def allocator(write_scenario: WriteScenario, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+@pytest.fixture(scope="module")
+def allocator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """``psdsf-dist observe`` on the churn scenario: its endpoint and its final-state file."""
+    tmp_path = tmp_path_factory.mktemp("allocator")
     final = tmp_path / "final.json"
+    scenario = tmp_path / "churn.json"
+    scenario.write_text(json.dumps(CHURN), encoding="utf-8")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "psdsf_dist.cli.main", "observe", str(write_scenario(CHURN)),
+        [sys.executable, "-m", "psdsf_dist.cli.main", "observe", str(scenario),
          "--port", "0", "--rounds", "40", "--pace", "0.05", "--hold", "300", "--quiet",
          "--json", "-o", str(final)],
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
@@ -103,10 +108,12 @@ def allocator(write_scenario: WriteScenario, tmp_path: Path) -> Iterator[tuple[s
     assert status == 0, "the allocator did not shut down cleanly on SIGTERM"
 
 
-@pytest.fixture
-def prometheus(allocator: tuple[str, Path], tmp_path: Path) -> Iterator[str]:
+@pytest.fixture(scope="module")
+def prometheus(allocator: tuple[str, Path],
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A Prometheus server scraping the allocator every second; yields its base URL."""
     binary = prometheus_binary()
+    tmp_path = tmp_path_factory.mktemp("prometheus")
     target, _ = allocator
     config = tmp_path / "prometheus.yml"
     config.write_text(
@@ -206,3 +213,71 @@ def test_prometheus_sees_what_the_allocator_did(allocator: tuple[str, Path],
     rounds = scalar(prometheus, "sum(psdsf_server_rounds_total)")
     assert rounds is not None and rounds > 0
     assert (scalar(prometheus, "psdsf_reconvergence_seconds_count") or 0.0) >= 1.0
+
+
+# -- the shipped configuration and dashboard ---------------------------------------------------
+
+CONFIGS = Path(__file__).resolve().parent.parent / "cluster_configs"
+DASHBOARD_VARIABLES = {"$job": ".*", "$cluster": ".*", "$user": ".*",
+                       "$__rate_interval": "10s", "$__range": "5m"}
+
+
+def dashboard_queries() -> list[tuple[str, str, bool]]:
+    """(where, PromQL, whether it must find data once the run has converged)."""
+    doc = json.loads((CONFIGS / "grafana-dashboard.json").read_text(encoding="utf-8"))
+    out = [(p["title"], t["expr"], True) for p in doc["panels"] for t in p.get("targets", [])]
+    # the churn annotation marks changes within a minute; this run's events came before the
+    # first scrape, so there are none to mark
+    out += [(a["name"], a["expr"], False) for a in doc["annotations"]["list"]]
+    return out
+
+
+def test_the_scrape_config_is_valid() -> None:
+    promtool = str(Path(prometheus_binary()).with_name("promtool"))
+    check = subprocess.run([promtool, "check", "config", str(CONFIGS / "prometheus.yml")],
+                           capture_output=True, text=True, check=False)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_every_dashboard_query_runs_and_finds_data(allocator: tuple[str, Path],
+                                                    prometheus: str) -> None:
+    _, final = allocator
+    eventually(lambda: True if final.exists() else None, "the allocator to finish its run")
+    # rates and increases need two samples of the final state in their window
+    eventually(lambda: True if scalar(prometheus, "psdsf_converged") == 1.0 else None,
+               "a scrape of the converged state")
+    eventually(lambda: True if (scalar(prometheus, "count_over_time(psdsf_converged[10s])")
+                                or 0) >= 3 else None, "three scrapes")
+    queries = dashboard_queries()
+    assert len(queries) >= 20
+    for title, expr, has_data in queries:
+        for name, value in DASHBOARD_VARIABLES.items():
+            expr = expr.replace(name, value)
+        assert "$" not in expr, (title, expr)
+        data = api(prometheus, "query", query=expr)  # asserts success: the PromQL is valid
+        assert data["result"] or not has_data, f"{title}: no data for {expr}"
+
+
+def test_the_dashboard_uses_only_exported_metrics_and_its_datasource_variable() -> None:
+    doc = json.loads((CONFIGS / "grafana-dashboard.json").read_text(encoding="utf-8"))
+    exported = set()
+    for spec in METRICS:
+        exported.add(spec.name)
+        if spec.type == "histogram":
+            exported |= {f"{spec.name}_bucket", f"{spec.name}_sum", f"{spec.name}_count"}
+    used = {name for _, expr, _ in dashboard_queries()
+            for name in re.findall(r"psdsf_[a-z_]+", expr)}
+    assert used <= exported, used - exported
+    # every family of the table has a panel, except the per-pair one (off on large clusters)
+    families = {re.sub(r"_(bucket|sum|count)$", "", name) for name in used}
+    assert families == {s.name for s in METRICS if not s.per_pair}
+    variables = {v["name"]: v for v in doc["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    ids = [p["id"] for p in doc["panels"]]
+    assert len(ids) == len(set(ids))
+    for p in doc["panels"]:
+        assert set(p["gridPos"]) == {"h", "w", "x", "y"}
+        if p["type"] != "row":
+            assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+            assert all(t["datasource"] == p["datasource"] for t in p["targets"])

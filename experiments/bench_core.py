@@ -32,7 +32,8 @@ What is measured, all in one run so that the ratios compare like with like:
 
 Every timed run happens in a forked child process that is killed after ``--cap`` seconds; a
 cell whose first run hits the cap is recorded as "> cap s" and larger K in the same series
-are skipped (they would only be slower).
+are skipped (they would only be slower).  A run longer than ``REPEAT_LIMIT`` (60 s) is not
+repeated, to keep the whole benchmark within about half an hour; such cells say "1 run".
 """
 
 from __future__ import annotations
@@ -207,7 +208,11 @@ class Cell:
     def text(self) -> str:
         if self.seconds is None:
             return self.note
-        return _fmt_seconds(self.seconds)
+        once = " (1 run)" if self.runs == 1 else ""
+        return _fmt_seconds(self.seconds) + once
+
+
+REPEAT_LIMIT = 60.0  # seconds: a run longer than this is not repeated (the cell says so)
 
 
 def measure(task: Callable[[], float], runs: int, cap: float) -> Cell:
@@ -220,6 +225,8 @@ def measure(task: Callable[[], float], runs: int, cap: float) -> Cell:
             return Cell(None, f"failed ({value})", len(times))
         assert isinstance(value, float)
         times.append(value)
+        if value > REPEAT_LIMIT:
+            break
     return Cell(statistics.median(times), runs=len(times))
 
 
@@ -408,7 +415,8 @@ def write_results(
         "",
         f"Machine: {os.cpu_count()} cores, {platform.machine()}, Python "
         f"{platform.python_version()}, numpy {np.__version__}, scipy {scipy.__version__}; "
-        f"commit {_commit()}; {args.runs} timed runs per cell (median), cap {args.cap:g} s per "
+        f"commit {args.commit}; {args.runs} timed runs per cell (median; a run over "
+        f"{REPEAT_LIMIT:g} s is not repeated, marked \"1 run\"), cap {args.cap:g} s per "
         f"run; the whole run took {seconds / 60:.1f} min.  Load average (1 min) at the start "
         f"{args.load_start:.1f}, at the end {os.getloadavg()[0]:.1f}: other work on the machine "
         "inflates every time alike, so read the ratios first.",
@@ -482,6 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     args.load_start = os.getloadavg()[0]
+    args.commit = _commit()  # the code measured is the code loaded now
     t0 = time.perf_counter()
     if args.quick:
         sp_sizes, ks, ns = [10, 100, 1000], [10, 100], [10]

@@ -155,6 +155,7 @@ class GossipState:
     _holders: npt.NDArray[np.int64] = field(
         default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
     _updates: int = 0
+    _digest_cache: dict[str, tuple[int, int]] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._totals = np.zeros(self.num_users)
@@ -169,6 +170,7 @@ class GossipState:
 
     def set_column(self, column: FloatArray, now: float) -> None:
         """Publish this server's column (a heartbeat; a new column_version if it changed)."""
+        self._digest_cache = None
         me = self._known[self.origin]
         col = np.asarray(column, dtype=float)
         if len(col) > self.num_users:
@@ -187,12 +189,14 @@ class GossipState:
 
     def heartbeat(self, now: float) -> None:
         """Show liveness without changing the column."""
+        self._digest_cache = None
         me = self._known[self.origin]
         me.heartbeat += 1
         me.heard_at = me.heartbeat_at = now
 
     def leave(self, now: float) -> None:
         """Publish a tombstone: this server leaves, its column stops counting everywhere."""
+        self._digest_cache = None
         me = self._known[self.origin]
         me.heartbeat += 1
         me.column_version = me.heartbeat
@@ -205,6 +209,7 @@ class GossipState:
     def introduce(self, origin: str, now: float) -> None:
         """Learn that ``origin`` exists (e.g. from a membership list at start-up), as it is
         before its first update: heartbeat 0, empty column.  A no-op if already known."""
+        self._digest_cache = None
         if origin not in self._known:
             self._known[origin] = _Known(0, 0, _EMPTY, False, now)
 
@@ -246,8 +251,14 @@ class GossipState:
 
     # -- reconciliation ---------------------------------------------------------------------
     def digest(self) -> Digest:
-        known = self._known.items()
-        return Digest(self.origin, {o: (k.heartbeat, k.column_version) for o, k in known})
+        return Digest(self.origin, self._versions().copy())
+
+    def _versions(self) -> dict[str, tuple[int, int]]:
+        """origin -> (heartbeat, column_version), kept in step with ``_known``."""
+        if self._digest_cache is None:
+            self._digest_cache = {o: (k.heartbeat, k.column_version)
+                                  for o, k in self._known.items()}
+        return self._digest_cache
 
     def own_entry(self) -> Entry:
         """This server's own entry with its column (to piggyback on an exchange it starts)."""
@@ -259,8 +270,13 @@ class GossipState:
         """The entries the digest's sender lacks; the column only where its copy is older."""
         peer = digest.versions
         out: list[Entry] = []
-        for o, k in self._known.items():
-            hb, cv = peer.get(o, (-1, -1))
+        known = self._known
+        for o, v in self._versions().items():
+            pv = peer.get(o, (-1, -1))
+            if pv == v:
+                continue  # the usual case: nothing new about this origin
+            hb, cv = pv
+            k = known[o]
             if k.heartbeat > hb or k.column_version > cv:
                 out.append(
                     Entry(o, k.heartbeat, k.column_version,
@@ -310,6 +326,8 @@ class GossipState:
                 self._totals += col
                 self._holders += col > 0
             changed += touched
+        if changed:
+            self._digest_cache = None
         return changed
 
     def expire(self, now: float) -> list[str]:
@@ -321,6 +339,7 @@ class GossipState:
             if k.left:
                 if now - k.heard_at >= self.tombstone_ttl:
                     del self._known[o]
+                    self._digest_cache = None
                 continue
             if not k.expired and now - k.heard_at >= self.ttl:
                 k.expired = True

@@ -40,6 +40,9 @@ class RunConfig:
     """``manual``: time only moves when the coordinator is told to advance it (tests)."""
     max_restarts: int = 3
     """How many times Ray restarts a crashed server actor (-1: always)."""
+    servers_per_actor: int = 1
+    """Servers hosted by one actor process (1: one actor per server, the default).  More saves
+    memory and start-up on a small machine; a crash then takes all of them down together."""
     rpc_timeout_periods: float = 4.0
     """A call to a peer or a server that takes longer than this many periods is given up."""
 
@@ -60,6 +63,8 @@ class RunConfig:
             raise ValueError(f"time scale must be a positive number, got {self.time_scale}")
         if self.clock not in ("real", "manual"):
             raise ValueError(f"clock must be real or manual, got {self.clock!r}")
+        if self.servers_per_actor < 1:
+            raise ValueError(f"servers per actor must be >= 1, got {self.servers_per_actor}")
         if not self.ttl_periods > 1:
             raise ValueError(f"ttl must be > 1 period, got {self.ttl_periods}")
         make_rule(self.rule)

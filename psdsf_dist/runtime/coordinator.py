@@ -65,6 +65,9 @@ START_TIMEOUT = 900.0  # seconds for a new actor to come up (120 at once on 2 bu
 class Member:
     name: str
     handle: Any
+    """The actor hosting this server."""
+    actor: str
+    """That actor's name."""
     incarnation: int = 0
     node: str | None = None
     hard: bool = False
@@ -103,6 +106,9 @@ class Coordinator:
         self.churn: ChurnState | None = None
         self.events: tuple[Event, ...] = ()
         self.members: dict[str, Member] = {}
+        self.actors: dict[str, Any] = {}
+        """actor name -> handle of every server actor of the run."""
+        self.groups = 0
         self.observations: list[Observation] = []
         self.started_at = 0.0
         self.now_manual = 0.0
@@ -152,21 +158,20 @@ class Coordinator:
         for entry in ray.util.list_named_actors(all_namespaces=True):
             if entry.get("namespace") != NAMESPACE:
                 continue
-            server = server_from_actor_name(self.run_id, entry["name"])
-            if server is not None:
-                found[server] = ray.get_actor(entry["name"], namespace=NAMESPACE)
+            if server_from_actor_name(self.run_id, entry["name"]) is not None:
+                found[entry["name"]] = ray.get_actor(entry["name"], namespace=NAMESPACE)
         states = await asyncio.gather(*(self._call(h.state.remote()) for h in found.values()),
                                       return_exceptions=True)
         best: Table | None = None
-        for (server, handle), st in zip(found.items(), states, strict=True):
-            if isinstance(st, BaseException) or st is None:
-                self.members[server] = Member(server, handle)
+        for (actor, handle), hosted in zip(found.items(), states, strict=True):
+            if isinstance(hosted, BaseException):
                 continue
-            table, incarnation, started_at = st
-            self.members[server] = Member(server, handle, incarnation)
-            self.started_at = started_at
-            if best is None or table.epoch > best.epoch:
-                best = table
+            self.actors[actor] = handle
+            for server, table, incarnation, started_at in hosted:
+                self.members[server] = Member(server, handle, actor, incarnation)
+                self.started_at = started_at
+                if best is None or table.epoch > best.epoch:
+                    best = table
         if best is None:
             raise RuntimeError("no server of the run could be reached to rebuild its state")
         self.churn = ChurnState.resume(best)
@@ -182,8 +187,9 @@ class Coordinator:
         if self.monitor is not None:
             self.monitor.cancel()
             self.monitor = None
-        for m in self.members.values():
-            ray.kill(m.handle, no_restart=True)
+        for handle in self.actors.values():
+            ray.kill(handle, no_restart=True)
+        self.actors.clear()
         self.members.clear()
 
     # -- time ---------------------------------------------------------------------------------
@@ -200,8 +206,8 @@ class Coordinator:
             t = self.now_manual + self.config.period
             self.now_manual = t
             await self._due_events()
-            await asyncio.gather(*(self._call(m.handle.advance_to.remote(t), 60.0)
-                                   for m in self.members.values()), return_exceptions=True)
+            await asyncio.gather(*(self._call(h.advance_to.remote(t), 60.0)
+                                   for h in self.actors.values()), return_exceptions=True)
             out.append((await self._observe()).to_json())
         return out
 
@@ -246,8 +252,13 @@ class Coordinator:
         self.churn.apply(event, self.now(), from_scenario=from_scenario)
         if isinstance(event, ServerFails):
             m = self.members.pop(event.server, None)
-            if m is not None:  # a failure: its tasks are lost, no goodbye
-                ray.kill(m.handle, no_restart=True)
+            if m is not None:
+                if any(o.actor == m.actor for o in self.members.values()):
+                    # it shares its actor with others: stop it alone (a tombstone)
+                    await self._call(m.handle.leave.remote(m.name))
+                else:  # a failure: its tasks are lost, no goodbye
+                    ray.kill(m.handle, no_restart=True)
+                    self.actors.pop(m.actor, None)
         await self._push_table()
         if isinstance(event, ServerJoins):
             await self._spawn([event.server])
@@ -257,18 +268,23 @@ class Coordinator:
         table = self.churn.table()
         self.tables[table.epoch] = table.scenario
         handles = {n: m.handle for n, m in self.members.items()}
-        await asyncio.gather(*(self._call(m.handle.adopt.remote(table, handles))
-                               for m in self.members.values()), return_exceptions=True)
+        await asyncio.gather(*(self._call(h.adopt.remote(table, handles))
+                               for h in self.actors.values()), return_exceptions=True)
 
     # -- servers ------------------------------------------------------------------------------
     async def _spawn(self, names: list[str]) -> None:
         assert self.churn is not None
         nodes = _alive_nodes()
         where = assign_nodes(names, nodes, self.pinned)
-        for name in names:
-            node, hard = where[name]
+        for group in _groups(names, where, self.config.servers_per_actor):
+            node, hard = where[group[0]]
+            if len(group) == 1:
+                actor = server_actor_name(self.run_id, group[0])
+            else:
+                self.groups += 1
+                actor = server_actor_name(self.run_id, f"group-{self.groups}")
             options: dict[str, Any] = {
-                "name": server_actor_name(self.run_id, name), "namespace": NAMESPACE,
+                "name": actor, "namespace": NAMESPACE,
                 "num_cpus": 0, "max_restarts": self.config.max_restarts,
                 "max_concurrency": 1000,
             }
@@ -276,15 +292,18 @@ class Coordinator:
                 options["lifetime"] = "detached"  # outlives a coordinator restart
             if node is not None:
                 options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=not hard)
-            handle = RemoteServerActor.options(**options).remote(self.run_id, name, self.config)
-            self.members[name] = Member(name, handle, 0, node, hard)
+            handle = RemoteServerActor.options(**options).remote(self.run_id, group, self.config)
+            self.actors[actor] = handle
+            for name in group:
+                self.members[name] = Member(name, handle, actor, 0, node, hard)
         table = self.churn.table()
         self.tables[table.epoch] = table.scenario
         await asyncio.gather(*(self._start_member(self.members[n], table) for n in names))
         # the others learn the newcomers' handles (their columns come by gossip)
         handles = {n: self.members[n].handle for n in names}
-        await asyncio.gather(*(self._call(m.handle.adopt.remote(table, handles))
-                               for n, m in self.members.items() if n not in handles),
+        fresh = {self.members[n].actor for n in names}
+        await asyncio.gather(*(self._call(h.adopt.remote(table, handles))
+                               for a, h in self.actors.items() if a not in fresh),
                              return_exceptions=True)
 
     async def _start_member(self, m: Member, table: Table) -> None:
@@ -293,21 +312,25 @@ class Coordinator:
         seeds = [others[int(j)] for j in rng.permutation(len(others))[:SEED_PEERS]]
         handles = {n: o.handle for n, o in self.members.items()}
         now = self.now() if self.config.clock == "manual" else None
-        await self._call(m.handle.start.remote(table, m.incarnation, self.started_at, handles,
-                                               seeds, now), START_TIMEOUT)
+        await self._call(m.handle.start.remote(m.name, table, m.incarnation, self.started_at,
+                                               handles, seeds, now), START_TIMEOUT)
 
-    async def _report(self, m: Member) -> ServerReport | None:
+    async def _reports(self, actor: str, handle: Any) -> list[ServerReport] | None:
+        """The reports of one actor's servers (None: it did not answer)."""
+        hosted = [m for m in self.members.values() if m.actor == actor]
         try:
-            rep: ServerReport = await self._call(m.handle.report.remote())
+            reps: list[ServerReport] = await self._call(handle.report.remote())
         except ray.exceptions.ActorUnavailableError:
             return None  # restarting
         except ray.exceptions.RayActorError:
-            m.gone += 1
+            for m in hosted:
+                m.gone += 1
             return None
         except TimeoutError:
             return None
-        m.gone = 0
-        return rep
+        for m in hosted:
+            m.gone = 0
+        return reps
 
     async def _call(self, ref: Any, timeout: float | None = None) -> Any:
         limit = timeout if timeout is not None else max(self.config.rpc_timeout, 5.0)
@@ -328,8 +351,14 @@ class Coordinator:
     async def _observe(self) -> Observation:
         assert self.churn is not None
         churn = self.churn
+        actors = list(self.actors.items())
+        answers = await asyncio.gather(*(self._reports(a, h) for a, h in actors))
+        by_server: dict[str, ServerReport] = {}
+        for reps in answers:
+            for r in reps or []:
+                by_server[r.name] = r
         members = list(self.members.values())
-        reports = await asyncio.gather(*(self._report(m) for m in members))
+        reports = [by_server.get(m.name) for m in members]
         current = churn.current()
         N, K = current.num_users, current.num_servers
         X = np.zeros((N, K))
@@ -426,7 +455,20 @@ class Coordinator:
                          len(self.members), self.restarts, tuple(self.pids.values()))
 
     async def handles(self) -> dict[str, Any]:
+        """server name -> the actor hosting it."""
         return {n: m.handle for n, m in self.members.items()}
+
+
+def _groups(names: list[str], where: Mapping[str, tuple[str | None, bool]],
+            size: int) -> list[list[str]]:
+    """Servers in groups of at most ``size`` that share a node (one actor per group)."""
+    by_node: dict[tuple[str | None, bool], list[str]] = {}
+    for n in names:
+        by_node.setdefault(where[n], []).append(n)
+    out: list[list[str]] = []
+    for members in by_node.values():
+        out += [members[k:k + size] for k in range(0, len(members), size)]
+    return out
 
 
 def _fits(scenario: Scenario, i: int, column: FloatArray, config: RunConfig) -> bool:

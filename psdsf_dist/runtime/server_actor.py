@@ -1,10 +1,15 @@
 """The server actor: one Ray actor per server, a thin transport shell around :class:`ServerCore`.
 
-Its loop wakes ``gossip_rate`` times per period (jittered, on an injectable clock); at every
-``gossip_rate``-th wake-up it runs the update rule, and at every wake-up it starts push-pull
+(An actor can also host several servers — ``RunConfig.servers_per_actor``, off by default — to
+save the ~50 MB and the start-up of one process per server on a small machine; each hosted
+server keeps its own core, loop, gossip origin and random stream, and exchanges between two
+servers of one actor skip Ray but are otherwise the same.)
+
+Each server's loop wakes ``gossip_rate`` times per period (jittered, on an injectable clock); at
+every ``gossip_rate``-th wake-up it runs the update rule, and at every wake-up it starts push-pull
 exchanges with ``fanout`` random peers.  An exchange is two calls: ``syn`` (digest and own
 entry; answered by the peer's ack) and a fire-and-forget ``ack2``.  The actor is asynchronous,
-so ``status``, ``report`` and the peers' calls are answered between the loop's steps.
+so ``status``, ``report`` and the peers' calls are answered between the loops' steps.
 
 After a crash Ray restarts the actor (``max_restarts``) with a fresh, un-started state; the
 coordinator notices (``report`` says not running) and starts it again with the current table, as
@@ -17,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -70,111 +75,141 @@ class ServerReport:
     pid: int
 
 
+@dataclass
+class _Slot:
+    """One hosted server."""
+
+    name: str
+    rng: np.random.Generator
+    core: ServerCore | None = None
+    task: asyncio.Task[None] | None = None
+    seeds: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.core is not None and self.task is not None and not self.task.done()
+
+
 class ServerActor:
-    def __init__(self, run_id: str, name: str, config: RunConfig) -> None:
+    def __init__(self, run_id: str, names: list[str], config: RunConfig) -> None:
         self.run_id = run_id
-        self.name = name
         self.config = config
-        self.core: ServerCore | None = None
+        self.slots = {n: _Slot(n, np.random.default_rng(server_seed(config, n, 0)))
+                      for n in names}
         self.clock: Clock | None = None
         self.handles: dict[str, Any] = {}
-        self.seeds: list[str] = []
-        self.task: asyncio.Task[None] | None = None
-        self.error: str | None = None
         self.started_at = 0.0
-        self.rng = np.random.default_rng(server_seed(config, name, 0))
 
     # -- control (called by the coordinator) ---------------------------------------------------
-    async def start(self, table: Table, incarnation: int, started_at: float,
+    async def start(self, name: str, table: Table, incarnation: int, started_at: float,
                     handles: dict[str, Any], seeds: list[str], now: float | None = None) -> str:
-        """Start (or restart) with the current table; ``seeds`` are peers to gossip with."""
-        if self.task is not None:
-            self.task.cancel()
-        self.started_at = started_at
-        self.clock = (ManualClock(now or 0.0) if self.config.clock == "manual"
-                      else WallClock(started_at))
-        self.rng = np.random.default_rng(server_seed(self.config, self.name, incarnation))
-        self.core = ServerCore(self.name, incarnation, table, self.config)
-        self.handles = dict(handles)
-        self.seeds = list(seeds)
-        self.core.introduce(seeds, self.clock.now())
-        self.error = None
-        self.task = asyncio.get_running_loop().create_task(self._loop())
-        return self.core.origin
+        """Start (or restart) one hosted server with the current table; ``seeds`` are peers
+        to gossip with.  ``handles``: server name -> the actor hosting it."""
+        slot = self.slots[name]
+        if slot.task is not None:
+            slot.task.cancel()
+        if self.clock is None:
+            self.started_at = started_at
+            self.clock = (ManualClock(now or 0.0) if self.config.clock == "manual"
+                          else WallClock(started_at))
+        slot.rng = np.random.default_rng(server_seed(self.config, name, incarnation))
+        slot.core = ServerCore(name, incarnation, table, self.config)
+        self.handles.update(handles)
+        slot.seeds = list(seeds)
+        slot.core.introduce(slot.seeds, self.clock.now())
+        slot.error = None
+        slot.task = asyncio.get_running_loop().create_task(self._loop(slot))
+        return slot.core.origin
 
     async def adopt(self, table: Table, handles: dict[str, Any] | None = None) -> int:
-        """A newer table (churn) and, optionally, the current members' handles."""
+        """A newer table (churn) for every hosted server and, optionally, members' handles."""
         if handles is not None:
             self.handles.update(handles)
-        if self.core is None or self.clock is None:
+        if self.clock is None:
             return -1
-        self.core.adopt(table, self.clock.now())
-        return self.core.table.epoch
+        for slot in self.slots.values():
+            if slot.core is not None:
+                slot.core.adopt(table, self.clock.now())
+        return table.epoch
 
-    async def leave(self) -> None:
-        """Leave gracefully: publish a tombstone, tell one peer, stop."""
-        if self.core is None or self.clock is None:
+    async def leave(self, name: str) -> None:
+        """One hosted server leaves gracefully: a tombstone, told to one peer, then it stops."""
+        slot = self.slots[name]
+        if slot.core is None:
             return
-        if self.task is not None:
-            self.task.cancel()
-            self.task = None
-        self.core.leave(self.clock.now())
-        await self._exchange()
+        if slot.task is not None:
+            slot.task.cancel()
+            slot.task = None
+        assert self.clock is not None
+        slot.core.leave(self.clock.now())
+        await self._exchange(slot)
 
     async def advance_to(self, t: float) -> bool:
-        """Manual clock: move time to ``t`` and return once the loop is idle again."""
-        if not isinstance(self.clock, ManualClock) or self.task is None:
+        """Manual clock: move time to ``t`` and return once every loop is idle again."""
+        running = sum(slot.running for slot in self.slots.values())
+        if not isinstance(self.clock, ManualClock) or running == 0:
             return False
         await self.clock.advance_to(t)
-        return await self.clock.idle_after(1, timeout=60.0)
+        return await self.clock.idle_after(running, timeout=60.0)
 
     # -- queries ----------------------------------------------------------------------------
-    async def report(self) -> ServerReport:
-        core = self.core
-        running = core is not None and self.task is not None and not self.task.done()
-        if core is None:
-            return ServerReport(self.name, False, "", -1, np.zeros(0), 0, 0, 0, self.error,
-                                os.getpid())
-        return ServerReport(self.name, running, core.origin, core.table.epoch,
-                            np.array(core.column), core.traffic.messages, core.traffic.bytes,
-                            core.rounds, self.error, os.getpid())
+    async def report(self) -> list[ServerReport]:
+        """One report per hosted server (one call per actor per observation)."""
+        out: list[ServerReport] = []
+        for name, slot in self.slots.items():
+            core = slot.core
+            if core is None:
+                out.append(ServerReport(name, False, "", -1, np.zeros(0), 0, 0, 0, slot.error,
+                                        os.getpid()))
+            else:
+                out.append(ServerReport(name, slot.running, core.origin, core.table.epoch,
+                                        np.array(core.column), core.traffic.messages,
+                                        core.traffic.bytes, core.rounds, slot.error,
+                                        os.getpid()))
+        return out
 
     async def status(self) -> dict[str, Any]:
-        core = self.core
-        return {
-            "name": self.name,
-            "running": self.task is not None and not self.task.done(),
-            "origin": None if core is None else core.origin,
-            "rounds": 0 if core is None else core.rounds,
-            "members": 0 if core is None else len(core.gossip.members()),
-            "epoch": None if core is None else core.table.epoch,
-            "time": None if self.clock is None else self.clock.now(),
-            "error": self.error,
-        }
+        """Health of the hosted servers (answers while their loops work)."""
+        servers = {}
+        for name, slot in self.slots.items():
+            core = slot.core
+            servers[name] = {
+                "running": slot.running,
+                "origin": None if core is None else core.origin,
+                "rounds": 0 if core is None else core.rounds,
+                "members": 0 if core is None else len(core.gossip.members()),
+                "epoch": None if core is None else core.table.epoch,
+                "error": slot.error,
+            }
+        return {"time": None if self.clock is None else self.clock.now(), "pid": os.getpid(),
+                "servers": servers}
 
-    async def state(self) -> tuple[Table, int, float] | None:
-        """What a restarted coordinator rebuilds its state from."""
-        if self.core is None:
-            return None
-        return self.core.table, self.core.incarnation, self.started_at
+    async def state(self) -> list[tuple[str, Table, int, float]]:
+        """What a restarted coordinator rebuilds its state from: per started hosted server,
+        (name, its table, its incarnation, the run's start time)."""
+        return [(n, s.core.table, s.core.incarnation, self.started_at)
+                for n, s in self.slots.items() if s.core is not None]
 
     # -- gossip (called by peers) -------------------------------------------------------------
-    async def syn(self, message: Syn) -> Ack | None:
-        if self.core is None or self.clock is None:
+    async def syn(self, name: str, message: Syn) -> Ack | None:
+        slot = self.slots.get(name)
+        if slot is None or slot.core is None or self.clock is None:
             return None
-        return self.core.on_syn(message, self.clock.now())
+        return slot.core.on_syn(message, self.clock.now())
 
-    async def ack2(self, message: Delta) -> None:
-        if self.core is not None and self.clock is not None:
-            self.core.on_ack2(message, self.clock.now())
+    async def ack2(self, name: str, message: Delta) -> None:
+        slot = self.slots.get(name)
+        if slot is not None and slot.core is not None and self.clock is not None:
+            slot.core.on_ack2(message, self.clock.now())
 
     # -- the loop ---------------------------------------------------------------------------
-    async def _loop(self) -> None:
-        assert self.core is not None and self.clock is not None
-        core, clock = self.core, self.clock
+    async def _loop(self, slot: _Slot) -> None:
+        assert slot.core is not None and self.clock is not None
+        core, clock = slot.core, self.clock
         # Wake-ups are scheduled on absolute times so that the period does not drift with the
         # work done; a server that fell more than a period behind skips what it missed.
-        target = clock.now() + initial_phase(self.rng, self.config)
+        target = clock.now() + initial_phase(slot.rng, self.config)
         await clock.sleep(target - clock.now())
         wake = 0
         while True:
@@ -182,34 +217,42 @@ class ServerActor:
                 try:
                     core.update(clock.now())
                 except Exception as err:  # a bug must show in reports, not kill silently
-                    self.error = f"{type(err).__name__}: {err}"
+                    slot.error = f"{type(err).__name__}: {err}"
                     raise
-            await self._exchange()
+            await self._exchange(slot)
             wake += 1
-            target = max(target + next_wait(self.rng, self.config),
+            target = max(target + next_wait(slot.rng, self.config),
                          clock.now() - self.config.period)
             await clock.sleep(target - clock.now())
 
-    async def _exchange(self) -> None:
-        assert self.core is not None
-        peers = self.core.peers(self.rng, self.seeds)
+    async def _exchange(self, slot: _Slot) -> None:
+        assert slot.core is not None
+        peers = slot.core.peers(slot.rng, slot.seeds)
         if peers:
-            await asyncio.gather(*(self._exchange_with(p) for p in peers))
+            await asyncio.gather(*(self._exchange_with(slot.core, p) for p in peers))
 
-    async def _exchange_with(self, origin: str) -> None:
-        assert self.core is not None and self.clock is not None
-        handle = self._handle(server_of(origin))
+    async def _exchange_with(self, core: ServerCore, origin: str) -> None:
+        assert self.clock is not None
+        target = server_of(origin)
+        local = self.slots.get(target)
+        if local is not None:  # hosted here: the same exchange, without Ray
+            if local.core is None:
+                return
+            ack = local.core.on_syn(core.syn(), self.clock.now())
+            local.core.on_ack2(core.on_ack(ack, self.clock.now()), self.clock.now())
+            return
+        handle = self._handle(target)
         if handle is None:
             return
         try:
-            ack = await asyncio.wait_for(handle.syn.remote(self.core.syn()),
-                                         self.config.rpc_timeout)
+            answer = await asyncio.wait_for(handle.syn.remote(target, core.syn()),
+                                            self.config.rpc_timeout)
         except (TimeoutError, ray.exceptions.RayError):
             return  # a crashed or slow peer: gossip routes around it
-        if ack is None:
+        if answer is None:
             return
-        ack2 = self.core.on_ack(ack, self.clock.now())
-        handle.ack2.remote(ack2)  # the last message of the exchange: no answer awaited
+        ack2 = core.on_ack(answer, self.clock.now())
+        handle.ack2.remote(target, ack2)  # the last message of the exchange: no answer awaited
 
     def _handle(self, server: str) -> Any:
         h = self.handles.get(server)

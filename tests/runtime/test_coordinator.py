@@ -78,12 +78,12 @@ def test_churn_through_the_api(manual_run: Run) -> None:
 def test_a_crashed_server_restarts_as_a_new_incarnation_and_rejoins(manual_run: Run) -> None:
     advance_until_held(manual_run)
     victim = manual_run.handles()["B-1"]
-    pid_before = ray.get(victim.report.remote()).pid
+    pid_before = ray.get(victim.report.remote())[0].pid
     ray.kill(victim, no_restart=False)  # a crash; Ray restarts it (max_restarts)
     seen = advance_until_held(manual_run, limit=100)
     assert all(o["feasible"] for o in seen)
     assert any(not o["holds"] for o in seen)  # the crash was seen: its column was lost
-    rep = ray.get(victim.report.remote())
+    rep = ray.get(victim.report.remote())[0]
     assert rep.running and rep.origin == "B-1#1" and rep.pid != pid_before
     assert manual_run.result().restarts == 1
     assert_certified(manual_run)
@@ -113,3 +113,19 @@ def test_a_restarted_coordinator_keeps_membership_and_users(manual_run: Run) -> 
     res = manual_run.result()
     assert not res.scenario.eligible[2].any() and np.all(res.allocation[2] == 0)
     assert_certified(manual_run)
+
+
+def test_several_servers_per_actor_behave_the_same(small_cluster: Path) -> None:
+    cfg = RunConfig(period=1.0, jitter=0.0, clock="manual", seed=1, servers_per_actor=4)
+    run = launch(small_cluster, cfg, run_id="packed")
+    try:
+        handles = run.handles()
+        pids = {ray.get(h.status.remote())["pid"] for h in handles.values()}
+        assert len(handles) == 6 and len(pids) == 2  # 4 + 2 servers in two processes
+        seen = run.advance(60)
+        assert all(o["feasible"] and o["servers"] == 6 for o in seen)
+        assert seen[-1]["holds"]
+        assert all(e.rounds is not None for e in run.result().events)
+        assert_certified(run)
+    finally:
+        run.stop()

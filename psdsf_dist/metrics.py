@@ -18,20 +18,32 @@ Label cardinality stays bounded:
 * :meth:`AllocatorMetrics.forget_server` and :meth:`AllocatorMetrics.forget_user` remove every
   series of a departed member, so churn does not accumulate dead series.
 
-A scrape may land between two updates of one round (each value is consistent on its own, a
-round's values are not read atomically); the next scrape sees the round complete.
+:class:`AllocatorMetrics` is a collector, not a set of prometheus-client metric objects: an
+update stores numbers (the allocation as arrays, counters in dictionaries) and the exposition is
+built when Prometheus scrapes.  A coordinator of 12,583 servers updates ~10^5 series every
+period; with one metric object per series that alone would take seconds of its loop.  A scrape
+reads everything under one lock, so it never sees half of an update.  Counters carry no
+``_created`` series (they would double the per-server series).
 """
 
 from __future__ import annotations
 
+import bisect
 import math
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 
 from psdsf_dist.events import EVENT_KINDS
 from psdsf_dist.report import utilization
@@ -114,8 +126,6 @@ _BUCKETS = {
     "psdsf_reconvergence_seconds": RECONVERGENCE_SECONDS_BUCKETS,
 }
 
-MetricObject = Gauge | Counter | Histogram
-
 
 @dataclass(frozen=True)
 class AllocationState:
@@ -177,28 +187,81 @@ def allocation_state(
     )
 
 
+_SPECS = {m.name: m for m in METRICS}
+_SERVER_COUNTERS = ("psdsf_server_rounds_total", "psdsf_gossip_messages_total",
+                    "psdsf_gossip_bytes_total", "psdsf_server_restarts_total")
+_SCALARS = ("psdsf_certificate_residual", "psdsf_converged", "psdsf_last_reconvergence_seconds")
+
+
+@dataclass(frozen=True)
+class _Allocation:
+    """What :meth:`AllocatorMetrics.set_allocation` was last given (copies)."""
+
+    users: tuple[str, ...]
+    servers: tuple[str, ...]
+    resources: tuple[str, ...]
+    tasks: FloatArray
+    totals: FloatArray
+    """Per user, over all servers given (a forgotten server's tasks still count until the next
+    allocation says otherwise)."""
+    shares: FloatArray
+    utilization: FloatArray
+
+    def without_user(self, name: str) -> _Allocation:
+        keep = [n for n, u in enumerate(self.users) if u != name]
+        return _Allocation(tuple(self.users[n] for n in keep), self.servers, self.resources,
+                           self.tasks[keep], self.totals[keep], self.shares[keep],
+                           self.utilization)
+
+    def without_server(self, name: str) -> _Allocation:
+        keep = [i for i, s in enumerate(self.servers) if s != name]
+        return _Allocation(self.users, tuple(self.servers[i] for i in keep), self.resources,
+                           self.tasks[:, keep], self.totals, self.shares,
+                           self.utilization[keep])
+
+
+class _Histogram:
+    """Bucket counts of one unlabelled histogram (``le`` buckets, cumulative on exposition)."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1  # first bound >= value
+        self.sum += value
+
+    def snapshot(self) -> tuple[list[tuple[str, float]], float]:
+        buckets: list[tuple[str, float]] = []
+        total = 0
+        for bound, count in zip((*self.bounds, math.inf), self.counts, strict=True):
+            total += count
+            buckets.append((_le(bound), float(total)))
+        return buckets, self.sum
+
+
 class AllocatorMetrics:
-    """The allocator's metrics in a registry of their own; the coordinator calls the methods.
+    """The allocator's metrics, registered as one collector in a registry of their own; the
+    coordinator calls the methods (thread-safe: scrapes come from the endpoint's thread).
 
     ``per_pair=False`` drops the per-(user, server) task series (N x K of them at worst) and keeps
     the per-user and per-server aggregates.
     """
 
     def __init__(self, registry: CollectorRegistry | None = None, per_pair: bool = True) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry()
         self.per_pair = per_pair
-        self._metrics: dict[str, MetricObject] = {}
-        self._specs: dict[str, MetricSpec] = {}
-        # label values of every child created, so a departed member's series can be removed
-        self._series: dict[str, set[tuple[str, ...]]] = {}
-        for spec in METRICS:
-            if spec.per_pair and not per_pair:
-                continue
-            self._specs[spec.name] = spec
-            self._series[spec.name] = set()
-            self._metrics[spec.name] = _make(spec, self.registry)
-        for kind in EVENT_KINDS:  # every kind at 0 from the start, so rate() sees the first one
-            self._child("psdsf_churn_events_total", kind)
+        self._lock = threading.Lock()
+        self._allocation: _Allocation | None = None
+        self._levels: dict[str, float] = {}
+        self._staleness: dict[str, float] = {}
+        self._counters: dict[str, dict[str, float]] = {name: {} for name in _SERVER_COUNTERS}
+        self._events: dict[str, float] = dict.fromkeys(EVENT_KINDS, 0.0)
+        self._scalars: dict[str, float] = {}
+        self._members: dict[str, float] = {}
+        self._histograms = {name: _Histogram(bounds) for name, bounds in _BUCKETS.items()}
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.registry.register(self)
 
     # -- allocation ---------------------------------------------------------------------------
     def set_state(self, state: AllocationState) -> None:
@@ -216,60 +279,50 @@ class AllocatorMetrics:
         weighted_shares: FloatArray,
         utilization: FloatArray,
     ) -> None:
-        """Tasks per (user, server) (if ``per_pair``), per user and per server; each user's
-        weight-normalised share; utilisation per server and resource.
+        """The allocation as it stands, replacing the previous one: tasks per (user, server)
+        (if ``per_pair``; pairs without tasks have no series), per user and per server; each
+        user's weight-normalised share; utilisation per server and resource.
 
         ``allocation`` is (N, K) over ``users`` x ``servers``, ``weighted_shares`` (N,),
-        ``utilization`` (K, M) over ``servers`` x ``resources``.  Pairs without tasks have no
-        series (a pair that drops to zero is removed).
+        ``utilization`` (K, M) over ``servers`` x ``resources``.  Users and servers not given
+        lose these series.
         """
-        X = np.asarray(allocation, dtype=float)
-        util = np.asarray(utilization, dtype=float)
-        shares = np.asarray(weighted_shares, dtype=float)
+        X = np.array(allocation, dtype=float)
+        util = np.array(utilization, dtype=float)
+        shares = np.array(weighted_shares, dtype=float)
         N, K, M = len(users), len(servers), len(resources)
         if X.shape != (N, K) or util.shape != (K, M) or shares.shape != (N,):
             raise ValueError(f"shapes {X.shape}, {shares.shape}, {util.shape} do not match "
                              f"{N} users, {K} servers, {M} resources")
-        for n, user in enumerate(users):
-            self._gauge("psdsf_user_tasks", user).set(float(X[n].sum()))
-            self._gauge("psdsf_user_weighted_share", user).set(float(shares[n]))
-        for i, server in enumerate(servers):
-            self._gauge("psdsf_server_tasks", server).set(float(X[:, i].sum()))
-            for r, resource in enumerate(resources):
-                self._gauge("psdsf_server_utilization_ratio", server, resource).set(
-                    float(util[i, r]))
-        if self.per_pair:
-            name = "psdsf_allocated_tasks"
-            seen: set[tuple[str, ...]] = set()
-            for n, i in zip(*np.nonzero(X > 0), strict=True):
-                key = (users[int(n)], servers[int(i)])
-                seen.add(key)
-                self._gauge(name, *key).set(float(X[n, i]))
-            # only pairs of the users and servers given here are this call's business
-            given_users, given_servers = set(users), set(servers)
-            stale = [key for key in self._series[name]
-                     if key not in seen and key[0] in given_users and key[1] in given_servers]
-            self._remove(name, stale)
+        state = _Allocation(tuple(map(str, users)), tuple(map(str, servers)),
+                            tuple(map(str, resources)), X, X.sum(axis=1), shares, util)
+        with self._lock:
+            self._allocation = state
 
     def set_server_levels(self, servers: Sequence[str], levels: FloatArray) -> None:
-        """Per-server minimum virtual dominant share; NaN (no holder) removes the series."""
+        """Per-server minimum virtual dominant share, replacing the previous levels; a server
+        with NaN (no holder) or not given has no series."""
         values = np.asarray(levels, dtype=float)
         if values.shape != (len(servers),):
-            raise ValueError(f"{values.shape[0] if values.ndim else 0} levels for "
-                             f"{len(servers)} servers")
-        name = "psdsf_server_min_vds"
-        for server, level in zip(servers, values, strict=True):
-            if math.isnan(level):
-                self._remove(name, [(server,)])
-            else:
-                self._gauge(name, server).set(float(level))
+            raise ValueError(f"{values.size} levels for {len(servers)} servers")
+        fresh = {str(s): float(v) for s, v in zip(servers, values, strict=True)
+                 if not math.isnan(v)}
+        with self._lock:
+            self._levels = fresh
 
     # -- protocol -----------------------------------------------------------------------------
     def observe_server_round(self, server: str, seconds: float) -> None:
         """One run of the server procedure at ``server`` that took ``seconds``."""
         _check_nonnegative("seconds", seconds)
-        self._counter("psdsf_server_rounds_total", server).inc()
-        self._histogram("psdsf_server_round_duration_seconds").observe(seconds)
+        with self._lock:
+            self._add("psdsf_server_rounds_total", server, 1.0)
+            self._histograms["psdsf_server_round_duration_seconds"].observe(seconds)
+
+    def add_server_rounds(self, server: str, rounds: int) -> None:
+        """``rounds`` runs of the server procedure whose durations were not measured."""
+        _check_nonnegative("rounds", rounds)
+        with self._lock:
+            self._add("psdsf_server_rounds_total", server, float(rounds))
 
     def observe_gossip(self, server: str, messages: float, bytes: float,
                        staleness_seconds: float) -> None:
@@ -277,13 +330,17 @@ class AllocatorMetrics:
         how old (seconds) the other servers' columns in its view of the totals are."""
         _check_nonnegative("messages", messages)
         _check_nonnegative("bytes", bytes)
-        self._counter("psdsf_gossip_messages_total", server).inc(messages)
-        self._counter("psdsf_gossip_bytes_total", server).inc(bytes)
-        self._gauge("psdsf_gossip_staleness_seconds", server).set(staleness_seconds)
+        _check_nonnegative("staleness", staleness_seconds)
+        with self._lock:
+            self._add("psdsf_gossip_messages_total", server, float(messages))
+            self._add("psdsf_gossip_bytes_total", server, float(bytes))
+            self._staleness[str(server)] = float(staleness_seconds)
 
     def set_certificate(self, residual: float, converged: bool) -> None:
-        self._gauge("psdsf_certificate_residual").set(residual)
-        self._gauge("psdsf_converged").set(1.0 if converged else 0.0)
+        _check_nonnegative("residual", residual)
+        with self._lock:
+            self._scalars["psdsf_certificate_residual"] = float(residual)
+            self._scalars["psdsf_converged"] = 1.0 if converged else 0.0
 
     # -- churn --------------------------------------------------------------------------------
     def observe_event(self, kind: str) -> None:
@@ -291,23 +348,26 @@ class AllocatorMetrics:
         if kind not in EVENT_KINDS:
             raise ValueError(f"unknown event kind {kind!r}; expected one of "
                              f"{', '.join(EVENT_KINDS)}")
-        self._counter("psdsf_churn_events_total", kind).inc()
+        with self._lock:
+            self._events[kind] += 1.0
 
     def observe_reconvergence(self, seconds: float) -> None:
         """The certificate held again ``seconds`` after the last event."""
         _check_nonnegative("seconds", seconds)
-        self._gauge("psdsf_last_reconvergence_seconds").set(seconds)
-        self._histogram("psdsf_reconvergence_seconds").observe(seconds)
+        with self._lock:
+            self._scalars["psdsf_last_reconvergence_seconds"] = float(seconds)
+            self._histograms["psdsf_reconvergence_seconds"].observe(seconds)
 
     def observe_restart(self, server: str) -> None:
-        self._counter("psdsf_server_restarts_total", server).inc()
+        with self._lock:
+            self._add("psdsf_server_restarts_total", server, 1.0)
 
     def set_membership(self, servers: int, users: int) -> None:
         """Live servers and present users."""
         _check_nonnegative("servers", servers)
         _check_nonnegative("users", users)
-        self._gauge("psdsf_members", "server").set(servers)
-        self._gauge("psdsf_members", "user").set(users)
+        with self._lock:
+            self._members = {"server": float(servers), "user": float(users)}
 
     def forget_server(self, name: str, *, restarts: bool = False) -> None:
         """Remove every series labelled with server ``name`` (it failed or left).
@@ -316,59 +376,119 @@ class AllocatorMetrics:
         back, and its restarts are what an operator wants to see then.  Pass ``restarts=True``
         for a server decommissioned for good.
         """
-        keep = () if restarts else ("psdsf_server_restarts_total",)
-        self._forget("server", name, keep)
+        with self._lock:
+            if self._allocation is not None:
+                self._allocation = self._allocation.without_server(name)
+            self._levels.pop(name, None)
+            self._staleness.pop(name, None)
+            for counter, values in self._counters.items():
+                if restarts or counter != "psdsf_server_restarts_total":
+                    values.pop(name, None)
 
     def forget_user(self, name: str) -> None:
         """Remove every series labelled with user ``name`` (it left)."""
-        self._forget("user", name)
+        with self._lock:
+            if self._allocation is not None:
+                self._allocation = self._allocation.without_user(name)
 
-    # -- plumbing -----------------------------------------------------------------------------
-    def _forget(self, label: str, value: str, keep: tuple[str, ...] = ()) -> None:
-        for name, spec in self._specs.items():
-            if label in spec.labels and name not in keep:
-                at = spec.labels.index(label)
-                self._remove(name, [key for key in self._series[name] if key[at] == value])
+    # -- exposition ---------------------------------------------------------------------------
+    def describe(self) -> Iterator[Metric]:
+        """The families without samples (lets the registry refuse a clashing name)."""
+        for spec in METRICS:
+            if self.per_pair or not spec.per_pair:
+                yield _family(spec)
 
-    def _remove(self, name: str, keys: Iterable[tuple[str, ...]]) -> None:
-        metric = self._metrics[name]
-        series = self._series[name]
-        for key in list(keys):
-            if key in series:
-                metric.remove(*key)
-                series.discard(key)
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:  # one consistent snapshot; the formatting happens outside the lock
+            alloc = self._allocation
+            levels = dict(self._levels)
+            staleness = dict(self._staleness)
+            counters = {name: dict(values) for name, values in self._counters.items()}
+            events = dict(self._events)
+            scalars = dict(self._scalars)
+            members = dict(self._members)
+            histograms = {name: h.snapshot() for name, h in self._histograms.items()}
+        families = _Families()
+        if alloc is not None:
+            _add_allocation(families, alloc, per_pair=self.per_pair)
+        for server, level in levels.items():
+            families.gauge("psdsf_server_min_vds").add_metric([server], level)
+        for server, seconds in staleness.items():
+            families.gauge("psdsf_gossip_staleness_seconds").add_metric([server], seconds)
+        for name, values in counters.items():
+            for server, count in values.items():
+                families.counter(name).add_metric([server], count)
+        for kind, count in events.items():
+            families.counter("psdsf_churn_events_total").add_metric([kind], count)
+        for name, scalar in scalars.items():
+            families.gauge(name).add_metric([], scalar)
+        for role, size in members.items():
+            families.gauge("psdsf_members").add_metric([role], size)
+        for name, (buckets, total) in histograms.items():
+            families.histogram(name).add_metric([], buckets, total)
+        for spec in METRICS:
+            if self.per_pair or not spec.per_pair:
+                yield families.by_name[spec.name]
 
-    def _child(self, name: str, *labels: str) -> MetricObject:
-        metric = self._metrics[name]
-        if not labels:
-            return metric
-        key = tuple(str(v) for v in labels)
-        self._series[name].add(key)
-        return metric.labels(*key)
-
-    def _gauge(self, name: str, *labels: str) -> Gauge:
-        child = self._child(name, *labels)
-        assert isinstance(child, Gauge)
-        return child
-
-    def _counter(self, name: str, *labels: str) -> Counter:
-        child = self._child(name, *labels)
-        assert isinstance(child, Counter)
-        return child
-
-    def _histogram(self, name: str, *labels: str) -> Histogram:
-        child = self._child(name, *labels)
-        assert isinstance(child, Histogram)
-        return child
+    def _add(self, counter: str, server: str, amount: float) -> None:
+        values = self._counters[counter]
+        key = str(server)
+        values[key] = values.get(key, 0.0) + amount
 
 
-def _make(spec: MetricSpec, registry: CollectorRegistry) -> MetricObject:
+def _family(spec: MetricSpec) -> Metric:
+    labels = list(spec.labels)
     if spec.type == "gauge":
-        return Gauge(spec.name, spec.help, spec.labels, registry=registry)
+        return GaugeMetricFamily(spec.name, spec.help, labels=labels)
     if spec.type == "counter":
-        return Counter(spec.name, spec.help, spec.labels, registry=registry)
-    return Histogram(spec.name, spec.help, spec.labels, registry=registry,
-                     buckets=_BUCKETS[spec.name])
+        return CounterMetricFamily(spec.name, spec.help, labels=labels)
+    return HistogramMetricFamily(spec.name, spec.help, labels=labels)
+
+
+class _Families:
+    """One empty family per metric of the table, typed for filling."""
+
+    def __init__(self) -> None:
+        self.by_name = {spec.name: _family(spec) for spec in METRICS}
+
+    def gauge(self, name: str) -> GaugeMetricFamily:
+        family = self.by_name[name]
+        assert isinstance(family, GaugeMetricFamily)
+        return family
+
+    def counter(self, name: str) -> CounterMetricFamily:
+        family = self.by_name[name]
+        assert isinstance(family, CounterMetricFamily)
+        return family
+
+    def histogram(self, name: str) -> HistogramMetricFamily:
+        family = self.by_name[name]
+        assert isinstance(family, HistogramMetricFamily)
+        return family
+
+
+def _add_allocation(families: _Families, alloc: _Allocation, *, per_pair: bool) -> None:
+    X = alloc.tasks
+    user_tasks = families.gauge("psdsf_user_tasks")
+    user_shares = families.gauge("psdsf_user_weighted_share")
+    for n, user in enumerate(alloc.users):
+        user_tasks.add_metric([user], float(alloc.totals[n]))
+        user_shares.add_metric([user], float(alloc.shares[n]))
+    server_tasks = families.gauge("psdsf_server_tasks")
+    util = families.gauge("psdsf_server_utilization_ratio")
+    for i, server in enumerate(alloc.servers):
+        server_tasks.add_metric([server], float(X[:, i].sum()))
+        for r, resource in enumerate(alloc.resources):
+            util.add_metric([server, resource], float(alloc.utilization[i, r]))
+    if per_pair:
+        pairs = families.gauge("psdsf_allocated_tasks")
+        for n, i in zip(*np.nonzero(X > 0), strict=True):
+            pairs.add_metric([alloc.users[n], alloc.servers[i]], float(X[n, i]))
+
+
+def _le(bound: float) -> str:
+    """A bucket bound as Prometheus writes it (``1.0``, ``0.0001``, ``+Inf``)."""
+    return "+Inf" if math.isinf(bound) else repr(float(bound))
 
 
 def _check_nonnegative(what: str, value: float) -> None:

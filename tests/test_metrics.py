@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -280,3 +281,79 @@ def test_min_vds_is_the_lowest_holder(fig1: Scenario) -> None:
     state = allocation_state(fig1, X)
     assert state.min_vds[0] == pytest.approx(1 / 6)
     assert np.isnan(state.min_vds[1])
+
+
+def test_nothing_is_claimed_before_it_is_known() -> None:
+    m = AllocatorMetrics()
+    for name in ("psdsf_certificate_residual", "psdsf_converged",
+                 "psdsf_last_reconvergence_seconds"):
+        assert value(m, name) is None
+    assert value(m, "psdsf_members", role="server") is None
+    # histograms are there from the start, empty, so that rates work from the first scrape
+    assert value(m, "psdsf_reconvergence_seconds_count") == 0.0
+    assert value(m, "psdsf_reconvergence_seconds_bucket", le="+Inf") == 0.0
+
+
+def test_no_created_series(fig1: Scenario) -> None:
+    m, _ = fed(fig1)
+    text = generate_latest(m.registry).decode()
+    assert "_created" not in text
+
+
+def test_rounds_without_measured_durations(fig1: Scenario) -> None:
+    m = AllocatorMetrics()
+    m.add_server_rounds("s1", 7)
+    m.observe_server_round("s1", 0.01)
+    assert value(m, "psdsf_server_rounds_total", server="s1") == 8.0
+    assert value(m, "psdsf_server_round_duration_seconds_count") == 1.0
+
+
+def test_histogram_buckets_are_cumulative_and_inclusive() -> None:
+    m = AllocatorMetrics()
+    for seconds in (1.0, 1.0, 2.5, 700.0):
+        m.observe_reconvergence(seconds)
+    assert value(m, "psdsf_reconvergence_seconds_bucket", le="1.0") == 2.0  # le: <= bound
+    assert value(m, "psdsf_reconvergence_seconds_bucket", le="2.0") == 2.0
+    assert value(m, "psdsf_reconvergence_seconds_bucket", le="3.0") == 3.0
+    assert value(m, "psdsf_reconvergence_seconds_bucket", le="600.0") == 3.0
+    assert value(m, "psdsf_reconvergence_seconds_bucket", le="+Inf") == 4.0
+    assert value(m, "psdsf_reconvergence_seconds_sum") == 704.5
+    assert value(m, "psdsf_last_reconvergence_seconds") == 700.0
+
+
+def test_a_registry_takes_one_allocator() -> None:
+    m = AllocatorMetrics()
+    with pytest.raises(ValueError, match="Duplicated"):
+        AllocatorMetrics(registry=m.registry)
+
+
+def test_a_scrape_sees_whole_updates(fig1: Scenario) -> None:
+    """Scrapes come from the endpoint's thread while the coordinator updates: each scrape sees
+    one allocation, never the pairs of one and the totals of another."""
+    X = solve(fig1, "rdm").allocation
+    states = [allocation_state(fig1, X * k) for k in (1.0, 2.0, 3.0)]
+    m = AllocatorMetrics()
+    m.set_state(states[0])
+    stop = threading.Event()
+
+    def update() -> None:
+        j = 0
+        while not stop.is_set():
+            m.set_state(states[j % 3])
+            j += 1
+
+    writer = threading.Thread(target=update)
+    writer.start()
+    try:
+        for _ in range(300):
+            fams = {f.name: f for f in text_string_to_metric_families(
+                generate_latest(m.registry).decode())}
+            pairs = sum(s.value for s in fams["psdsf_allocated_tasks"].samples)
+            users = sum(s.value for s in fams["psdsf_user_tasks"].samples)
+            servers = sum(s.value for s in fams["psdsf_server_tasks"].samples)
+            assert pairs == pytest.approx(users) == pytest.approx(servers)
+            assert users / X.sum() in (pytest.approx(1.0), pytest.approx(2.0),
+                                       pytest.approx(3.0))
+    finally:
+        stop.set()
+        writer.join()

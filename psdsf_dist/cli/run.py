@@ -65,6 +65,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="peers per gossip round (default 1)")
     p.add_argument("--gossip-rate", type=int, default=2, metavar="G",
                    help="gossip rounds per period (default 2)")
+    p.add_argument("--servers-per-actor", type=int, default=1, metavar="P",
+                   help="servers hosted by one actor process (default 1: one actor per server; "
+                        "more saves memory and start-up on a small machine)")
     p.add_argument("--rtol", type=float, default=CONVERGENCE_RTOL,
                    help=f"certificate tolerance (default {CONVERGENCE_RTOL:g})")
     p.add_argument("--num-cpus", type=int, metavar="C",
@@ -79,7 +82,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def config_from(args: argparse.Namespace) -> RunConfig:
     cfg = RunConfig(period=args.period, jitter=args.jitter, fanout=args.fanout,
                     gossip_rate=args.gossip_rate, rule=args.rule, mode=args.mode,
-                    seed=args.seed, rtol=args.rtol,
+                    seed=args.seed, rtol=args.rtol, servers_per_actor=args.servers_per_actor,
                     time_scale=args.period if args.time_scale is None else args.time_scale)
     try:
         cfg.check()
@@ -228,6 +231,7 @@ def render(result: RunResult, *, json_output: bool, seconds: float) -> str:
             "run": {"period": cfg.period, "time_scale": cfg.time_scale, "jitter": cfg.jitter,
                     "fanout": cfg.fanout, "gossip_rate": cfg.gossip_rate, "seed": cfg.seed,
                     "rule": cfg.rule, "rtol": cfg.rtol, "servers": result.servers,
+                    "servers_per_actor": cfg.servers_per_actor,
                     "restarts": result.restarts, "seconds": seconds,
                     "rounds": len(result.observations)},
             "events": [e.to_json() for e in result.events],

@@ -325,16 +325,19 @@ class AllocatorMetrics:
             self._add("psdsf_server_rounds_total", server, float(rounds))
 
     def observe_gossip(self, server: str, messages: float, bytes: float,
-                       staleness_seconds: float) -> None:
+                       staleness_seconds: float | None = None) -> None:
         """``messages`` messages of ``bytes`` bytes sent by ``server`` since the last call, and
-        how old (seconds) the other servers' columns in its view of the totals are."""
+        how old (seconds) the other servers' columns in its view of the totals are (None: not
+        known, the gauge keeps its value)."""
         _check_nonnegative("messages", messages)
         _check_nonnegative("bytes", bytes)
-        _check_nonnegative("staleness", staleness_seconds)
+        if staleness_seconds is not None:
+            _check_nonnegative("staleness", staleness_seconds)
         with self._lock:
             self._add("psdsf_gossip_messages_total", server, float(messages))
             self._add("psdsf_gossip_bytes_total", server, float(bytes))
-            self._staleness[str(server)] = float(staleness_seconds)
+            if staleness_seconds is not None:
+                self._staleness[str(server)] = float(staleness_seconds)
 
     def set_certificate(self, residual: float, converged: bool) -> None:
         _check_nonnegative("residual", residual)

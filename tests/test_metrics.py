@@ -357,3 +357,13 @@ def test_a_scrape_sees_whole_updates(fig1: Scenario) -> None:
     finally:
         stop.set()
         writer.join()
+
+
+def test_gossip_without_a_staleness_estimate() -> None:
+    m = AllocatorMetrics()
+    m.observe_gossip("s1", 2, 64)
+    assert value(m, "psdsf_gossip_staleness_seconds", server="s1") is None
+    m.observe_gossip("s1", 1, 32, 0.75)
+    m.observe_gossip("s1", 1, 32)
+    assert value(m, "psdsf_gossip_staleness_seconds", server="s1") == 0.75
+    assert value(m, "psdsf_gossip_messages_total", server="s1") == 4.0

@@ -30,7 +30,10 @@ What is measured, all in one run so that the ratios compare like with like:
    ``SEED + 7 K + N`` (machines and users both), so times across K compare different users too.
 3. The paper's 120-server example (ORACLES 3): ``solve`` time and the LP, target under 50 ms.
 
-Every timed run happens in a forked child process that is killed after ``--cap`` seconds; a
+Times are CPU seconds of the process doing the work (``time.process_time``, all its threads):
+other jobs sharing the machine inflate wall-clock times unevenly, CPU time much less.  On an
+idle machine with single-threaded numpy the two agree.  Every timed run happens in a forked
+child process that is killed after ``--cap`` wall-clock seconds; a
 cell whose first run hits the cap is recorded as "> cap s" and larger K in the same series
 are skipped (they would only be slower).  A run longer than ``REPEAT_LIMIT`` (60 s) is not
 repeated, to keep the whole benchmark within about half an hour; such cells say "1 run".
@@ -167,9 +170,9 @@ def drfh_program(scenario: Scenario) -> DrfhProgram:
 
 def _child(task: Callable[[], float], conn: Connection) -> None:
     try:
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         task()
-        conn.send(("ok", time.perf_counter() - t0))
+        conn.send(("ok", time.process_time() - t0))
     except Exception as err:  # reported in the table, not raised: one bad cell must not end the run
         conn.send(("error", f"{type(err).__name__}: {err}".splitlines()[0][:120]))
     finally:
@@ -274,16 +277,16 @@ def server_procedure_inputs(num_users: int, seed: int) -> dict[str, Any]:
 
 def per_call_seconds(call: Callable[[], object], budget: float = 1.0, batches: int = 15) -> float:
     """Median over ``batches`` batches of the mean time per call (batch sized to the budget)."""
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     call()
-    once = max(time.perf_counter() - t0, 1e-7)
+    once = max(time.process_time() - t0, 1e-7)
     per_batch = max(1, int(budget / batches / once))
     samples = []
     for _ in range(batches):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         for _ in range(per_batch):
             call()
-        samples.append((time.perf_counter() - t0) / per_batch)
+        samples.append((time.process_time() - t0) / per_batch)
     return statistics.median(samples)
 
 
@@ -419,7 +422,7 @@ def write_results(
         f"{REPEAT_LIMIT:g} s is not repeated, marked \"1 run\"), cap {args.cap:g} s per "
         f"run; the whole run took {seconds / 60:.1f} min.  Load average (1 min) at the start "
         f"{args.load_start:.1f}, at the end {os.getloadavg()[0]:.1f}: other work on the machine "
-        "inflates every time alike, so read the ratios first.",
+        "would inflate wall-clock times, so every time here is CPU time of the timed process.",
         "",
         "## server_procedure, time per call (M = 4)",
         "",

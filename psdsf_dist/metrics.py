@@ -45,7 +45,7 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 
-from psdsf_dist.events import EVENT_KINDS
+from psdsf_dist.events import EVENT_KINDS, Event, ServerFails, UserLeaves
 from psdsf_dist.report import utilization
 from psdsf_dist.scenario import Scenario
 
@@ -437,6 +437,74 @@ class AllocatorMetrics:
         values = self._counters[counter]
         key = str(server)
         values[key] = values.get(key, 0.0) + amount
+
+
+@dataclass(frozen=True)
+class ServerCounts:
+    """A server's cumulative counters as it reports them; they restart from zero with each
+    incarnation (a restarted server is a new gossip origin)."""
+
+    server: str
+    incarnation: str
+    rounds: int
+    messages: int
+    bytes: int
+
+
+class RunMetrics:
+    """Feeds :class:`AllocatorMetrics` from what a coordinator sees: one observation per period
+    (the allocation, the certificate, the servers' cumulative counters) and the churn events it
+    applies.  Turns cumulative counters into increments and times re-convergence: from an event
+    to the first observation after it on which the certificate holds."""
+
+    def __init__(self, metrics: AllocatorMetrics) -> None:
+        self.metrics = metrics
+        self._counts: dict[str, ServerCounts] = {}
+        self._event_at: float | None = None
+
+    def observe(
+        self,
+        scenario: Scenario,
+        allocation: FloatArray,
+        *,
+        users: BoolArray,
+        servers: BoolArray,
+        residual: float,
+        holds: bool,
+        now: float,
+        reports: Sequence[ServerCounts] = (),
+    ) -> None:
+        """One observation at run time ``now`` (seconds): ``allocation`` (N x K) on
+        ``scenario`` with the present users and live servers masked in."""
+        m = self.metrics
+        m.set_state(allocation_state(scenario, allocation, users=users, servers=servers))
+        m.set_certificate(residual, holds)
+        m.set_membership(int(np.count_nonzero(servers)), int(np.count_nonzero(users)))
+        for counts in reports:
+            before = self._counts.get(counts.server)
+            if before is None or before.incarnation != counts.incarnation:
+                before = ServerCounts(counts.server, counts.incarnation, 0, 0, 0)
+            m.add_server_rounds(counts.server, max(counts.rounds - before.rounds, 0))
+            m.observe_gossip(counts.server, max(counts.messages - before.messages, 0),
+                             max(counts.bytes - before.bytes, 0))
+            self._counts[counts.server] = counts
+        if self._event_at is not None and holds:
+            m.observe_reconvergence(max(now - self._event_at, 0.0))
+            self._event_at = None
+
+    def event(self, event: Event, now: float) -> None:
+        """A churn event applied at run time ``now``; a departed member's series go."""
+        self.metrics.observe_event(event.kind)
+        self._event_at = now
+        if isinstance(event, UserLeaves):
+            self.metrics.forget_user(event.user)
+        elif isinstance(event, ServerFails):
+            self.metrics.forget_server(event.server)
+            self._counts.pop(event.server, None)
+
+    def restart(self, server: str) -> None:
+        """A server came back (a crashed actor restarted, or a failed server rejoined)."""
+        self.metrics.observe_restart(server)
 
 
 def _family(spec: MetricSpec) -> Metric:

@@ -13,8 +13,14 @@ from hypothesis import strategies as st
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from psdsf_dist.events import EVENT_KINDS
-from psdsf_dist.metrics import METRICS, AllocatorMetrics, allocation_state
+from psdsf_dist.events import EVENT_KINDS, ServerFails, UserLeaves
+from psdsf_dist.metrics import (
+    METRICS,
+    AllocatorMetrics,
+    RunMetrics,
+    ServerCounts,
+    allocation_state,
+)
 from psdsf_dist.random_scenarios import random_scenario
 from psdsf_dist.scenario import Scenario
 from psdsf_dist.solver import solve
@@ -367,3 +373,50 @@ def test_gossip_without_a_staleness_estimate() -> None:
     m.observe_gossip("s1", 1, 32)
     assert value(m, "psdsf_gossip_staleness_seconds", server="s1") == 0.75
     assert value(m, "psdsf_gossip_messages_total", server="s1") == 4.0
+
+
+# -- RunMetrics: what a coordinator feeds ------------------------------------------------------
+
+
+def test_run_metrics_turn_cumulative_reports_into_increments(fig1: Scenario) -> None:
+    X = solve(fig1, "rdm").allocation
+    run = RunMetrics(AllocatorMetrics())
+    everyone = np.ones(3, dtype=bool), np.ones(2, dtype=bool)
+
+    def observe(now: float, *reports: ServerCounts, holds: bool = True) -> None:
+        run.observe(fig1, X, users=everyone[0], servers=everyone[1], residual=0.0,
+                    holds=holds, now=now, reports=reports)
+
+    m = run.metrics
+    observe(1.0, ServerCounts("s1", "s1", 1, 4, 400), ServerCounts("s2", "s2", 1, 2, 100))
+    observe(2.0, ServerCounts("s1", "s1", 3, 10, 1000), ServerCounts("s2", "s2", 2, 2, 100))
+    assert value(m, "psdsf_server_rounds_total", server="s1") == 3.0
+    assert value(m, "psdsf_gossip_messages_total", server="s1") == 10.0
+    assert value(m, "psdsf_gossip_bytes_total", server="s2") == 100.0
+    # a new incarnation counts from zero again: its counts add on
+    observe(3.0, ServerCounts("s2", "s2#1", 1, 1, 50))
+    assert value(m, "psdsf_server_rounds_total", server="s2") == 3.0
+    assert value(m, "psdsf_gossip_bytes_total", server="s2") == 150.0
+    assert value(m, "psdsf_members", role="server") == 2.0
+    assert value(m, "psdsf_user_tasks", user="u3") == pytest.approx(6.0)
+
+
+def test_run_metrics_time_reconvergence_from_the_event(fig1: Scenario) -> None:
+    X = solve(fig1, "rdm").allocation
+    run = RunMetrics(AllocatorMetrics())
+    users, servers = np.array([True, False, True]), np.ones(2, dtype=bool)
+    run.event(UserLeaves(at=10.0, index=0, user="u2"), now=10.0)
+    for now, holds in [(11.0, False), (12.0, False), (13.5, True), (14.5, True)]:
+        run.observe(fig1, X, users=users, servers=servers, residual=0.0 if holds else 0.2,
+                    holds=holds, now=now)
+    m = run.metrics
+    assert value(m, "psdsf_last_reconvergence_seconds") == 3.5  # once, at the first holding
+    assert value(m, "psdsf_reconvergence_seconds_count") == 1.0
+    assert value(m, "psdsf_churn_events_total", kind="user_leaves") == 1.0
+    assert value(m, "psdsf_user_tasks", user="u2") is None
+    assert value(m, "psdsf_members", role="user") == 2.0
+    run.event(ServerFails(at=20.0, index=1, server="s2"), now=20.0)
+    run.restart("s2")
+    assert value(m, "psdsf_server_tasks", server="s2") is None
+    assert value(m, "psdsf_server_restarts_total", server="s2") == 1.0
+    assert value(m, "psdsf_churn_events_total", kind="server_fails") == 1.0

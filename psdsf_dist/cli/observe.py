@@ -28,8 +28,8 @@ import numpy as np
 from psdsf_dist.cli.common import EXIT_FAILURE, CommandError, emit, load
 from psdsf_dist.cli.simulate import render
 from psdsf_dist.errors import PsdsfError
-from psdsf_dist.events import Event, ServerFails, ServerJoins, UserLeaves, universe
-from psdsf_dist.metrics import AllocatorMetrics, allocation_state
+from psdsf_dist.events import Event, ServerJoins, universe
+from psdsf_dist.metrics import AllocatorMetrics, RunMetrics, allocation_state
 from psdsf_dist.metrics_server import DEFAULT_BIND, DEFAULT_PORT, MetricsServer
 from psdsf_dist.simulator import (
     CONVERGENCE_RTOL,
@@ -103,21 +103,26 @@ class TimedSimulator(Simulator):
 
 
 class SimulationExporter:
-    """Translates the simulator's state after each round into :class:`AllocatorMetrics`."""
+    """Translates the simulator's state after each round into :class:`AllocatorMetrics`, the
+    way a coordinator feeds them (:class:`RunMetrics`), plus what only the simulator knows per
+    server: each update's duration and its view's staleness."""
 
     def __init__(self, sim: TimedSimulator, metrics: AllocatorMetrics) -> None:
         self.sim = sim
         self.metrics = metrics
+        self.run = RunMetrics(metrics)
         full = universe(sim.scenario)
         self.events: tuple[Event, ...] = tuple(sorted(full.events, key=lambda e: (e.at, e.index)))
         self.server_names = full.scenario.server_names
         self._next_event = 0
-        self._event_at: float | None = None
         self._ever_up = {self.server_names[int(i)] for i in np.flatnonzero(sim.servers_up)}
 
     def start(self) -> None:
         """Membership and the (empty) allocation before the first round."""
-        self._export_state()
+        sim = self.sim
+        self.metrics.set_state(allocation_state(sim.current, sim.X, users=sim.users_active,
+                                                servers=sim.servers_up))
+        self.metrics.set_membership(int(sim.servers_up.sum()), int(sim.users_active.sum()))
 
     def round(self, rec: RoundRecord) -> None:
         sim, m = self.sim, self.metrics
@@ -125,8 +130,6 @@ class SimulationExporter:
         while self._next_event < len(self.events) and self.events[self._next_event].at < rec.time:
             self._event(self.events[self._next_event])
             self._next_event += 1
-        self._export_state()
-        m.set_certificate(rec.residual, rec.holds)
         for i, seconds in sim.updates:
             m.observe_server_round(self.server_names[i], seconds)
         sim.updates.clear()
@@ -134,28 +137,15 @@ class SimulationExporter:
         for up in np.flatnonzero(sim.servers_up):
             m.observe_gossip(self.server_names[int(up)], float(sim.acct.messages[up]),
                              float(sim.acct.bytes[up]), self._staleness(int(up), now))
-        if self._event_at is not None and rec.holds:
-            m.observe_reconvergence(now - self._event_at)
-            self._event_at = None
+        self.run.observe(sim.current, sim.X, users=sim.users_active, servers=sim.servers_up,
+                         residual=rec.residual, holds=rec.holds, now=now)
 
     def _event(self, event: Event) -> None:
-        m = self.metrics
-        m.observe_event(event.kind)
-        self._event_at = event.at
-        if isinstance(event, UserLeaves):
-            m.forget_user(event.user)
-        elif isinstance(event, ServerFails):
-            m.forget_server(event.server)
-        elif isinstance(event, ServerJoins):
+        self.run.event(event, event.at)
+        if isinstance(event, ServerJoins):
             if event.server in self._ever_up:
-                m.observe_restart(event.server)
+                self.run.restart(event.server)
             self._ever_up.add(event.server)
-
-    def _export_state(self) -> None:
-        sim = self.sim
-        self.metrics.set_state(allocation_state(sim.current, sim.X, users=sim.users_active,
-                                                servers=sim.servers_up))
-        self.metrics.set_membership(int(sim.servers_up.sum()), int(sim.users_active.sum()))
 
     def _staleness(self, i: int, now: float) -> float:
         """Median age of the other servers' heartbeats in server i's view (scuttlebutt), or the

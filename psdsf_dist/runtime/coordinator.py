@@ -209,6 +209,8 @@ class Coordinator:
             await asyncio.gather(*(self._call(h.advance_to.remote(t), 60.0)
                                    for h in self.actors.values()), return_exceptions=True)
             out.append((await self._observe()).to_json())
+            if self.node_spec is not None and len(self.observations) % NODE_CHECK_PERIODS == 0:
+                await self._check_nodes()
         return out
 
     async def _monitor(self) -> None:
@@ -322,7 +324,7 @@ class Coordinator:
             reps: list[ServerReport] = await self._call(handle.report.remote())
         except ray.exceptions.ActorUnavailableError:
             return None  # restarting
-        except ray.exceptions.RayActorError:
+        except ray.exceptions.RayError:  # dead, or unschedulable (its pinned node is gone)
             for m in hosted:
                 m.gone += 1
             return None
@@ -337,15 +339,24 @@ class Coordinator:
         return await asyncio.wait_for(ref, limit)
 
     async def _check_nodes(self) -> None:
-        """from-ray: every alive node without a server becomes one."""
+        """from-ray: every alive node without a server becomes one; a server pinned to a node
+        that is gone has failed with it."""
         assert self.churn is not None and self.node_spec is not None
+        nodes = _ray_nodes()
+        alive = {str(n["NodeID"]) for n in nodes if n.get("Alive")}
+        for m in list(self.members.values()):
+            if m.hard and m.node is not None and m.node not in alive:
+                await self._apply(ServerFails(self.now(), -1, m.name), from_scenario=False)
         known = set(self.pinned.values())
-        for node in _ray_nodes():
+        for node in nodes:
             if node.get("Alive") and node["NodeID"] not in known:
                 spec = self.node_spec(node)
                 self.pinned[spec["name"]] = node["NodeID"]
-                await self._apply(ServerJoins(self.now() / self.config.time_scale, -1,
-                                              spec["name"], spec), from_scenario=False)
+                if spec["name"] in self.churn.full.server_names:  # a node came back
+                    event = ServerJoins(self.now(), -1, spec["name"], None)
+                else:
+                    event = ServerJoins(self.now(), -1, spec["name"], spec)
+                await self._apply(event, from_scenario=False)
 
     # -- observing ----------------------------------------------------------------------------
     async def _observe(self) -> Observation:

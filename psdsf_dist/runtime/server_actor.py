@@ -183,7 +183,7 @@ class ServerActor:
                 "error": slot.error,
             }
         return {"time": None if self.clock is None else self.clock.now(), "pid": os.getpid(),
-                "servers": servers}
+                "node": ray.get_runtime_context().get_node_id(), "servers": servers}
 
     async def state(self) -> list[tuple[str, Table, int, float]]:
         """What a restarted coordinator rebuilds its state from: per started hosted server,

@@ -1,0 +1,119 @@
+"""Several Ray nodes (``ray.cluster_utils.Cluster``, one machine): ``servers: from-ray``
+pins one server per node, and nodes leaving and joining are server failures and joins; the
+servers of a normal scenario are spread over the nodes and come back elsewhere when their
+node goes.  The allocation stays feasible and is certified again after each change.
+
+These tests shut the shared local session down and run last (see ``conftest.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import ray
+from ray.cluster_utils import Cluster
+
+from psdsf_dist.certificate import certificate
+from psdsf_dist.runtime.config import RunConfig
+from psdsf_dist.runtime.launcher import Run, launch
+
+pytestmark = pytest.mark.multinode
+
+MANUAL = RunConfig(period=1.0, jitter=0.0, clock="manual", seed=5, ttl_periods=4.0)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    ray.shutdown()  # the shared single-node session, if any
+    c: Any = Cluster(initialize_head=True,
+                head_node_args={"num_cpus": 1, "resources": {"slots": 4}})
+    for slots in (2, 3):
+        c.add_node(num_cpus=1, resources={"slots": slots})
+    c.wait_for_nodes()
+    ray.init(address=c.address, namespace="psdsf", log_to_driver=False,
+             configure_logging=False)
+    try:
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+def advance_until_held(run: Run, hold: int = 3, limit: int = 80) -> list[dict[str, Any]]:
+    seen: list[dict[str, Any]] = []
+    while len(seen) < limit:
+        seen += run.advance(1)
+        if len(seen) >= hold and all(o["holds"] for o in seen[-hold:]):
+            assert all(o["feasible"] for o in seen)
+            res = run.result()
+            assert certificate(res.scenario, res.allocation, rtol=1e-3).holds
+            return seen
+    raise AssertionError(f"not certified within {limit} rounds: "
+                         f"{[round(o['residual'], 4) for o in seen[-5:]]}")
+
+
+def node_of(run: Run) -> dict[str, str]:
+    return {name: ray.get(h.status.remote())["node"] for name, h in run.handles().items()}
+
+
+FROM_RAY = {
+    "servers": "from-ray",
+    "resources": ["CPU", "slots"],
+    "users": [{"name": "a", "demand": {"CPU": 0.25, "slots": 1}, "weight": 1},
+              {"name": "b", "demand": {"CPU": 0.5, "slots": 0.5}, "weight": 2}],
+}
+
+
+def test_from_ray_servers_follow_the_nodes(cluster: Any) -> None:
+    run = launch(FROM_RAY, MANUAL, run_id="from-ray")
+    try:
+        advance_until_held(run)
+        res = run.result()
+        assert res.servers == 3
+        assert sorted(res.scenario.capacity[:, 1]) == [2.0, 3.0, 4.0]  # slots per node
+        placed = node_of(run)
+        for name, node in placed.items():
+            assert name == f"node-{node[:8]}"  # pinned to the node it stands for
+        worker = cluster.list_all_nodes()[1]
+        gone = f"node-{worker.node_id[:8]}"
+        cluster.remove_node(worker)
+        seen = advance_until_held(run, limit=60)
+        assert any(not o["holds"] for o in seen)
+        status = run.status()
+        assert gone not in status["members"] and status["servers"] == 2
+        new = cluster.add_node(num_cpus=1, resources={"slots": 5})
+        cluster.wait_for_nodes()
+        joined = f"node-{new.node_id[:8]}"
+        for _ in range(20):  # the coordinator looks for new nodes every few periods
+            run.advance(1)
+            if joined in run.status()["members"]:
+                break
+        advance_until_held(run, limit=60)
+        status = run.status()
+        assert joined in status["members"] and status["servers"] == 3
+        assert 5.0 in run.result().scenario.capacity[:, 1]
+    finally:
+        run.stop()
+
+
+def test_scenario_servers_are_spread_and_restart_elsewhere(cluster: Any) -> None:
+    doc = {"resources": ["cpu", "mem"],
+           "servers": [{"name": "s", "count": 6, "capacity": {"cpu": 1, "mem": 1}}],
+           "users": [{"name": "u1", "demand": {"cpu": 0.1, "mem": 0.2}},
+                     {"name": "u2", "demand": {"cpu": 0.2, "mem": 0.1}, "weight": 2}]}
+    run = launch(doc, MANUAL, run_id="spread")
+    try:
+        advance_until_held(run)
+        placed = node_of(run)
+        assert len(set(placed.values())) == len(cluster.list_all_nodes())  # spread
+        worker = next(n for n in cluster.list_all_nodes() if not n.head)
+        victims = [s for s, node in placed.items() if node == worker.node_id]
+        assert victims
+        cluster.remove_node(worker)
+        advance_until_held(run, limit=80)
+        assert run.result().restarts >= len(victims)
+        after = node_of(run)
+        assert all(after[s] != worker.node_id for s in victims)  # came back elsewhere
+    finally:
+        run.stop()

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,10 +129,11 @@ class Coordinator:
         """Start the run: one server actor per present server.  Returns how many."""
         self.lock = asyncio.Lock()
         self.churn, self.events = ChurnState.start(self.scenario)
-        self.started_at = time.time()
         self.ready = True
         names = self.churn.present_servers()
-        await self._spawn(names)
+        # The run's clock starts once every actor is up (120 take minutes on a busy machine):
+        # event times count from when the servers can act on them.
+        await self._spawn(names, before_start=self._start_clock)
         if self.config.clock == "real":
             self.monitor = asyncio.get_running_loop().create_task(self._monitor())
         return len(names)
@@ -274,7 +275,11 @@ class Coordinator:
                                for h in self.actors.values()), return_exceptions=True)
 
     # -- servers ------------------------------------------------------------------------------
-    async def _spawn(self, names: list[str]) -> None:
+    async def _start_clock(self) -> None:
+        self.started_at = time.time()
+
+    async def _spawn(self, names: list[str],
+                     before_start: Callable[[], Awaitable[None]] | None = None) -> None:
         assert self.churn is not None
         nodes = _alive_nodes()
         where = assign_nodes(names, nodes, self.pinned)
@@ -298,6 +303,11 @@ class Coordinator:
             self.actors[actor] = handle
             for name in group:
                 self.members[name] = Member(name, handle, actor, 0, node, hard)
+        fresh_actors = {self.members[n].actor for n in names}
+        await asyncio.gather(*(self._call(self.actors[a].status.remote(), START_TIMEOUT)
+                               for a in fresh_actors))  # every process is up
+        if before_start is not None:
+            await before_start()
         table = self.churn.table()
         self.tables[table.epoch] = table.scenario
         await asyncio.gather(*(self._start_member(self.members[n], table) for n in names))

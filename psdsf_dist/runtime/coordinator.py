@@ -38,6 +38,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from psdsf_dist.certificate import certificate
 from psdsf_dist.errors import ScenarioError
 from psdsf_dist.events import Event, ServerFails, ServerJoins
+from psdsf_dist.metrics import AllocatorMetrics, RunMetrics, ServerCounts
+from psdsf_dist.metrics_server import MetricsServer
 from psdsf_dist.report import utilization
 from psdsf_dist.runtime.churn import ChurnState, Table
 from psdsf_dist.runtime.config import RunConfig
@@ -120,6 +122,8 @@ class Coordinator:
         self.last_allocation: FloatArray | None = None
         self.lock: asyncio.Lock | None = None
         self.failure: str | None = None
+        self.metrics: RunMetrics | None = None
+        self.metrics_server: MetricsServer | None = None
         ctx = ray.get_runtime_context()
         self.restarted = bool(ctx.was_current_actor_reconstructed)
         self.ready = False
@@ -192,6 +196,9 @@ class Coordinator:
             ray.kill(handle, no_restart=True)
         self.actors.clear()
         self.members.clear()
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
+            self.metrics_server = None
 
     # -- time ---------------------------------------------------------------------------------
     def now(self) -> float:
@@ -253,6 +260,8 @@ class Coordinator:
     async def _apply(self, event: Event, *, from_scenario: bool) -> None:
         assert self.churn is not None
         self.churn.apply(event, self.now(), from_scenario=from_scenario)
+        if self.metrics is not None:
+            self.metrics.event(event, self.now())
         if isinstance(event, ServerFails):
             m = self.members.pop(event.server, None)
             if m is not None:
@@ -400,6 +409,8 @@ class Coordinator:
                 else:  # Ray restarted a crashed actor: start it again, a new incarnation
                     m.incarnation += 1
                     self.restarts += 1
+                    if self.metrics is not None:
+                        self.metrics.restart(m.name)
                     await self._start_member(m, churn.table())
                 continue
             answered += 1
@@ -429,7 +440,28 @@ class Coordinator:
         )
         self.observations.append(obs)
         self.last_allocation = X
+        if self.metrics is not None:
+            self.metrics.observe(
+                current, X, users=churn.users_present, servers=up, residual=obs.residual,
+                holds=obs.holds, now=obs.time,
+                reports=[ServerCounts(r.name, r.origin, r.rounds, r.messages, r.bytes)
+                         for r in reports if r is not None and r.running])
         return obs
+
+    # -- metrics ------------------------------------------------------------------------------
+    async def serve_metrics(self, port: int, bind: str, per_pair: bool = True) -> str:
+        """Export the run's Prometheus metrics (:mod:`psdsf_dist.metrics`) on one HTTP endpoint
+        served from this process; returns its URL.  Calling it again returns the same URL."""
+        if self.metrics_server is None:
+            metrics = AllocatorMetrics(per_pair=per_pair)
+            self.metrics_server = MetricsServer(metrics.registry, port, bind).start()
+            self.metrics = RunMetrics(metrics)
+        server = self.metrics_server
+        host = server.bind
+        if host in ("0.0.0.0", "::", ""):  # all interfaces: name the one Ray knows this node by
+            node_ip: Any = ray.util.get_node_ip_address
+            host = str(node_ip())
+        return f"http://{host}:{server.port}/metrics"
 
     # -- answers ------------------------------------------------------------------------------
     async def status(self) -> dict[str, Any]:

@@ -23,6 +23,7 @@ import yaml
 from psdsf_dist.certificate import certificate
 from psdsf_dist.cli.common import EXIT_FAILURE, CommandError, dumps, emit, load
 from psdsf_dist.errors import PsdsfError, ScenarioError
+from psdsf_dist.metrics_server import DEFAULT_BIND
 from psdsf_dist.report import allocation_json, allocation_table
 from psdsf_dist.runtime.config import CONVERGENCE_RTOL, RunConfig
 from psdsf_dist.runtime.coordinator import RunResult
@@ -65,6 +66,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="peers per gossip round (default 1)")
     p.add_argument("--gossip-rate", type=int, default=2, metavar="G",
                    help="gossip rounds per period (default 2)")
+    p.add_argument("--paced", action="store_true",
+                   help="time moves one period on as soon as every server has done its part "
+                        "(a compressed replay whose rounds do not depend on the machine's "
+                        "speed; --duration then counts run time)")
     p.add_argument("--servers-per-actor", type=int, default=1, metavar="P",
                    help="servers hosted by one actor process (default 1: one actor per server; "
                         "more saves memory and start-up on a small machine)")
@@ -72,6 +77,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help=f"certificate tolerance (default {CONVERGENCE_RTOL:g})")
     p.add_argument("--num-cpus", type=int, metavar="C",
                    help="CPUs of the embedded local Ray (default: all)")
+    p.add_argument("--metrics-port", type=int, metavar="P",
+                   help="serve Prometheus metrics from the coordinator on port P (0 picks a free "
+                        "port; the URL is printed); default: no endpoint")
+    p.add_argument("--metrics-bind", default=DEFAULT_BIND, metavar="A",
+                   help=f"address of the metrics endpoint (default {DEFAULT_BIND}; 0.0.0.0 for "
+                        "all)")
+    p.add_argument("--no-per-pair-metrics", dest="per_pair_metrics", action="store_false",
+                   help="no per-(user, server) task series (large clusters); per-user and "
+                        "per-server aggregates stay")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--json", action="store_true",
                    help="print a JSON object: the allocation (solve format), events, trace")
@@ -83,6 +97,7 @@ def config_from(args: argparse.Namespace) -> RunConfig:
     cfg = RunConfig(period=args.period, jitter=args.jitter, fanout=args.fanout,
                     gossip_rate=args.gossip_rate, rule=args.rule, mode=args.mode,
                     seed=args.seed, rtol=args.rtol, servers_per_actor=args.servers_per_actor,
+                    clock="manual" if args.paced else "real",
                     time_scale=args.period if args.time_scale is None else args.time_scale)
     try:
         cfg.check()
@@ -138,6 +153,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from(args)
     if args.duration is not None and not args.duration > 0:
         raise CommandError(f"--duration: must be > 0 seconds, got {args.duration}")
+    if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
+        raise CommandError(f"--metrics-port: must be in 0..65535, got {args.metrics_port}")
     source = source_of(args.scenario, extra_events(args.event))
     if isinstance(source, Scenario):
         try:
@@ -159,6 +176,10 @@ def run(args: argparse.Namespace) -> int:
         say = _progress(args.quiet, cfg)
         say(None, f"{the_run.status()['servers']} server actors started in "
                   f"{time.monotonic() - began:.1f} s")
+        if args.metrics_port is not None:
+            url = serve_metrics(the_run, args.metrics_port, args.metrics_bind,
+                                args.per_pair_metrics)
+            print(f"psdsf-dist: run: serving metrics on {url}", file=sys.stderr, flush=True)
         limit = args.duration if args.duration is not None else _default_limit(the_run)
         converge = args.until_converged or args.duration is None
         final = the_run.wait(duration=limit, until_converged=converge, hold=DEFAULT_HOLD,
@@ -186,6 +207,18 @@ def run(args: argparse.Namespace) -> int:
         print("psdsf-dist: run: the certificate did not hold at the end", file=sys.stderr)
         return EXIT_FAILURE
     return 0
+
+
+def serve_metrics(the_run: Any, port: int, bind: str, per_pair: bool) -> str:
+    """Start the run's Prometheus endpoint in the coordinator's process; its URL."""
+    import ray
+
+    try:
+        url: str = ray.get(the_run.coordinator.serve_metrics.remote(port, bind, per_pair))
+    except ray.exceptions.RayTaskError as err:  # e.g. the port is in use on that node
+        cause = getattr(err, "cause", None)
+        raise CommandError(f"--metrics-port/--metrics-bind: {cause or err}") from None
+    return url
 
 
 def _default_limit(the_run: Any) -> float:

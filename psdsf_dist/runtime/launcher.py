@@ -163,24 +163,29 @@ class Run:
     def wait(self, *, duration: float | None = None, until_converged: bool = False,
              hold: int = 3, progress: Callable[[dict[str, Any]], None] | None = None,
              poll: float | None = None) -> dict[str, Any]:
-        """Wait (real clock) for ``duration`` seconds, or — with ``until_converged`` — until
+        """Let the run go on for ``duration`` seconds, or — with ``until_converged`` — until
         every scenario event has happened and the certificate has held ``hold`` observations in
-        a row (whichever first).  ``progress`` gets each new status."""
+        a row (whichever first).  ``progress`` gets each new status.
+
+        Real clock: waits in wall-clock time.  Manual clock (paced): moves the run on one
+        period at a time as fast as the servers finish, ``duration`` in run time."""
+        paced = self.config.clock == "manual"
         step = poll if poll is not None else max(self.config.period, 0.2)
-        start = time.monotonic()
-        seen = 0
+        start = self.status()["time"] if paced else time.monotonic()
         while True:
             st = self.status()
             if progress is not None:
                 progress(st)
-            if until_converged and st["events_applied"] >= st["events_total"]:
-                obs = self.observations(seen)
-                seen += len(obs)
-                if _held(self, hold):
-                    return st
-            if duration is not None and time.monotonic() - start >= duration:
+            if until_converged and st["events_applied"] >= st["events_total"] \
+                    and _held(self, hold):
                 return st
-            time.sleep(step)
+            elapsed = st["time"] - start if paced else time.monotonic() - start
+            if duration is not None and elapsed >= duration - 1e-9:
+                return st
+            if paced:
+                self.advance(1)
+            else:
+                time.sleep(step)
 
     def stop(self) -> None:
         """End every actor of the run (servers and coordinator)."""
@@ -191,7 +196,10 @@ class Run:
 
 
 def _held(run: Run, hold: int) -> bool:
-    tail = run.observations(max(len(run.observations()) - hold, 0))
+    rounds = run.status()["round"]
+    if rounds is None or rounds + 1 < hold:
+        return False
+    tail = run.observations(rounds + 1 - hold)
     return len(tail) >= hold and all(o["holds"] for o in tail)
 
 

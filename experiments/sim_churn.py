@@ -57,8 +57,8 @@ SETTINGS: tuple[tuple[str, GossipModel, float, int, int], ...] = (
 EVENTS = ("start", "user u4 leaves", "user u4 joins")
 
 
-def run_all(seeds: int, rounds: int, quick: bool) -> tuple[list[dict[str, Any]],
-                                                             list[dict[str, Any]]]:
+def run_all(seeds: int, rounds: int, quick: bool,
+            gossip: bool = True) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     scenario = load_scenario(EXAMPLES / "paper_cluster.yaml")
     rows: list[dict[str, Any]] = []
     trace_rows: list[dict[str, Any]] = []
@@ -69,7 +69,7 @@ def run_all(seeds: int, rounds: int, quick: bool) -> tuple[list[dict[str, Any]],
             n_seeds = 1 if model == "snapshot" or rule != DEFAULT_RULE else seeds
             if model != "snapshot" and rule not in (DEFAULT_RULE, "best-response"):
                 continue  # the real protocol is slow to simulate: the default and baselines
-            if quick and model != "snapshot" and rule != DEFAULT_RULE:
+            if model != "snapshot" and (not gossip or (quick and rule != DEFAULT_RULE)):
                 continue
             for seed in range(n_seeds):
                 cfg = SimConfig(rounds=rounds, delay=delay, fanout=fanout, seed=seed,
@@ -166,9 +166,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=300)
     ap.add_argument("--quick", action="store_true", help="gossip runs only for the default rule")
+    ap.add_argument("--no-gossip", action="store_true",
+                    help="only the snapshot settings (the real protocol is slow to simulate)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    rows, trace_rows = run_all(args.seeds, args.rounds, args.quick)
+    rows, trace_rows = run_all(args.seeds, args.rounds, args.quick, not args.no_gossip)
     seconds = time.perf_counter() - t0
     write_csv(RESULTS / "sim_churn.csv", rows)
     write_csv(RESULTS / "sim_churn_trace.csv", trace_rows)

@@ -40,9 +40,17 @@ BASE = SimConfig(rounds=100, delay=0.1, fanout=2, gossip_rate=4, gossip="scuttle
                  stop_after_hold=20)
 
 
-def sweeps() -> list[tuple[str, str, SimConfig]]:
+def sweeps(quick: bool = False) -> list[tuple[str, str, SimConfig]]:
     """(parameter, value label, config) around the base setting."""
     out: list[tuple[str, str, SimConfig]] = []
+    if quick:
+        return [
+            ("delay (rounds)", "0.1", BASE), ("delay (rounds)", "1", replace(BASE, delay=1.0)),
+            ("fanout", "1", replace(BASE, fanout=1)), ("fanout", "4", replace(BASE, fanout=4)),
+            ("gossip rate (per period)", "1", replace(BASE, gossip_rate=1)),
+            ("timing", "phases + jitter 0.5 T", replace(BASE, lockstep=False, jitter=0.5)),
+            ("snapshot model (reference)", "d=0", replace(BASE, gossip="snapshot", delay=0.0)),
+        ]
     for d in (0.0, 0.1, 0.5, 1.0):
         out.append(("delay (rounds)", f"{d:g}", replace(BASE, delay=d)))
     for f in (1, 2, 4):
@@ -60,9 +68,9 @@ def sweeps() -> list[tuple[str, str, SimConfig]]:
     return out
 
 
-def run_all(scenario: Scenario, seeds: int, cap: int) -> list[dict[str, Any]]:
+def run_all(scenario: Scenario, seeds: int, cap: int, quick: bool) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    for param, value, cfg0 in sweeps():
+    for param, value, cfg0 in sweeps(quick):
         n_seeds = 1 if cfg0.gossip == "snapshot" and cfg0.lockstep else seeds
         for seed in range(n_seeds):
             cfg = replace(cfg0, rounds=cap, seed=seed)
@@ -142,6 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--cap", type=int, default=60)
+    ap.add_argument("--quick", action="store_true", help="one value either side of the base")
     args = ap.parse_args(argv)
     # from zero only: the churn is studied by sim_churn.py
     scenario = load_scenario(EXAMPLES / "paper_cluster.yaml")
@@ -149,7 +158,7 @@ def main(argv: list[str] | None = None) -> None:
     doc.pop("events", None)
     scenario = Scenario.from_dict(doc, "paper_cluster.yaml")
     t0 = time.perf_counter()
-    rows = run_all(scenario, args.seeds, args.cap)
+    rows = run_all(scenario, args.seeds, args.cap, args.quick)
     seconds = time.perf_counter() - t0
     write_csv(RESULTS / "sim_gossip.csv", rows)
     plot(rows, args.cap)

@@ -105,7 +105,7 @@ def plot(trace_rows: list[dict[str, Any]]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [s[0] for s in SETTINGS]
+    labels = [s[0] for s in SETTINGS if any(r["setting"] == s[0] for r in trace_rows)]
     fig, axes = plt.subplots(1, len(labels), figsize=(5 * len(labels), 3.8), sharey=True)
     for ax, label in zip(np.atleast_1d(axes), labels, strict=True):
         for rule_label, _, _ in RULES:

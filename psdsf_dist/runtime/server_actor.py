@@ -46,6 +46,8 @@ from psdsf_dist.runtime.server_core import (
 
 FloatArray = npt.NDArray[np.float64]
 
+BATCH_SECONDS = 0.002  # wall-clock wait for other messages to the same actor (one call for all)
+
 
 class WallClock:
     """Seconds since the run started, by the wall clock: comparable across processes and
@@ -100,6 +102,9 @@ class ServerActor:
         self.clock: Clock | None = None
         self.handles: dict[str, Any] = {}
         self.started_at = 0.0
+        # Messages to one actor sent within BATCH_SECONDS of each other go in one call.
+        self.syn_outbox: dict[str, tuple[Any, list[tuple[str, Syn, asyncio.Future[Any]]]]] = {}
+        self.ack2_outbox: dict[str, tuple[Any, list[tuple[str, Delta]]]] = {}
 
     # -- control (called by the coordinator) ---------------------------------------------------
     async def start(self, name: str, table: Table, incarnation: int, started_at: float,
@@ -203,6 +208,13 @@ class ServerActor:
         if slot is not None and slot.core is not None and self.clock is not None:
             slot.core.on_ack2(message, self.clock.now())
 
+    async def syn_batch(self, messages: list[tuple[str, Syn]]) -> list[Ack | None]:
+        return [await self.syn(name, m) for name, m in messages]
+
+    async def ack2_batch(self, messages: list[tuple[str, Delta]]) -> None:
+        for name, m in messages:
+            await self.ack2(name, m)
+
     # -- the loop ---------------------------------------------------------------------------
     async def _loop(self, slot: _Slot) -> None:
         assert slot.core is not None and self.clock is not None
@@ -244,15 +256,60 @@ class ServerActor:
         handle = self._handle(target)
         if handle is None:
             return
-        try:
-            answer = await asyncio.wait_for(handle.syn.remote(target, core.syn()),
-                                            self.config.rpc_timeout)
-        except (TimeoutError, ray.exceptions.RayError):
-            return  # a crashed or slow peer: gossip routes around it
+        answer = await self._send_syn(handle, target, core.syn())
         if answer is None:
-            return
-        ack2 = core.on_ack(answer, self.clock.now())
-        handle.ack2.remote(target, ack2)  # the last message of the exchange: no answer awaited
+            return  # a crashed or slow peer: gossip routes around it
+        self._send_ack2(handle, target, core.on_ack(answer, self.clock.now()))
+
+    # -- batching: the exchanges of hosted servers that start together share calls ---------
+    async def _send_syn(self, handle: Any, target: str, syn: Syn) -> Ack | None:
+        key = _actor_key(handle)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        entry = self.syn_outbox.get(key)
+        if entry is None:
+            entry = (handle, [])
+            self.syn_outbox[key] = entry
+            asyncio.get_running_loop().create_task(self._flush_syn(key))
+        entry[1].append((target, syn, future))
+        answer: Ack | None = await future
+        return answer
+
+    async def _flush_syn(self, key: str) -> None:
+        await asyncio.sleep(BATCH_SECONDS)
+        handle, items = self.syn_outbox.pop(key)
+        answers: list[Ack | None]
+        try:
+            if len(items) == 1:
+                target, syn, _ = items[0]
+                answers = [await asyncio.wait_for(handle.syn.remote(target, syn),
+                                                  self.config.rpc_timeout)]
+            else:
+                answers = await asyncio.wait_for(
+                    handle.syn_batch.remote([(t, m) for t, m, _ in items]),
+                    self.config.rpc_timeout)
+        except (TimeoutError, ray.exceptions.RayError):
+            answers = [None] * len(items)
+        for (_, _, future), answer in zip(items, answers, strict=True):
+            if not future.done():
+                future.set_result(answer)
+
+    def _send_ack2(self, handle: Any, target: str, ack2: Delta) -> None:
+        key = _actor_key(handle)
+        entry = self.ack2_outbox.get(key)
+        if entry is None:
+            entry = (handle, [])
+            self.ack2_outbox[key] = entry
+            asyncio.get_running_loop().create_task(self._flush_ack2(key))
+        entry[1].append((target, ack2))
+
+    async def _flush_ack2(self, key: str) -> None:
+        await asyncio.sleep(BATCH_SECONDS)
+        handle, items = self.ack2_outbox.pop(key)
+        # the last message of an exchange: no answer awaited
+        if len(items) == 1:
+            handle.ack2.remote(*items[0])
+        else:
+            handle.ack2_batch.remote(items)
 
     def _handle(self, server: str) -> Any:
         h = self.handles.get(server)
@@ -263,6 +320,11 @@ class ServerActor:
                 return None
             self.handles[server] = h
         return h
+
+
+def _actor_key(handle: Any) -> str:
+    actor_id = getattr(handle, "_actor_id", None)
+    return actor_id.hex() if actor_id is not None else str(id(handle))
 
 
 RemoteServerActor: Any = ray.remote(ServerActor)

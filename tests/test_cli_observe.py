@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import WriteScenario
 
 from psdsf_dist.cli.main import main
 from psdsf_dist.cli.observe import SimulationExporter, TimedSimulator
 from psdsf_dist.metrics import AllocatorMetrics
 from psdsf_dist.simulator import RoundRecord, SimConfig
+
+WriteScenario = Callable[..., Path]  # the conftest fixture: document -> scenario file
 
 # The paper's Fig. 1 with churn: a user leaves, a server fails and comes back.
 CHURN = {

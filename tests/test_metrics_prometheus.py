@@ -22,14 +22,27 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from test_cli_observe import CHURN
 
 from psdsf_dist.metrics import METRICS
 
+# The paper's Fig. 1 with churn (as in test_cli_observe): a user leaves, a server fails and
+# comes back; it converges within 40 rounds.
+CHURN = {
+    "resources": ["cpu", "mem", "bw"],
+    "servers": [{"name": "s1", "capacity": {"cpu": 9, "mem": 12, "bw": 100}},
+                {"name": "s2", "capacity": {"cpu": 12, "mem": 12}}],
+    "users": [{"name": "u1", "demand": {"cpu": 1, "mem": 2, "bw": 10}, "weight": 1},
+              {"name": "u2", "demand": {"cpu": 1, "mem": 2, "bw": 1}, "weight": 1},
+              {"name": "u3", "demand": {"cpu": 1, "mem": 2}, "weight": 2}],
+    "events": [{"at": 5, "user_leaves": "u2"},
+               {"at": 12, "server_fails": "s2"},
+               {"at": 16, "server_joins": {"name": "s2"}}],
+}
 PROMETHEUS = "/usr/bin/prometheus"
 PATIENCE = 60.0  # seconds; the machine may be busy with other test suites
 T = TypeVar("T")
@@ -108,13 +121,11 @@ def allocator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, P
     assert status == 0, "the allocator did not shut down cleanly on SIGTERM"
 
 
-@pytest.fixture(scope="module")
-def prometheus(allocator: tuple[str, Path],
-               tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A Prometheus server scraping the allocator every second; yields its base URL."""
+@contextmanager
+def running_prometheus(target: str, tmp_path: Path) -> Iterator[str]:
+    """A Prometheus server on a free loopback port scraping ``target`` (host:port) every
+    second, configuration and storage in ``tmp_path``; yields its base URL."""
     binary = prometheus_binary()
-    tmp_path = tmp_path_factory.mktemp("prometheus")
-    target, _ = allocator
     config = tmp_path / "prometheus.yml"
     config.write_text(
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
@@ -124,26 +135,41 @@ def prometheus(allocator: tuple[str, Path],
         encoding="utf-8",
     )
     address = f"127.0.0.1:{free_port()}"
-    log = (tmp_path / "prometheus.log").open("w")
-    proc = subprocess.Popen(
-        [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-         f"--web.listen-address={address}", "--log.level=warn"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
-    base = f"http://{address}"
-    try:
-        def ready() -> bool | None:
-            if proc.poll() is not None:
-                raise AssertionError("prometheus exited: "
-                                     + (tmp_path / "prometheus.log").read_text()[-2000:])
-            with urllib.request.urlopen(f"{base}/-/ready", timeout=5) as response:
-                return True if response.status == 200 else None
+    log_path = tmp_path / "prometheus.log"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+             f"--web.listen-address={address}", "--log.level=warn"],
+            stdout=log, stderr=subprocess.STDOUT,
+        )
+        base = f"http://{address}"
+        try:
+            def ready() -> bool | None:
+                if proc.poll() is not None:
+                    raise AssertionError(f"prometheus exited: {log_path.read_text()[-2000:]}")
+                with urllib.request.urlopen(f"{base}/-/ready", timeout=5) as response:
+                    return True if response.status == 200 else None
 
-        eventually(ready, "prometheus to be ready")
+            eventually(ready, "prometheus to be ready")
+            yield base
+        finally:
+            stop(proc)
+
+
+def wait_for_target(base: str, target: str) -> None:
+    def up() -> bool | None:
+        active = api(base, "targets")["activeTargets"]
+        return True if [t["health"] for t in active] == ["up"] else None
+
+    eventually(up, f"prometheus to scrape {target}")
+
+
+@pytest.fixture(scope="module")
+def prometheus(allocator: tuple[str, Path],
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Prometheus server scraping the observe command's endpoint; yields its base URL."""
+    with running_prometheus(allocator[0], tmp_path_factory.mktemp("prometheus")) as base:
         yield base
-    finally:
-        stop(proc)
-        log.close()
 
 
 def api(base: str, path: str, **params: str) -> Any:
@@ -171,12 +197,7 @@ def scalar(base: str, promql: str) -> float | None:
 def test_prometheus_sees_what_the_allocator_did(allocator: tuple[str, Path],
                                                  prometheus: str) -> None:
     target, final = allocator
-
-    def target_up() -> bool | None:
-        active = api(prometheus, "targets")["activeTargets"]
-        return True if [t["health"] for t in active] == ["up"] else None
-
-    eventually(target_up, f"prometheus to scrape {target}")
+    wait_for_target(prometheus, target)
     # the run takes ~2 s; then the allocator holds its final state
     state = eventually(lambda: json.loads(final.read_text()) if final.exists() else None,
                        "the allocator to finish its run")
@@ -281,3 +302,70 @@ def test_the_dashboard_uses_only_exported_metrics_and_its_datasource_variable() 
         if p["type"] != "row":
             assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
             assert all(t["datasource"] == p["datasource"] for t in p["targets"])
+
+
+# -- the allocator on Ray ----------------------------------------------------------------------
+
+SMALL_CLUSTER = Path(__file__).resolve().parent / "runtime" / "small_cluster.yaml"
+
+
+@pytest.fixture(scope="module")
+def ray_run() -> Iterator[Any]:
+    """The Ray allocator on the small cluster (6 server actors), manual clock: time moves only
+    when the test says, so the state Prometheus scrapes stands still."""
+    prometheus_binary()  # fail or skip before paying for Ray
+    import ray
+
+    from psdsf_dist.runtime.config import RunConfig
+    from psdsf_dist.runtime.launcher import launch
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, namespace="psdsf", include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+    run = launch(SMALL_CLUSTER, RunConfig(period=1.0, jitter=0.0, clock="manual", seed=1),
+                 run_id="metrics-prometheus")
+    try:
+        yield run
+    finally:
+        run.stop()
+        if started:
+            ray.shutdown()
+
+
+def test_prometheus_sees_what_the_ray_allocator_did(
+        ray_run: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
+    import ray
+
+    from psdsf_dist.cli.run import serve_metrics
+
+    url = serve_metrics(ray_run, 0, "127.0.0.1", True)
+    assert url.startswith("http://127.0.0.1:") and url.endswith("/metrics")
+    assert serve_metrics(ray_run, 0, "127.0.0.1", True) == url  # one endpoint per run
+    seen = ray_run.advance(60)  # u4 leaves at t=20 and comes back at t=40
+    assert seen[-1]["holds"], "the small cluster re-converges within 20 periods"
+    result = ray_run.result()
+    target = url.removeprefix("http://").removesuffix("/metrics")
+    with running_prometheus(target, tmp_path_factory.mktemp("prometheus-ray")) as base:
+        wait_for_target(base, target)
+        last = result.observations[-1]
+        eventually(lambda: True if scalar(base, "psdsf_certificate_residual") == last.residual
+                   else None, "a scrape of the run's last observation")
+        tasks = {dict(k)["user"]: v for k, v in query(base, "psdsf_user_tasks").items()}
+        expected = dict(zip(result.scenario.user_names, result.allocation.sum(axis=1),
+                            strict=True))
+        assert tasks == pytest.approx(expected, rel=1e-12)
+        assert scalar(base, "psdsf_converged") == 1.0
+        churn = {dict(k)["kind"]: v
+                 for k, v in query(base, "psdsf_churn_events_total").items()}
+        assert churn["user_leaves"] == 1.0 and churn["user_joins"] == 1.0
+        assert scalar(base, 'psdsf_members{role="server"}') == 6.0
+        assert scalar(base, 'psdsf_members{role="user"}') == 4.0
+        servers = {dict(k)["server"] for k in query(base, "psdsf_server_rounds_total")}
+        assert servers == set(result.scenario.server_names)
+        assert (scalar(base, "sum(psdsf_gossip_bytes_total)") or 0.0) > 0
+        assert (scalar(base, "psdsf_reconvergence_seconds_count") or 0.0) >= 1.0
+    # the endpoint ends with the run
+    ray.get(ray_run.coordinator.stop.remote())
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(url, timeout=5)

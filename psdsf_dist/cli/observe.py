@@ -21,9 +21,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from psdsf_dist.cli.common import EXIT_FAILURE, CommandError, emit, load
 from psdsf_dist.cli.simulate import render
@@ -40,6 +40,8 @@ from psdsf_dist.simulator import (
     Simulator,
 )
 from psdsf_dist.update_rule import DEFAULT_RULE, RULES, RuleState, ServerView
+
+FloatArray = npt.NDArray[np.float64]
 
 PROGRESS_EVERY = 10  # rounds between progress lines
 EXIT_TERMINATED = 128 + signal.SIGTERM
@@ -88,14 +90,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 class TimedSimulator(Simulator):
-    """The simulator, timing each server's update: the server-procedure latency."""
+    """The simulator, timing each server's update: the server-procedure latency.
+
+    Wraps ``Simulator._update``, the one place a server's update runs (with the server's
+    index); ``tests/test_cli_observe.py`` counts the timed updates, so a change there shows.
+    """
 
     def __post_init__(self) -> None:
         self.updates: list[tuple[int, float]] = []
         super().__post_init__()
 
-    def _update(self, i: int, view: ServerView, totals: Any, column: Any,
-                state: RuleState) -> Any:
+    def _update(self, i: int, view: ServerView, totals: FloatArray, column: FloatArray,
+                state: RuleState) -> tuple[FloatArray, RuleState]:
         started = time.perf_counter()
         out = super()._update(i, view, totals, column, state)
         self.updates.append((i, time.perf_counter() - started))

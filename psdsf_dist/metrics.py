@@ -22,7 +22,8 @@ Label cardinality stays bounded:
 update stores numbers (the allocation as arrays, counters in dictionaries) and the exposition is
 built when Prometheus scrapes.  A coordinator of 12,583 servers updates ~10^5 series every
 period; with one metric object per series that alone would take seconds of its loop.  A scrape
-reads everything under one lock, so it never sees half of an update.  Counters carry no
+reads everything under one lock, so it never sees half of an update (nor half of several, made
+within :meth:`AllocatorMetrics.atomically`).  Counters carry no
 ``_created`` series (they would double the per-server series).
 """
 
@@ -32,6 +33,7 @@ import bisect
 import math
 import threading
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Literal
 
@@ -251,7 +253,7 @@ class AllocatorMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None, per_pair: bool = True) -> None:
         self.per_pair = per_pair
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: atomically() holds it around updates
         self._allocation: _Allocation | None = None
         self._levels: dict[str, float] = {}
         self._staleness: dict[str, float] = {}
@@ -264,11 +266,17 @@ class AllocatorMetrics:
         self.registry.register(self)
 
     # -- allocation ---------------------------------------------------------------------------
+    def atomically(self) -> AbstractContextManager[bool]:
+        """``with metrics.atomically(): ...``: a scrape sees all of the updates made inside or
+        none of them (e.g. an allocation together with its certificate)."""
+        return self._lock
+
     def set_state(self, state: AllocationState) -> None:
         """Everything :func:`allocation_state` computes: tasks, shares, utilisation, levels."""
-        self.set_allocation(state.users, state.servers, state.resources, state.allocation,
-                            state.weighted_shares, state.utilization)
-        self.set_server_levels(state.servers, state.min_vds)
+        with self.atomically():
+            self.set_allocation(state.users, state.servers, state.resources, state.allocation,
+                                state.weighted_shares, state.utilization)
+            self.set_server_levels(state.servers, state.min_vds)
 
     def set_allocation(
         self,
@@ -477,30 +485,34 @@ class RunMetrics:
         """One observation at run time ``now`` (seconds): ``allocation`` (N x K) on
         ``scenario`` with the present users and live servers masked in."""
         m = self.metrics
-        m.set_state(allocation_state(scenario, allocation, users=users, servers=servers))
-        m.set_certificate(residual, holds)
-        m.set_membership(int(np.count_nonzero(servers)), int(np.count_nonzero(users)))
-        for counts in reports:
-            before = self._counts.get(counts.server)
-            if before is None or before.incarnation != counts.incarnation:
-                before = ServerCounts(counts.server, counts.incarnation, 0, 0, 0)
-            m.add_server_rounds(counts.server, max(counts.rounds - before.rounds, 0))
-            m.observe_gossip(counts.server, max(counts.messages - before.messages, 0),
-                             max(counts.bytes - before.bytes, 0))
-            self._counts[counts.server] = counts
-        if self._event_at is not None and holds:
-            m.observe_reconvergence(max(now - self._event_at, 0.0))
-            self._event_at = None
+        state = allocation_state(scenario, allocation, users=users, servers=servers)
+        with m.atomically():  # a scrape sees the allocation with its own certificate
+            m.set_state(state)
+            m.set_certificate(residual, holds)
+            m.set_membership(int(np.count_nonzero(servers)), int(np.count_nonzero(users)))
+            for counts in reports:
+                before = self._counts.get(counts.server)
+                if before is None or before.incarnation != counts.incarnation:
+                    before = ServerCounts(counts.server, counts.incarnation, 0, 0, 0)
+                m.add_server_rounds(counts.server, max(counts.rounds - before.rounds, 0))
+                m.observe_gossip(counts.server, max(counts.messages - before.messages, 0),
+                                 max(counts.bytes - before.bytes, 0))
+                self._counts[counts.server] = counts
+            if self._event_at is not None and holds:
+                m.observe_reconvergence(max(now - self._event_at, 0.0))
+                self._event_at = None
 
     def event(self, event: Event, now: float) -> None:
         """A churn event applied at run time ``now``; a departed member's series go."""
-        self.metrics.observe_event(event.kind)
-        self._event_at = now
-        if isinstance(event, UserLeaves):
-            self.metrics.forget_user(event.user)
-        elif isinstance(event, ServerFails):
-            self.metrics.forget_server(event.server)
-            self._counts.pop(event.server, None)
+        m = self.metrics
+        with m.atomically():
+            m.observe_event(event.kind)
+            self._event_at = now
+            if isinstance(event, UserLeaves):
+                m.forget_user(event.user)
+            elif isinstance(event, ServerFails):
+                m.forget_server(event.server)
+                self._counts.pop(event.server, None)
 
     def restart(self, server: str) -> None:
         """A server came back (a crashed actor restarted, or a failed server rejoined)."""

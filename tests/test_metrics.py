@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+from typing import Any
 
 import numpy as np
 import pytest
@@ -335,31 +336,42 @@ def test_a_registry_takes_one_allocator() -> None:
 
 def test_a_scrape_sees_whole_updates(fig1: Scenario) -> None:
     """Scrapes come from the endpoint's thread while the coordinator updates: each scrape sees
-    one allocation, never the pairs of one and the totals of another."""
+    one observation - pairs, totals, levels and certificate of the same allocation."""
     X = solve(fig1, "rdm").allocation
-    states = [allocation_state(fig1, X * k) for k in (1.0, 2.0, 3.0)]
+    scales = (1.0, 2.0, 3.0)
+    states = [allocation_state(fig1, X * k) for k in scales]
     m = AllocatorMetrics()
-    m.set_state(states[0])
     stop = threading.Event()
+
+    def observe(j: int) -> None:
+        with m.atomically():
+            m.set_state(states[j])
+            m.set_certificate(scales[j], converged=False)  # the residual names the scale
+
+    observe(0)
 
     def update() -> None:
         j = 0
         while not stop.is_set():
-            m.set_state(states[j % 3])
+            observe(j % 3)
             j += 1
 
     writer = threading.Thread(target=update)
     writer.start()
     try:
-        for _ in range(300):
+        for _ in range(100):
             fams = {f.name: f for f in text_string_to_metric_families(
                 generate_latest(m.registry).decode())}
-            pairs = sum(s.value for s in fams["psdsf_allocated_tasks"].samples)
-            users = sum(s.value for s in fams["psdsf_user_tasks"].samples)
-            servers = sum(s.value for s in fams["psdsf_server_tasks"].samples)
-            assert pairs == pytest.approx(users) == pytest.approx(servers)
-            assert users / X.sum() in (pytest.approx(1.0), pytest.approx(2.0),
-                                       pytest.approx(3.0))
+
+            def total(name: str, fams: dict[str, Any] = fams) -> float:
+                return float(sum(s.value for s in fams[name].samples))
+
+            k = total("psdsf_certificate_residual")
+            assert total("psdsf_user_tasks") == pytest.approx(k * X.sum())
+            assert total("psdsf_allocated_tasks") == pytest.approx(k * X.sum())
+            assert total("psdsf_server_tasks") == pytest.approx(k * X.sum())
+            # every holder is at V = 1/2 in the certified allocation, k/2 scaled by k
+            assert total("psdsf_server_min_vds") == pytest.approx(2 * k / 2)
     finally:
         stop.set()
         writer.join()

@@ -85,6 +85,9 @@ def test_a_crashed_server_restarts_as_a_new_incarnation_and_rejoins(manual_run: 
     assert any(not o["holds"] for o in seen)  # the crash was seen: its column was lost
     rep = ray.get(victim.report.remote())[0]
     assert rep.running and rep.origin == "B-1#1" and rep.pid != pid_before
+    # the crashed incarnation's column has expired from the others' gossip: six members
+    other = ray.get(manual_run.handles()["A-1"].status.remote())["servers"]["A-1"]
+    assert other["members"] == 6
     assert manual_run.result().restarts == 1
     assert_certified(manual_run)
 

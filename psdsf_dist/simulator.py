@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -87,6 +88,9 @@ TOMBSTONE_PERIODS = 64.0
 
 # same-instant order: scenario events, then server ticks, then message deliveries
 _EVENT, _TICK, _DELIVERY = 0, 1, 2
+
+
+HELD = 1e-12  # a change (or entry) above this counts its server as moving (holding) a user
 
 
 class FeasibilityError(PsdsfError, AssertionError):
@@ -270,6 +274,10 @@ class Simulator:
         self.acct = _Accounting(np.zeros(self.K), np.zeros(self.K))
         self.totals_history: list[FloatArray] = [np.zeros(self.N)]
         self.holders_history: list[FloatArray] = [np.zeros(self.N)]
+        # whole allocations of the last few rounds: the snapshot's own columns and its changes
+        self.allocation_history: deque[FloatArray] = deque(
+            [self.X.copy()], maxlen=round(self.config.delay / self.config.period) + 3
+        )
         self.changed_columns = np.zeros(self.K, dtype=bool)
         for up in np.flatnonzero(self.servers_up):
             self._start_server(int(up), 0.0, bootstrap=False)
@@ -338,15 +346,25 @@ class Simulator:
                                    srv.gossip.holders(), max(lag, 0.0))
             new, srv.state = self._update(i, view, totals, column, srv.state)
         else:
-            totals, holders = self._snapshot()
+            totals, holders, stale, moved = self._snapshot()
+            if stale is not None and stale.shape == self.X.shape:
+                # the server knows its own current column: only the others' are stale
+                totals = totals - stale[:, i] + column
+                stale_own = stale[:, i].tobytes()
+            else:
+                stale_own = b""
             # Servers of one class holding the same column and the same state object, acting
             # on the same snapshot, get the same answer from a pure rule: compute it once.
-            key = (int(self.class_of[i]), id(totals), id(srv.state), column.tobytes())
+            key = (int(self.class_of[i]), id(holders), id(srv.state), column.tobytes() + stale_own)
             hit = self._memo.get(key) if self.config.memoize else None
             if hit is None:
                 base = self._view(i)
                 view = _with_knowledge(base, base.num_servers, holders,
                                        round(self.config.delay / self.config.period))
+                if moved is not None and moved.shape[0] == self.N:
+                    # servers that raised / lowered each user in the changes the snapshot shows
+                    view = replace(view, raising=(moved > HELD).sum(axis=1).astype(float),
+                                   lowering=(moved < -HELD).sum(axis=1).astype(float))
                 hit = self._update(i, view, totals, column, srv.state)
                 if self.config.memoize:
                     self._memo[key] = hit
@@ -391,11 +409,21 @@ class Simulator:
                 "to an ineligible user"
             )
 
-    def _snapshot(self) -> tuple[FloatArray, FloatArray]:
-        """Totals and holder counts as they were ``1 + round(delay / T)`` rounds ago."""
+    def _snapshot(
+        self,
+    ) -> tuple[FloatArray, FloatArray, FloatArray | None, FloatArray | None]:
+        """What the snapshot shows, ``1 + round(delay / T)`` rounds ago: totals, holder counts,
+        the allocation, and its change over the round before (None where history is short or
+        the cluster changed shape)."""
         staleness = 1 + round(self.config.delay / self.config.period)
         at = max(len(self.totals_history) - staleness, 0)
-        return self.totals_history[at], self.holders_history[at]
+        hist = self.allocation_history
+        back = len(hist) - staleness
+        stale = hist[back] if back >= 0 else None
+        moved = None
+        if back >= 1 and hist[back].shape == hist[back - 1].shape:
+            moved = hist[back] - hist[back - 1]
+        return self.totals_history[at], self.holders_history[at], stale, moved
 
     # -- gossip transport -------------------------------------------------------------------
     def _peers(self, srv: _Server) -> list[str]:
@@ -504,6 +532,7 @@ class Simulator:
             totals = self.X.sum(axis=1)
             self.totals_history.append(totals)
             self.holders_history.append((self.X > 0).sum(axis=1).astype(float))
+            self.allocation_history.append(self.X.copy())
             if len(self.totals_history) > 64:
                 del self.totals_history[0]
                 del self.holders_history[0]

@@ -404,7 +404,11 @@ class SplitGain:
         holders = np.ones(view.num_users) if view.holders is None else view.holders
         k = np.clip(holders, 1.0, max(view.num_servers, 1))
         reference = history[d]
-        signed = self.use_movers and view.raising is not None and view.lowering is not None
+        # Signed mover counts help with fresh totals but, measured, let a period-2 oscillation
+        # build up when the others' columns lag by a further round: use holders there.
+        signed = (
+            self.use_movers and view.raising is not None and view.lowering is not None and d == 0
+        )
         if signed:
             # the servers that moved n the way this server did, in the round the snapshot shows
             assert view.raising is not None and view.lowering is not None

@@ -134,7 +134,8 @@ def paper_convergence(seed: int, paper_json: Path | None
         doc = json.loads(paper_json.read_text())
         ray_events = doc["events"]
         note = (f"Ray side from {paper_json.name}: {doc['run']['rounds']} rounds in "
-                f"{doc['run']['seconds']:.0f} s of wall-clock time")
+                f"{doc['run']['seconds']:.0f} s of wall-clock time, "
+                f"{doc['run'].get('servers_per_actor', 1)} servers per actor")
     else:
         cfg = RunConfig(period=1.0, jitter=0.2, clock="manual", seed=seed,
                         gossip_rate=GOSSIP_RATE, fanout=FANOUT, time_scale=TIME_SCALE,
@@ -192,12 +193,13 @@ def main(argv: list[str] | None = None) -> int:
         row["pss_ratio"] = row["pss_mib"] / row["bare_pss_mib"]
         row["total_pss_gib"] = row["pss_mib"] * K / 1024
         rows.append(row)
-    paper: tuple[list[dict[str, Any]], list[dict[str, Any]], str] | None = None
+    # written now and again with the paper run: minutes of measurements are never lost
+    write(rows, None, args.runs, load_start, os.getloadavg()[0])
     if not args.no_paper:
         fresh_ray()
         paper = paper_convergence(0, args.paper_json)
+        write(rows, paper, args.runs, load_start, os.getloadavg()[0])
     ray.shutdown()
-    write(rows, paper, args.runs, load_start, os.getloadavg()[0])
     return 0
 
 

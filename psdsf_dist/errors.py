@@ -24,6 +24,11 @@ class ScenarioError(PsdsfError, ValueError):
         where = f"{self.source}: " if self.source else ""
         return f"{where}{self.field}: {self.message}" if self.field else f"{where}{self.message}"
 
+    def __reduce__(self) -> tuple[type[ScenarioError], tuple[str, str, str | None]]:
+        # rebuild from the fields (args holds only the rendered line), so the error survives
+        # pickling, e.g. when raised inside a Ray actor
+        return (ScenarioError, (self.field, self.message, self.source))
+
     def with_source(self, source: str) -> ScenarioError:
         return ScenarioError(self.field, self.message, source)
 

@@ -252,3 +252,15 @@ def test_yaml_merge_keys_may_be_overridden(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     assert load_scenario(path).server_names == ("big", "other")
+
+
+def test_scenario_error_survives_pickling() -> None:
+    import pickle
+
+    from psdsf_dist.errors import ScenarioError
+
+    err = ScenarioError("users[0].weight", "must be > 0, got 0", "a.yaml")
+    back = pickle.loads(pickle.dumps(err))
+    assert isinstance(back, ScenarioError)
+    assert (back.field, back.message, back.source) == (err.field, err.message, err.source)
+    assert str(back) == "a.yaml: users[0].weight: must be > 0, got 0"

@@ -72,6 +72,7 @@ from psdsf_dist.update_rule import (
     ServerView,
     UpdateRule,
     feasible_column,
+    is_feasible_column,
     make_rule,
     server_view,
 )
@@ -81,7 +82,6 @@ BoolArray = npt.NDArray[np.bool_]
 GossipModel = Literal["auto", "scuttlebutt", "snapshot"]
 
 CONVERGENCE_RTOL = 1e-3
-FEASIBILITY_RTOL = 1e-9
 AUTO_SNAPSHOT_ABOVE = 2000
 TTL_PERIODS = 8.0  # a server silent for this many periods stops counting
 TOMBSTONE_PERIODS = 64.0
@@ -394,15 +394,7 @@ class Simulator:
         return new, state
 
     def _assert_feasible(self, i: int, view: ServerView, column: FloatArray) -> None:
-        bad = (column < -FEASIBILITY_RTOL) | ((view.gamma <= 0) & (column > 0))
-        if view.mode == "tdm":
-            with np.errstate(divide="ignore", invalid="ignore"):
-                used = float(np.sum(np.where(view.gamma > 0, column / view.gamma, 0.0)))
-            over = used > 1.0 + FEASIBILITY_RTOL
-        else:
-            use = view.consumption.T @ column
-            over = bool(np.any(use > view.capacity * (1.0 + FEASIBILITY_RTOL) + 1e-300))
-        if bad.any() or over:
+        if not is_feasible_column(view, column):
             name = self._u.scenario.server_names[i]
             raise FeasibilityError(
                 f"server {name} at t={self.clock.now:g}: column exceeds a capacity or gives tasks "

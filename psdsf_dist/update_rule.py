@@ -103,6 +103,7 @@ BoolArray = npt.NDArray[np.bool_]
 # Changes below this fraction of a user's total are treated as no change by the secant.
 SECANT_MIN_CHANGE = 1e-9
 SECANT_SMOOTHING = 0.5  # weight of the new secant in the log-space moving average
+FEASIBILITY_RTOL = 1e-9  # relative slack when checking a column against its capacities
 MAX_STALENESS = 3  # rounds of own changes a server remembers to compensate gossip delay
 
 
@@ -203,6 +204,20 @@ def server_view(
         mode=mode,
         num_servers=scenario.num_servers if num_servers is None else int(num_servers),
     )
+
+
+def is_feasible_column(
+    view: ServerView, column: FloatArray, rtol: float = FEASIBILITY_RTOL
+) -> bool:
+    """Whether a column respects the server's capacities (to ``rtol``) and eligibility."""
+    if np.any(column < -rtol) or np.any((view.gamma <= 0) & (column > 0)):
+        return False
+    if view.mode == "tdm":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            used = float(np.sum(np.where(view.gamma > 0, column / view.gamma, 0.0)))
+        return used <= 1.0 + rtol
+    use = view.consumption.T @ column
+    return bool(np.all(use <= view.capacity * (1.0 + rtol) + 1e-300))
 
 
 def feasible_column(view: ServerView, column: FloatArray) -> FloatArray:

@@ -53,7 +53,7 @@ from psdsf_dist.runtime.placement import assign_nodes
 from psdsf_dist.runtime.server_actor import RemoteServerActor, ServerReport
 from psdsf_dist.runtime.server_core import origin_name
 from psdsf_dist.scenario import Scenario
-from psdsf_dist.simulator import FEASIBILITY_RTOL
+from psdsf_dist.update_rule import FEASIBILITY_RTOL
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -19,12 +19,13 @@ import numpy.typing as npt
 from psdsf_dist.gossip import Delta, Digest, GossipState
 from psdsf_dist.runtime.churn import Table
 from psdsf_dist.runtime.config import TOMBSTONE_PERIODS, RunConfig
-from psdsf_dist.simulator import FEASIBILITY_RTOL, FeasibilityError
+from psdsf_dist.simulator import FeasibilityError
 from psdsf_dist.update_rule import (
     RuleState,
     ServerView,
     UpdateRule,
     feasible_column,
+    is_feasible_column,
     make_rule,
     resize_state,
     server_view,
@@ -140,16 +141,7 @@ class ServerCore:
         self.gossip.leave(now)
 
     def _check(self, column: FloatArray, now: float) -> None:
-        v = self.view
-        bad = (column < -FEASIBILITY_RTOL) | ((v.gamma <= 0) & (column > 0))
-        if v.mode == "tdm":
-            with np.errstate(divide="ignore", invalid="ignore"):
-                used = float(np.sum(np.where(v.gamma > 0, column / v.gamma, 0.0)))
-            over = used > 1.0 + FEASIBILITY_RTOL
-        else:
-            use = v.consumption.T @ column
-            over = bool(np.any(use > v.capacity * (1.0 + FEASIBILITY_RTOL) + 1e-300))
-        if bad.any() or over:
+        if not is_feasible_column(self.view, column):
             raise FeasibilityError(f"server {self.name} at t={now:g}: column exceeds a capacity "
                                    "or gives tasks to an ineligible user")
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import ray
 import yaml
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from psdsf_dist.errors import ScenarioError, ScenarioWarning
 from psdsf_dist.runtime.config import RunConfig
@@ -217,6 +218,11 @@ def launch(source: str | Path | Mapping[str, Any] | Scenario, config: RunConfig 
                                "max_concurrency": 1000}
     if detached:
         options["lifetime"] = "detached"
+    # The coordinator lives beside the driver (the head node under `ray job submit`): removing a
+    # worker node must not take the coordinator, and its metrics endpoint, with it.
+    options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
+        node_id=ray.get_runtime_context().get_node_id(), soft=True
+    )
     coordinator = RemoteCoordinator.options(**options).remote(
         run_id, prepared.scenario, cfg, prepared.pinned, True, prepared.node_spec)
     ray.get(coordinator.start.remote())

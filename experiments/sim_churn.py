@@ -27,6 +27,7 @@ import numpy as np
 from sim_common import (
     EXAMPLES,
     RESULTS,
+    RULES,
     rounds_stat,
     table,
     update_overview,
@@ -39,14 +40,6 @@ from psdsf_dist.scenario import load_scenario
 from psdsf_dist.simulator import GossipModel, SimConfig, SimulationResult, simulate
 from psdsf_dist.update_rule import DEFAULT_RULE
 
-RULES: tuple[tuple[str, str, tuple[tuple[str, float], ...]], ...] = (
-    ("best-response (naive)", "best-response", ()),
-    ("damped a=0.5", "damped", (("a", 0.5),)),
-    ("predictive (secant)", "predictive", ()),
-    ("holders", "holders", ()),
-    ("adaptive", "adaptive", ()),
-    (f"{DEFAULT_RULE} (default)", DEFAULT_RULE, ()),
-)
 SETTINGS: tuple[tuple[str, GossipModel, float, int, int], ...] = (
     # label, gossip model, delay in rounds, fanout, exchange rounds per period
     ("snapshot d=0", "snapshot", 0.0, 1, 1),

@@ -12,10 +12,22 @@ from typing import Any
 
 import numpy as np
 
+from psdsf_dist.update_rule import DEFAULT_RULE
+
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 README = HERE / "README.md"
 EXAMPLES = HERE.parent / "psdsf_dist" / "examples"
+
+# (label, rule name, rule parameters): the rules every simulator study compares
+RULES: tuple[tuple[str, str, tuple[tuple[str, float], ...]], ...] = (
+    ("best-response (naive)", "best-response", ()),
+    ("damped a=0.5", "damped", (("a", 0.5),)),
+    ("predictive (secant)", "predictive", ()),
+    ("holders", "holders", ()),
+    ("adaptive", "adaptive", ()),
+    (f"{DEFAULT_RULE} (default)", DEFAULT_RULE, ()),
+)
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from sim_common import (
     RESULTS,
+    RULES,
     rounds_stat,
     table,
     update_overview,
@@ -37,14 +38,6 @@ from psdsf_dist.random_scenarios import GOOGLE_2011_TOTAL, google_cluster
 from psdsf_dist.simulator import SimConfig, simulate
 from psdsf_dist.update_rule import DEFAULT_RULE
 
-RULES: tuple[tuple[str, str, tuple[tuple[str, float], ...]], ...] = (
-    ("best-response (naive)", "best-response", ()),
-    ("damped a=0.5", "damped", (("a", 0.5),)),
-    ("predictive (secant)", "predictive", ()),
-    ("holders", "holders", ()),
-    ("adaptive", "adaptive", ()),
-    (f"{DEFAULT_RULE} (default)", DEFAULT_RULE, ()),
-)
 USERS = 100
 TIMING_ROUNDS = 3
 

@@ -36,6 +36,8 @@ from psdsf_dist.runtime.from_ray import from_ray_document, is_from_ray, node_ent
 from psdsf_dist.runtime.names import DEFAULT_RUN_ID, NAMESPACE, coordinator_name
 from psdsf_dist.scenario import Scenario, load_scenario
 
+COORDINATOR_RESTART_WAIT = 60.0  # seconds a call waits for a restarting coordinator
+
 __all__ = ["ChurnError", "Prepared", "Run", "RunConfig", "RunResult", "attach", "connect", "launch",
            "prepare"]
 
@@ -115,19 +117,31 @@ def _raw_document(path: Path) -> Any:
 class Run:
     """A handle on a running allocation (its coordinator)."""
 
+
+    def _ask(self, remote: Callable[..., Any], *args: Any) -> Any:
+        """Call the coordinator, riding out its restarts (it rebuilds its state from the servers;
+        a call made while it restarts fails with ActorUnavailableError and is sent again)."""
+        deadline = time.monotonic() + COORDINATOR_RESTART_WAIT
+        while True:
+            try:
+                return ray.get(remote(*args))
+            except ray.exceptions.ActorUnavailableError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
     def __init__(self, coordinator: Any, run_id: str, config: RunConfig) -> None:
         self.coordinator = coordinator
         self.run_id = run_id
         self.config = config
 
     def status(self) -> dict[str, Any]:
-        out: dict[str, Any] = ray.get(self.coordinator.status.remote())
+        out: dict[str, Any] = self._ask(self.coordinator.status.remote)
         return out
 
     def apply(self, change: Mapping[str, Any]) -> str:
         """One churn change in the scenario-file event syntax (``at`` is ignored: now).
         Raises :class:`ChurnError` (one line) if it does not fit the run's state."""
-        ok, text = ray.get(self.coordinator.apply.remote(dict(change)))
+        ok, text = self._ask(self.coordinator.apply.remote, dict(change))
         if not ok:
             raise ChurnError(text)
         return str(text)
@@ -146,19 +160,19 @@ class Run:
 
     def advance(self, periods: int = 1) -> list[dict[str, Any]]:
         """Manual clock only: move the run on by whole periods (observing after each)."""
-        out: list[dict[str, Any]] = ray.get(self.coordinator.advance.remote(periods))
+        out: list[dict[str, Any]] = self._ask(self.coordinator.advance.remote, periods)
         return out
 
     def observations(self, since: int = 0) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = ray.get(self.coordinator.observations_json.remote(since))
+        out: list[dict[str, Any]] = self._ask(self.coordinator.observations_json.remote, since)
         return out
 
     def result(self) -> RunResult:
-        out: RunResult = ray.get(self.coordinator.result.remote())
+        out: RunResult = self._ask(self.coordinator.result.remote)
         return out
 
     def handles(self) -> dict[str, Any]:
-        out: dict[str, Any] = ray.get(self.coordinator.handles.remote())
+        out: dict[str, Any] = self._ask(self.coordinator.handles.remote)
         return out
 
     def wait(self, *, duration: float | None = None, until_converged: bool = False,

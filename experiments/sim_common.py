@@ -124,7 +124,8 @@ Two gossip models: `scuttlebutt` simulates the protocol message by message (dige
 origin -> versions, deltas with only the columns the peer lacks; heartbeats carry the origin's
 clock so a server knows how stale its totals are) — faithful, but memory and time grow like
 K^2; `snapshot` gives every server the true totals (and holder counts) of 1 + d rounds before,
-the same for all — the hard case (many servers acting on one stale snapshot), and the only affordable one at K = 12,583.
+the same for all — the hard case (many servers on one stale snapshot), and the only
+affordable one at K = 12,583.
 """
 
 

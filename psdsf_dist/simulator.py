@@ -19,7 +19,7 @@ Gossip models
     ``scuttlebutt``: the real protocol, one :class:`GossipState` per server.  Its memory grows
     like K^2 (every server knows every origin's version), fine up to a few thousand servers.
     ``snapshot``: for cluster scale (K = 12,583): every server acts on the true totals as they
-    were ``staleness`` rounds earlier (``1 + round(delay / T)``) — many servers acting on one stale snapshot
+    were ``staleness`` rounds earlier (``1 + round(delay / T)``), taken
     as the hard case (all servers on the same stale snapshot) — with message counts and bytes
     estimated from the protocol's encoding (one digest exchange per peer plus every changed
     column and every heartbeat reaching every server once).  ``auto`` picks scuttlebutt up to

@@ -40,7 +40,7 @@ import scipy.sparse.linalg as spla
 from psdsf_dist.certificate import DEFAULT_RTOL, Certificate, certificate, certify_columns
 from psdsf_dist.errors import SolverError
 from psdsf_dist.scenario import Mode, Scenario, demand_gamma
-from psdsf_dist.server_procedure import server_procedure, server_water_fill
+from psdsf_dist.server_procedure import server_water_fill
 from psdsf_dist.water_fill import WaterFill
 
 FloatArray = npt.NDArray[np.float64]
@@ -245,7 +245,7 @@ class _ClassState:
         state = cls(scenario, mode, classes, np.zeros((scenario.num_users, len(classes.count))))
         # The paper's initialisation: per-server DRF (every server water-fills with no offsets).
         for c in range(state.Y.shape[1]):
-            state.Y[:, c] = state._best_response(c, np.zeros(scenario.num_users))
+            state.Y[:, c] = state._water_fill(c, np.zeros(scenario.num_users)).column
         state.x = state.Y @ classes.count
         # a user's cap binds on its total, not per server
         over = state.x > scenario.max_tasks
@@ -254,28 +254,15 @@ class _ClassState:
             state.x = state.Y @ classes.count
         return state
 
-    def _best_response(self, c: int, totals: FloatArray) -> FloatArray:
-        k = self.classes.count[c]
-        return server_procedure(
-            self.capacity[c],
-            self.consumption[c],
-            self.gamma[:, c],
-            self.scenario.weight,
-            totals,
-            self.Y[:, c],
-            self.scenario.max_tasks,
-            mode=self.mode,
-            gain=None if k == 1 else k,
-        )
-
-    def _water_fill(self, c: int) -> WaterFill:
+    def _water_fill(self, c: int, totals: FloatArray | None = None) -> WaterFill:
+        """The class's best response to ``totals`` (default: the current ones)."""
         k = self.classes.count[c]
         return server_water_fill(
             self.capacity[c],
             self.consumption[c],
             self.gamma[:, c],
             self.scenario.weight,
-            self.x,
+            self.x if totals is None else totals,
             self.Y[:, c],
             self.scenario.max_tasks,
             mode=self.mode,
@@ -317,7 +304,7 @@ class _ClassState:
         solved again (a few active-set rounds).
         """
         N, C = self.Y.shape
-        positive = self.Y > POSITIVE * np.maximum(self.gamma, 1.0)
+        positive = self.positive()
         capped = np.zeros(N, dtype=bool)
         for c, wf in enumerate(fills):
             capped |= wf.at_upper & positive[:, c]
@@ -422,13 +409,13 @@ class _ClassState:
         Y[pn, pc] = sol[:nvar]
         return Y
 
-    def consumption_for(self, c: int) -> FloatArray:
-        return self.consumption[c]
+    def positive(self) -> npt.NDArray[np.bool_]:
+        """Entries that count as held (above round-off relative to gamma)."""
+        return np.asarray(self.Y > POSITIVE * np.maximum(self.gamma, 1.0))
 
 
 def _structure_key(fills: list[WaterFill], state: _ClassState) -> tuple[bytes, ...]:
-    positive = state.Y > POSITIVE * np.maximum(state.gamma, 1.0)
-    parts = [positive.tobytes()]
+    parts = [state.positive().tobytes()]
     for wf in fills:
         parts.append(wf.group.tobytes())
         parts.append(b"|".join(s.tobytes() for s in wf.saturated))

@@ -117,6 +117,10 @@ def _raw_document(path: Path) -> Any:
 class Run:
     """A handle on a running allocation (its coordinator)."""
 
+    def __init__(self, coordinator: Any, run_id: str, config: RunConfig) -> None:
+        self.coordinator = coordinator
+        self.run_id = run_id
+        self.config = config
 
     def _ask(self, remote: Callable[..., Any], *args: Any) -> Any:
         """Call the coordinator, riding out its restarts (it rebuilds its state from the servers;
@@ -129,10 +133,6 @@ class Run:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
-    def __init__(self, coordinator: Any, run_id: str, config: RunConfig) -> None:
-        self.coordinator = coordinator
-        self.run_id = run_id
-        self.config = config
 
     def status(self) -> dict[str, Any]:
         out: dict[str, Any] = self._ask(self.coordinator.status.remote)

@@ -393,6 +393,7 @@ class SplitGain:
     threshold: float = 0.5
     factor: float = 0.1
     use_movers: float = 1.0
+    secant_cap: float = 1.0
     name: str = "split"
 
     def __post_init__(self) -> None:
@@ -448,7 +449,11 @@ class SplitGain:
         if signed:
             # with signed counts only leaving needs the cut (module docstring)
             opposed &= reference < 0
-        gain = np.where(opposed, np.maximum(1.0, gain * self.factor), np.where(measurable, k, gain))
+        restore = k
+        if self.secant_cap and not signed:
+            restore = np.clip(np.where(measurable, ratio, k), 1.0, k)
+        gain = np.where(opposed, np.maximum(1.0, gain * self.factor),
+                        np.where(measurable, restore, gain))
         gain = np.where(view.gamma > 0, gain, 1.0)
         pending = np.sum(history[:d], axis=0) if d else np.zeros_like(col)
         predicted = np.maximum(tot + (gain - 1.0) * pending, col)

@@ -457,13 +457,20 @@ class ServerCounts:
     rounds: int
     messages: int
     bytes: int
+    round_seconds: tuple[float, ...] = ()
+    """Durations of this incarnation's latest server-procedure rounds, oldest first (a bounded
+    window: rounds older than it count in ``rounds`` but not in the latency histogram)."""
+    staleness_seconds: float | None = None
+    """Typical age of the other servers' columns at the server's latest round (None: not yet
+    known)."""
 
 
 class RunMetrics:
     """Feeds :class:`AllocatorMetrics` from what a coordinator sees: one observation per period
     (the allocation, the certificate, the servers' cumulative counters) and the churn events it
-    applies.  Turns cumulative counters into increments and times re-convergence: from an event
-    to the first observation after it on which the certificate holds."""
+    applies.  Turns cumulative counters into increments (each new round's duration, where the
+    report still carries it, goes to the latency histogram) and times re-convergence: from an
+    event to the first observation after it on which the certificate holds."""
 
     def __init__(self, metrics: AllocatorMetrics) -> None:
         self.metrics = metrics
@@ -494,9 +501,14 @@ class RunMetrics:
                 before = self._counts.get(counts.server)
                 if before is None or before.incarnation != counts.incarnation:
                     before = ServerCounts(counts.server, counts.incarnation, 0, 0, 0)
-                m.add_server_rounds(counts.server, max(counts.rounds - before.rounds, 0))
+                rounds = max(counts.rounds - before.rounds, 0)
+                # the durations of the rounds new since the last report (as far as carried)
+                timed = counts.round_seconds[max(len(counts.round_seconds) - rounds, 0):]
+                for seconds in timed:
+                    m.observe_server_round(counts.server, seconds)
+                m.add_server_rounds(counts.server, rounds - len(timed))
                 m.observe_gossip(counts.server, max(counts.messages - before.messages, 0),
-                                 max(counts.bytes - before.bytes, 0))
+                                 max(counts.bytes - before.bytes, 0), counts.staleness_seconds)
                 self._counts[counts.server] = counts
             if self._event_at is not None and holds:
                 m.observe_reconvergence(max(now - self._event_at, 0.0))

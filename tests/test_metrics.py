@@ -432,3 +432,32 @@ def test_run_metrics_time_reconvergence_from_the_event(fig1: Scenario) -> None:
     assert value(m, "psdsf_server_tasks", server="s2") is None
     assert value(m, "psdsf_server_restarts_total", server="s2") == 1.0
     assert value(m, "psdsf_churn_events_total", kind="server_fails") == 1.0
+
+
+def test_run_metrics_time_the_new_rounds_and_keep_the_staleness(fig1: Scenario) -> None:
+    X = solve(fig1, "rdm").allocation
+    run = RunMetrics(AllocatorMetrics())
+    everyone = np.ones(3, dtype=bool), np.ones(2, dtype=bool)
+
+    def observe(*reports: ServerCounts) -> None:
+        run.observe(fig1, X, users=everyone[0], servers=everyone[1], residual=0.0,
+                    holds=True, now=1.0, reports=reports)
+
+    m = run.metrics
+    observe(ServerCounts("s1", "s1", 2, 1, 10, (0.001, 0.002), 0.5))
+    # a report carries a window of the latest durations: only the two new rounds are timed
+    observe(ServerCounts("s1", "s1", 4, 2, 20, (0.001, 0.002, 0.003, 0.2), 1.5))
+    assert value(m, "psdsf_server_round_duration_seconds_count") == 4.0
+    assert value(m, "psdsf_server_round_duration_seconds_sum") == pytest.approx(0.206)
+    assert value(m, "psdsf_server_rounds_total", server="s1") == 4.0
+    assert value(m, "psdsf_gossip_staleness_seconds", server="s1") == 1.5
+    # more new rounds than the window holds: the rest are counted, not timed
+    observe(ServerCounts("s1", "s1", 10, 3, 30, (0.004,), None))
+    assert value(m, "psdsf_server_rounds_total", server="s1") == 10.0
+    assert value(m, "psdsf_server_round_duration_seconds_count") == 5.0
+    assert value(m, "psdsf_gossip_staleness_seconds", server="s1") == 1.5  # None: kept
+    # no new round: nothing timed again; a new incarnation's window counts from its start
+    observe(ServerCounts("s1", "s1", 10, 3, 30, (0.004,), 0.25))
+    observe(ServerCounts("s1", "s1#1", 1, 1, 10, (0.003,), 0.25))
+    assert value(m, "psdsf_server_round_duration_seconds_count") == 6.0
+    assert value(m, "psdsf_server_rounds_total", server="s1") == 11.0

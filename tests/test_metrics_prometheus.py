@@ -365,6 +365,18 @@ def test_prometheus_sees_what_the_ray_allocator_did(
         assert servers == set(result.scenario.server_names)
         assert (scalar(base, "sum(psdsf_gossip_bytes_total)") or 0.0) > 0
         assert (scalar(base, "psdsf_reconvergence_seconds_count") or 0.0) >= 1.0
+        # the server procedure's latency: one sample per round the servers ran (the reports
+        # carry the latest durations), each well under a period
+        rounds = scalar(base, "sum(psdsf_server_rounds_total)") or 0.0
+        timed = scalar(base, "psdsf_server_round_duration_seconds_count") or 0.0
+        assert rounds >= 6 * 50 and timed == rounds
+        mean = (scalar(base, "psdsf_server_round_duration_seconds_sum") or 0.0) / timed
+        assert 1e-6 < mean < 0.5
+        # gossip staleness, per server: the others' columns are one to a few periods old
+        stale = {dict(k)["server"]: v
+                 for k, v in query(base, "psdsf_gossip_staleness_seconds").items()}
+        assert set(stale) == set(result.scenario.server_names)
+        assert all(0.0 < v <= 4.0 for v in stale.values()), stale
     # the endpoint ends with the run
     ray.get(ray_run.coordinator.stop.remote())
     with pytest.raises(urllib.error.URLError):

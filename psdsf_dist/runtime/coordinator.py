@@ -11,21 +11,28 @@ re-converge.  The columns are the servers' own: the coordinator only reads them.
 Faults
     A server actor that stops answering counts as holding nothing.  Ray restarts a crashed
     actor (``max_restarts``); its next report says it is not running, and the coordinator
-    starts it again as a new incarnation with the current table.  An actor that is gone for
-    good (restarts exhausted, its pinned node removed) is a failed server: churn
-    ``server fails``.  With ``servers: from-ray`` a new Ray node becomes a new server.
+    starts it again as a new incarnation with the current table.  A scenario server whose node
+    is gone is started again on an alive node, as a new incarnation in a new actor (actors are
+    pinned to their node, :mod:`psdsf_dist.runtime.placement`).  An actor gone for good
+    otherwise (restarts exhausted, or the node of a ``servers: from-ray`` server removed) is a
+    failed server: churn ``server fails``.  With ``servers: from-ray`` a new Ray node becomes a
+    new server.
 Restart
     The coordinator keeps nothing it cannot rebuild: every server holds the newest table it has
     adopted (membership, users, demands, weights, event history, how many scenario events
-    were applied) and the run's start time.  A restarted coordinator finds the run's server
-    actors by name, adopts the newest table among theirs and carries on; only the observations
-    made before the restart are lost.
+    were applied) and the run's start time, the servers' gossip knows every incarnation so far,
+    and the server actors keep the coordinator's notes (its metrics endpoint).  A restarted
+    coordinator finds the run's server actors by name, adopts the newest table among theirs,
+    serves metrics again where it did, and carries on: a server the table counts but no actor
+    answers for is started again (or fails, if its node is gone); only the observations made
+    before the restart are lost.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +46,7 @@ from psdsf_dist.certificate import certificate
 from psdsf_dist.errors import ScenarioError
 from psdsf_dist.events import Event, ServerFails, ServerJoins
 from psdsf_dist.metrics import AllocatorMetrics, RunMetrics, ServerCounts
-from psdsf_dist.metrics_server import MetricsServer
+from psdsf_dist.metrics_server import MetricsEndpointError, MetricsServer
 from psdsf_dist.report import utilization
 from psdsf_dist.runtime.churn import ChurnState, Table
 from psdsf_dist.runtime.config import RunConfig
@@ -51,7 +58,7 @@ from psdsf_dist.runtime.names import (
 )
 from psdsf_dist.runtime.placement import assign_nodes
 from psdsf_dist.runtime.server_actor import RemoteServerActor, ServerReport
-from psdsf_dist.runtime.server_core import origin_name
+from psdsf_dist.runtime.server_core import incarnation_of, origin_name, server_of
 from psdsf_dist.scenario import Scenario
 from psdsf_dist.update_rule import FEASIBILITY_RTOL
 
@@ -72,7 +79,8 @@ class Member:
     """That actor's name."""
     incarnation: int = 0
     node: str | None = None
-    hard: bool = False
+    pinned: bool = False
+    """A ``servers: from-ray`` server: it is its node, and fails with it."""
     gone: int = 0
     """Consecutive reports that failed because the actor is dead for good."""
 
@@ -110,7 +118,11 @@ class Coordinator:
         self.members: dict[str, Member] = {}
         self.actors: dict[str, Any] = {}
         """actor name -> handle of every server actor of the run."""
-        self.groups = 0
+        self.incarnations: dict[str, int] = {}
+        """server -> the newest incarnation started so far (a new one must be newer: the
+        others' gossip ignores an origin's entries older than what it has heard)."""
+        self.notes: dict[str, Any] = {}
+        """What a restarted coordinator must know besides the table (kept by the servers)."""
         self.observations: list[Observation] = []
         self.started_at = 0.0
         self.now_manual = 0.0
@@ -127,6 +139,8 @@ class Coordinator:
         ctx = ray.get_runtime_context()
         self.restarted = bool(ctx.was_current_actor_reconstructed)
         self.ready = False
+        if self.restarted:  # rebuild at once: no caller may come (a detached run, metrics only)
+            ctx.current_actor.resume.remote()
 
     # -- life cycle ---------------------------------------------------------------------------
     async def start(self) -> int:
@@ -142,6 +156,13 @@ class Coordinator:
             self.monitor = asyncio.get_running_loop().create_task(self._monitor())
         return len(names)
 
+    async def resume(self) -> None:
+        """A restarted coordinator's first step (it calls itself): rebuild the state."""
+        try:
+            await self._ensure()
+        except Exception as err:  # shown by status; a later call tries again
+            self.failure = f"{type(err).__name__}: {err}"
+
     async def _ensure(self) -> None:
         """A restarted coordinator rebuilds its state from the servers before anything else."""
         if self.ready:
@@ -155,6 +176,7 @@ class Coordinator:
                 raise RuntimeError("the run has not been started")
             await self._rebuild()
             self.ready = True
+            self._serve_noted_metrics()
             if self.config.clock == "real" and self.monitor is None:
                 self.monitor = asyncio.get_running_loop().create_task(self._monitor())
 
@@ -168,24 +190,47 @@ class Coordinator:
         states = await asyncio.gather(*(self._call(h.state.remote()) for h in found.values()),
                                       return_exceptions=True)
         best: Table | None = None
-        for (actor, handle), hosted in zip(found.items(), states, strict=True):
-            if isinstance(hosted, BaseException):
+        for (actor, handle), answer in zip(found.items(), states, strict=True):
+            if isinstance(answer, BaseException):
+                # unreachable (restarting, or its node is gone): its servers start again below
+                ray.kill(handle, no_restart=True)
                 continue
             self.actors[actor] = handle
-            for server, table, incarnation, started_at in hosted:
-                self.members[server] = Member(server, handle, actor, incarnation)
-                self.started_at = started_at
-                if best is None or table.epoch > best.epoch:
-                    best = table
+            for origin in answer.origins:
+                server = server_of(origin)
+                self.incarnations[server] = max(self.incarnations.get(server, -1),
+                                                incarnation_of(origin))
+            self.notes.update(answer.notes)
+            if answer.time is not None:
+                self.now_manual = max(self.now_manual, answer.time)
+            for hosted in answer.servers:
+                # a server not started (its actor was restarted by Ray) reports incarnation -1
+                # and is started again by the next observation
+                self.members[hosted.name] = Member(hosted.name, handle, actor,
+                                                   hosted.incarnation, answer.node)
+                if hosted.table is not None:
+                    self.started_at = hosted.started_at
+                    if best is None or hosted.table.epoch > best.epoch:
+                        best = hosted.table
         if best is None:
             raise RuntimeError("no server of the run could be reached to rebuild its state")
         self.churn = ChurnState.resume(best)
         _, self.events = ChurnState.start(self.scenario)
         self.now_manual = max(self.now_manual, max((t for _, t in best.history), default=0.0))
-        nodes = _alive_nodes()
-        for name, (node, hard) in assign_nodes(list(self.members), nodes, self.pinned).items():
-            self.members[name].node, self.members[name].hard = node, hard
+        for m in self.members.values():
+            m.incarnation = max(m.incarnation, self.incarnations.get(m.name, -1))
+            m.pinned = m.name in self.pinned
         await self._push_table()
+        # servers the table counts that no reachable actor hosts
+        alive = set(_alive_nodes())
+        missing = [s for s, up in zip(self.churn.full.server_names, self.churn.servers_present,
+                                      strict=True) if up and s not in self.members]
+        for s in missing:
+            if s in self.pinned and self.pinned[s] not in alive:
+                await self._apply(ServerFails(self.now(), -1, s), from_scenario=False)
+        restart = [s for s in missing if s not in self.pinned or self.pinned[s] in alive]
+        if restart:
+            await self._spawn(restart)
 
     async def stop(self) -> None:
         """Stop the monitor and end every server actor of the run."""
@@ -199,6 +244,12 @@ class Coordinator:
         if self.metrics_server is not None:
             self.metrics_server.stop()
             self.metrics_server = None
+
+    async def _note(self, **notes: Any) -> None:
+        """Keep notes in every server actor (what a restarted coordinator must know)."""
+        self.notes.update(notes)
+        await asyncio.gather(*(self._call(h.keep_notes.remote(self.notes))
+                               for h in self.actors.values()), return_exceptions=True)
 
     # -- time ---------------------------------------------------------------------------------
     def now(self) -> float:
@@ -291,14 +342,15 @@ class Coordinator:
                      before_start: Callable[[], Awaitable[None]] | None = None) -> None:
         assert self.churn is not None
         nodes = _alive_nodes()
-        where = assign_nodes(names, nodes, self.pinned)
+        load = Counter(m.node for m in self.members.values()
+                       if m.node is not None and m.name not in names)
+        where = assign_nodes(names, nodes, self.pinned, load)
         for group in _groups(names, where, self.config.servers_per_actor):
-            node, hard = where[group[0]]
-            if len(group) == 1:
-                actor = server_actor_name(self.run_id, group[0])
-            else:
-                self.groups += 1
-                actor = server_actor_name(self.run_id, f"group-{self.groups}")
+            node, pinned = where[group[0]]
+            incarnation = {n: self.incarnations.get(n, -1) + 1 for n in group}
+            # named after its first server's incarnation: never the name of an earlier actor
+            first = origin_name(group[0], incarnation[group[0]])
+            actor = server_actor_name(self.run_id, first if len(group) == 1 else f"group-{first}")
             options: dict[str, Any] = {
                 "name": actor, "namespace": NAMESPACE,
                 "num_cpus": 0, "max_restarts": self.config.max_restarts,
@@ -306,14 +358,16 @@ class Coordinator:
             }
             if self.detached_servers:
                 options["lifetime"] = "detached"  # outlives a coordinator restart
-            if node is not None:
-                options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=not hard)
+            if node is not None:  # hard: Ray ignores a soft affinity here (placement.py)
+                options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
             handle = RemoteServerActor.options(**options).remote(self.run_id, group, self.config)
             self.actors[actor] = handle
             for name in group:
-                self.members[name] = Member(name, handle, actor, 0, node, hard)
+                self.members[name] = Member(name, handle, actor, incarnation[name], node, pinned)
+                self.incarnations[name] = incarnation[name]
         fresh_actors = {self.members[n].actor for n in names}
-        await asyncio.gather(*(self._call(self.actors[a].status.remote(), START_TIMEOUT)
+        await asyncio.gather(*(self._call(self.actors[a].keep_notes.remote(self.notes),
+                                          START_TIMEOUT)
                                for a in fresh_actors))  # every process is up
         if before_start is not None:
             await before_start()
@@ -336,18 +390,21 @@ class Coordinator:
         await self._call(m.handle.start.remote(m.name, table, m.incarnation, self.started_at,
                                                handles, seeds, now), START_TIMEOUT)
 
-    async def _reports(self, actor: str, handle: Any) -> list[ServerReport] | None:
-        """The reports of one actor's servers (None: it did not answer)."""
+    async def _reports(self, actor: str, handle: Any,
+                       alive: Callable[[], Awaitable[set[str]]]) -> list[ServerReport] | None:
+        """The reports of one actor's servers (None: it did not answer).  ``alive``: the
+        alive nodes (asked for only when an actor does not answer)."""
         hosted = [m for m in self.members.values() if m.actor == actor]
         try:
             reps: list[ServerReport] = await self._call(handle.report.remote())
-        except ray.exceptions.ActorUnavailableError:
-            return None  # restarting
-        except ray.exceptions.RayError:  # dead, or unschedulable (its pinned node is gone)
-            for m in hosted:
-                m.gone += 1
-            return None
-        except TimeoutError:
+        except (ray.exceptions.RayError, TimeoutError) as err:
+            restarting = isinstance(err, (ray.exceptions.ActorUnavailableError, TimeoutError))
+            if restarting:  # unless it waits for a node that is gone
+                nodes = await alive()
+                restarting = all(m.node is None or m.node in nodes for m in hosted)
+            if not restarting:  # dead, or never coming back: counts towards "gone"
+                for m in hosted:
+                    m.gone += 1
             return None
         for m in hosted:
             m.gone = 0
@@ -364,7 +421,7 @@ class Coordinator:
         nodes = _ray_nodes()
         alive = {str(n["NodeID"]) for n in nodes if n.get("Alive")}
         for m in list(self.members.values()):
-            if m.hard and m.node is not None and m.node not in alive:
+            if m.pinned and m.node is not None and m.node not in alive:
                 await self._apply(ServerFails(self.now(), -1, m.name), from_scenario=False)
         known = set(self.pinned.values())
         for node in nodes:
@@ -377,12 +434,33 @@ class Coordinator:
                     event = ServerJoins(self.now(), -1, spec["name"], spec)
                 await self._apply(event, from_scenario=False)
 
+    async def _relocate(self, actor: str) -> None:
+        """The servers of an actor whose node is gone: a new actor on an alive node hosts them,
+        as new incarnations (the others learn its handle; the old columns expire)."""
+        handle = self.actors.pop(actor, None)
+        if handle is None:
+            return
+        ray.kill(handle, no_restart=True)
+        names = [m.name for m in self.members.values() if m.actor == actor]
+        self.restarts += len(names)
+        if self.metrics is not None:
+            for name in names:
+                self.metrics.restart(name)
+        await self._spawn(names)
+
     # -- observing ----------------------------------------------------------------------------
     async def _observe(self) -> Observation:
         assert self.churn is not None
         churn = self.churn
         actors = list(self.actors.items())
-        answers = await asyncio.gather(*(self._reports(a, h) for a, h in actors))
+        nodes: list[set[str]] = []
+
+        async def alive() -> set[str]:
+            if not nodes:
+                nodes.append(set(_alive_nodes()))
+            return nodes[0]
+
+        answers = await asyncio.gather(*(self._reports(a, h, alive) for a, h in actors))
         by_server: dict[str, ServerReport] = {}
         for reps in answers:
             for r in reps or []:
@@ -399,15 +477,20 @@ class Coordinator:
         for m, rep in zip(members, reports, strict=True):
             if rep is None:
                 fresh = False
-                if m.gone >= MISSES_BEFORE_FAILED and m.name in self.members:
-                    await self._apply(ServerFails(self.now(), -1, m.name), from_scenario=False)
+                if m.gone >= MISSES_BEFORE_FAILED and self.members.get(m.name) is m:
+                    if not m.pinned and m.node is not None and m.node not in await alive():
+                        await self._relocate(m.actor)  # its node is gone: place it again
+                    else:
+                        await self._apply(ServerFails(self.now(), -1, m.name),
+                                          from_scenario=False)
                 continue
             if not rep.running:
                 fresh = False
                 if rep.error is not None:
                     self.failure = f"server {m.name}: {rep.error}"
                 else:  # Ray restarted a crashed actor: start it again, a new incarnation
-                    m.incarnation += 1
+                    m.incarnation = self.incarnations.get(m.name, m.incarnation) + 1
+                    self.incarnations[m.name] = m.incarnation
                     self.restarts += 1
                     if self.metrics is not None:
                         self.metrics.restart(m.name)
@@ -444,7 +527,8 @@ class Coordinator:
             self.metrics.observe(
                 current, X, users=churn.users_present, servers=up, residual=obs.residual,
                 holds=obs.holds, now=obs.time,
-                reports=[ServerCounts(r.name, r.origin, r.rounds, r.messages, r.bytes)
+                reports=[ServerCounts(r.name, r.origin, r.rounds, r.messages, r.bytes,
+                                      r.round_seconds, r.staleness_seconds)
                          for r in reports if r is not None and r.running])
         return obs
 
@@ -456,12 +540,28 @@ class Coordinator:
             metrics = AllocatorMetrics(per_pair=per_pair)
             self.metrics_server = MetricsServer(metrics.registry, port, bind).start()
             self.metrics = RunMetrics(metrics)
+            # a restarted coordinator serves again on the port bound now (port 0 included)
+            await self._note(metrics=(self.metrics_server.port, bind, per_pair))
         server = self.metrics_server
         host = server.bind
         if host in ("0.0.0.0", "::", ""):  # all interfaces: name the one Ray knows this node by
             node_ip: Any = ray.util.get_node_ip_address
             host = str(node_ip())
         return f"http://{host}:{server.port}/metrics"
+
+    def _serve_noted_metrics(self) -> None:
+        """A restarted coordinator: the endpoint its predecessor served, on the same port."""
+        noted = self.notes.get("metrics")
+        if noted is None or self.metrics_server is not None:
+            return
+        port, bind, per_pair = noted
+        metrics = AllocatorMetrics(per_pair=bool(per_pair))
+        try:
+            self.metrics_server = MetricsServer(metrics.registry, int(port), str(bind)).start()
+        except MetricsEndpointError as err:
+            self.failure = str(err)
+            return
+        self.metrics = RunMetrics(metrics)
 
     # -- answers ------------------------------------------------------------------------------
     async def status(self) -> dict[str, Any]:

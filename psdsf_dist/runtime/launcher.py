@@ -233,9 +233,10 @@ def launch(source: str | Path | Mapping[str, Any] | Scenario, config: RunConfig 
     if detached:
         options["lifetime"] = "detached"
     # The coordinator lives beside the driver (the head node under `ray job submit`): removing a
-    # worker node must not take the coordinator, and its metrics endpoint, with it.
+    # worker node must not take the coordinator, and its metrics endpoint, with it.  Hard:
+    # Ray does not honour a soft affinity for a zero-CPU actor (see runtime/placement.py).
     options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
-        node_id=ray.get_runtime_context().get_node_id(), soft=True
+        node_id=ray.get_runtime_context().get_node_id(), soft=False
     )
     coordinator = RemoteCoordinator.options(**options).remote(
         run_id, prepared.scenario, cfg, prepared.pinned, True, prepared.node_spec)

@@ -77,6 +77,36 @@ class ServerReport:
     rounds: int
     error: str | None
     pid: int
+    round_seconds: tuple[float, ...] = ()
+    """Durations of the server procedure (the update rule) in the latest rounds, oldest first."""
+    staleness_seconds: float | None = None
+    """Median age of the other servers' columns in the totals at the latest round."""
+
+
+@dataclass(frozen=True)
+class HostedState:
+    """One hosted server as a restarted coordinator needs it."""
+
+    name: str
+    table: Table | None
+    """The newest table it adopted (None: not started since the actor (re)started)."""
+    incarnation: int
+    """-1 when not started."""
+    started_at: float
+
+
+@dataclass(frozen=True)
+class ActorState:
+    """What a restarted coordinator rebuilds its state from (one per server actor)."""
+
+    servers: tuple[HostedState, ...]
+    origins: tuple[str, ...]
+    """Every gossip origin the hosted servers know of (all incarnations still remembered)."""
+    notes: dict[str, Any]
+    """The coordinator's notes (:meth:`ServerActor.keep_notes`)."""
+    node: str
+    time: float | None
+    """Its clock (None: not started); a manual clock's time is only known to the actors."""
 
 
 @dataclass
@@ -107,6 +137,7 @@ class ServerActor:
         # Messages to the same actor that are queued together go in one call.
         self.syn_outbox: dict[str, tuple[Any, list[tuple[str, Syn, asyncio.Future[Any]]]]] = {}
         self.ack2_outbox: dict[str, tuple[Any, list[tuple[str, Delta]]]] = {}
+        self.notes: dict[str, Any] = {}
 
     # -- control (called by the coordinator) ---------------------------------------------------
     async def start(self, name: str, table: Table, incarnation: int, started_at: float,
@@ -173,7 +204,8 @@ class ServerActor:
                 out.append(ServerReport(name, slot.running, core.origin, core.table.epoch,
                                         np.array(core.column), core.traffic.messages,
                                         core.traffic.bytes, core.rounds, slot.error,
-                                        os.getpid()))
+                                        os.getpid(), tuple(core.round_seconds),
+                                        core.staleness_seconds))
         return out
 
     async def status(self) -> dict[str, Any]:
@@ -192,11 +224,22 @@ class ServerActor:
         return {"time": None if self.clock is None else self.clock.now(), "pid": os.getpid(),
                 "node": ray.get_runtime_context().get_node_id(), "servers": servers}
 
-    async def state(self) -> list[tuple[str, Table, int, float]]:
-        """What a restarted coordinator rebuilds its state from: per started hosted server,
-        (name, its table, its incarnation, the run's start time)."""
-        return [(n, s.core.table, s.core.incarnation, self.started_at)
-                for n, s in self.slots.items() if s.core is not None]
+    async def keep_notes(self, notes: dict[str, Any]) -> None:
+        """Keep the coordinator's notes for a restarted coordinator (lost if this actor
+        restarts; every actor keeps a copy)."""
+        self.notes = dict(notes)
+
+    async def state(self) -> ActorState:
+        """What a restarted coordinator rebuilds its state from."""
+        servers = tuple(
+            HostedState(n, None, -1, self.started_at) if s.core is None
+            else HostedState(n, s.core.table, s.core.incarnation, self.started_at)
+            for n, s in self.slots.items())
+        origins = {o for s in self.slots.values() if s.core is not None
+                   for o in s.core.gossip.versions()}
+        return ActorState(servers, tuple(sorted(origins)), dict(self.notes),
+                          ray.get_runtime_context().get_node_id(),
+                          None if self.clock is None else self.clock.now())
 
     # -- gossip (called by peers) -------------------------------------------------------------
     async def syn(self, name: str, message: Syn) -> Ack | None:

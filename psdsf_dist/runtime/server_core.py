@@ -11,6 +11,8 @@ holder counts and the staleness gossip reports), publish the column, start push-
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -34,6 +36,7 @@ from psdsf_dist.update_rule import (
 FloatArray = npt.NDArray[np.float64]
 
 INCARNATION_MARK = "#"
+TIMED_ROUNDS = 64  # durations of the latest rounds a server keeps for its reports
 
 
 def origin_name(server: str, incarnation: int) -> str:
@@ -44,6 +47,12 @@ def origin_name(server: str, incarnation: int) -> str:
 
 def server_of(origin: str) -> str:
     return origin.split(INCARNATION_MARK, 1)[0]
+
+
+def incarnation_of(origin: str) -> int:
+    """The incarnation an origin name stands for (``origin_name`` inverted)."""
+    _, mark, number = origin.partition(INCARNATION_MARK)
+    return int(number) if mark and number.isdigit() else 0
 
 
 Syn = tuple[Digest, Delta]
@@ -74,6 +83,10 @@ class ServerCore:
     view: ServerView = field(init=False)
     traffic: Traffic = field(default_factory=Traffic)
     rounds: int = 0
+    round_seconds: deque[float] = field(default_factory=lambda: deque(maxlen=TIMED_ROUNDS))
+    """Wall-clock seconds the update rule took in each of the latest rounds, oldest first."""
+    staleness_seconds: float | None = None
+    """Median age of the other servers' columns in the totals at the latest round."""
 
     def __post_init__(self) -> None:
         self.rule = make_rule(self.config.rule)
@@ -126,10 +139,15 @@ class ServerCore:
         g = self.gossip
         g.expire(now)
         ages = g.ages(now)
-        lag = float(np.median(ages)) / self.config.period - 1.0 if len(ages) else 0.0
+        # (clamped: wall clocks of different nodes may disagree by a little)
+        age = max(float(np.median(ages)), 0.0) if len(ages) else None
+        lag = 0.0 if age is None else age / self.config.period - 1.0
         view = replace(self.view, num_servers=len(g.members()),
                        holders=np.asarray(g.holders(), dtype=float), staleness=max(lag, 0.0))
+        began = time.perf_counter()
         new, self.state = self.rule.update(self.state, view, g.totals(), g.column)
+        self.round_seconds.append(time.perf_counter() - began)
+        self.staleness_seconds = age
         new = np.asarray(new, dtype=float)
         self._check(new, now)
         g.set_column(new, now)

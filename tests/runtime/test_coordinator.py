@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 import ray
 
 from psdsf_dist.certificate import certificate
+from psdsf_dist.cli.run import serve_metrics
 from psdsf_dist.runtime.config import RunConfig
 from psdsf_dist.runtime.launcher import ChurnError, Run, launch
 
@@ -102,16 +104,8 @@ def test_a_restarted_coordinator_keeps_membership_and_users(manual_run: Run) -> 
     manual_run.advance(2)
     before = manual_run.status()
     ray.kill(manual_run.coordinator, no_restart=False)
-    deadline = time.monotonic() + 60
-    while True:  # the handle stays valid; calls fail until the restart is done
-        try:
-            after = manual_run.status()
-            if after["coordinator_restarted"]:
-                break
-        except ray.exceptions.RayActorError:
-            pass
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    wait_for_restart(manual_run)
+    after = manual_run.status()
     for key in ("members", "present_users", "epoch", "events_applied"):
         assert after[key] == before[key], key
     assert after["present_users"] == ["u1", "u2", "u4"]
@@ -136,3 +130,49 @@ def test_several_servers_per_actor_behave_the_same(small_cluster: Path) -> None:
         assert_certified(run)
     finally:
         run.stop()
+
+
+def wait_for_restart(run: Run) -> None:
+    deadline = time.monotonic() + 60
+    while True:  # the handle stays valid; calls fail until the restart is done
+        try:
+            if run.status()["coordinator_restarted"]:
+                return
+        except ray.exceptions.RayActorError:
+            pass
+        assert time.monotonic() < deadline, "the coordinator did not come back"
+        time.sleep(0.2)
+
+
+def scrape(url: str, timeout: float = 60.0) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                text: str = answer.read().decode()
+                return text
+        except OSError:
+            assert time.monotonic() < deadline, f"nothing served on {url}"
+            time.sleep(0.2)
+
+
+def test_a_restarted_coordinator_serves_metrics_again_and_restarts_a_lost_server(
+        manual_run: Run) -> None:
+    url = serve_metrics(manual_run, 0, "127.0.0.1", False)
+    advance_until_held(manual_run)
+    assert "psdsf_converged 1.0" in scrape(url)
+    # a server's actor is gone for good while the coordinator is down
+    ray.kill(manual_run.handles()["B-2"], no_restart=True)
+    ray.kill(manual_run.coordinator, no_restart=False)
+    # no call needed: the restarted coordinator rebuilds itself and serves on the same port
+    text = scrape(url)
+    assert "psdsf_members" in text
+    wait_for_restart(manual_run)
+    status = manual_run.status()
+    assert status["servers"] == 6 and "B-2" in status["members"]
+    seen = advance_until_held(manual_run)
+    assert all(o["feasible"] and o["servers"] == 6 for o in seen)
+    assert ray.get(manual_run.handles()["B-2"].report.remote())[0].origin == "B-2#1"
+    assert_certified(manual_run)
+    text = scrape(url)
+    assert "psdsf_converged 1.0" in text and 'psdsf_members{role="server"} 6.0' in text

@@ -1,7 +1,8 @@
 """Several Ray nodes (``ray.cluster_utils.Cluster``, one machine): ``servers: from-ray``
 pins one server per node, and nodes leaving and joining are server failures and joins; the
-servers of a normal scenario are spread over the nodes and come back elsewhere when their
-node goes.  The allocation stays feasible and is certified again after each change.
+servers of a normal scenario are spread over the nodes (hard node affinity, least loaded
+first) and are placed again on an alive node when their node goes.  The allocation stays
+feasible and is certified again after each change.
 
 These tests shut the shared local session down and run last (see ``conftest.py``)."""
 
@@ -65,11 +66,6 @@ FROM_RAY = {
 }
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open: when the removed node takes the coordinator with it, the restarted "
-    "coordinator sometimes does not re-certify (residual stays 1.0 for 60 rounds)",
-)
 def test_from_ray_servers_follow_the_nodes(cluster: Any) -> None:
     run = launch(FROM_RAY, MANUAL, run_id="from-ray")
     try:
@@ -102,11 +98,6 @@ def test_from_ray_servers_follow_the_nodes(cluster: Any) -> None:
         run.stop()
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open: soft NodeAffinity round-robin placed 6 servers on 2 of 3 nodes in "
-    "ray.cluster_utils.Cluster on this machine (passed earlier in the day); under investigation",
-)
 def test_scenario_servers_are_spread_and_restart_elsewhere(cluster: Any) -> None:
     doc = {"resources": ["cpu", "mem"],
            "servers": [{"name": "s", "count": 6, "capacity": {"cpu": 1, "mem": 1}}],

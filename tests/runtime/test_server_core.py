@@ -13,7 +13,13 @@ from psdsf_dist.certificate import certificate
 from psdsf_dist.random_scenarios import random_scenario
 from psdsf_dist.runtime.churn import ChurnState
 from psdsf_dist.runtime.config import RunConfig
-from psdsf_dist.runtime.server_core import ServerCore, origin_name, server_of
+from psdsf_dist.runtime.server_core import (
+    TIMED_ROUNDS,
+    ServerCore,
+    incarnation_of,
+    origin_name,
+    server_of,
+)
 from psdsf_dist.scenario import Scenario, load_scenario
 
 SMALL = Path(__file__).resolve().parent / "small_cluster.yaml"
@@ -43,6 +49,31 @@ def allocation(cores: list[ServerCore]) -> npt.NDArray[np.float64]:
 def test_origins_name_incarnations() -> None:
     assert origin_name("B-1", 0) == "B-1" and origin_name("B-1", 2) == "B-1#2"
     assert server_of("B-1#2") == "B-1" and server_of("B-1") == "B-1"
+    assert incarnation_of("B-1#2") == 2 and incarnation_of("B-1") == 0
+    for n in (0, 1, 17):
+        assert incarnation_of(origin_name("s-3", n)) == n
+
+
+def test_rounds_carry_their_duration_and_the_gossip_staleness() -> None:
+    config = RunConfig(period=2.0)
+    _, cores = cluster(load_scenario(SMALL), config)
+    first = cores[0]
+    assert first.staleness_seconds is None and not first.round_seconds
+    first.update(0.0)
+    # the others are known (introduced at t=0) but not heard yet: no age to tell
+    assert first.staleness_seconds is None and len(first.round_seconds) == 1
+    rng = np.random.default_rng(3)
+    for r in range(1, TIMED_ROUNDS + 10):
+        for c in cores:
+            c.update(2.0 * r)
+        gossip_round(cores, rng, 2.0 * r + 1.0)
+    first.update(2.0 * (TIMED_ROUNDS + 10))
+    assert first.rounds == TIMED_ROUNDS + 11
+    assert len(first.round_seconds) == TIMED_ROUNDS  # a bounded window of the latest
+    assert all(0.0 < s < 1.0 for s in first.round_seconds)
+    # one exchange per server per period: the others' columns are one to a few periods old
+    assert first.staleness_seconds is not None
+    assert config.period <= first.staleness_seconds <= 4 * config.period
 
 
 def test_in_process_rounds_reach_the_certificate() -> None:

@@ -38,6 +38,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from psdsf_dist.certificate import DEFAULT_RTOL, Certificate, certificate, certify_columns
+from psdsf_dist.eisenberg_gale import FisherEquilibrium, eisenberg_gale, exact_equilibrium
 from psdsf_dist.errors import SolverError
 from psdsf_dist.scenario import Mode, Scenario, demand_gamma
 from psdsf_dist.server_procedure import server_water_fill
@@ -54,6 +55,9 @@ COARSE_RTOL = 1e-6  # the warm start need not be exact
 COARSE_TIME_SHARE = 0.2  # of the time limit, at most, for the warm start
 MAX_EXACT_WAIT = 32  # most sweeps between two exact attempts
 DENSE_LIMIT = 100  # unknowns up to which the exact step uses a dense least-squares solve
+CONVEX_MIN_CLASSES = 8  # from this many classes the convex program starts (or ends) the solve
+# how the structure is read off the convex optimum: time share > threshold * reduced cost
+CONVEX_READINGS = (1.0, 1e-3, 1e3)
 
 
 @dataclass(frozen=True)
@@ -113,15 +117,89 @@ def solve(
     t0 = time.perf_counter()
     classes = ServerClasses.of(scenario)
     state = _ClassState.start(scenario, mode, classes)
-    warm = _coarse_warm_start(scenario, mode, classes, time_limit)
-    if warm is not None:
-        state = _ClassState(scenario, mode, classes, warm)
-    state, sweeps, exact = _iterate(state, rtol, max_sweeps, t0 + time_limit)
+    if len(classes.count) >= CONVEX_MIN_CLASSES:
+        market = _tdm_market(scenario, classes)
+        if market is not None:
+            if mode == "tdm":
+                exact = _tdm_polish(scenario, classes, market, rtol)
+                if exact is not None:
+                    return _solution(exact, rtol, 0, 1, t0)
+            # A TDM allocation is feasible in RDM too: the sweeps start from it.
+            state = _ClassState(scenario, mode, classes, _market_columns(scenario, classes, market))
+            state.fit_capacity()
+        else:
+            warm = _coarse_warm_start(scenario, mode, classes, time_limit)
+            if warm is not None:
+                state = _ClassState(scenario, mode, classes, warm)
+    state, sweeps, exact_solves = _iterate(state, rtol, max_sweeps, t0 + time_limit)
+    return _solution(state, rtol, sweeps, exact_solves, t0)
+
+
+def solve_tdm_convex(scenario: Scenario, *, rtol: float = DEFAULT_RTOL) -> Solution:
+    """TDM PS-DSF from the Eisenberg-Gale program alone (no sweeps), certified to ``rtol``.
+
+    Raises :class:`SolverError` if the program fails or its polished optimum does not certify.
+    """
+    scenario.check_mode("tdm")
+    t0 = time.perf_counter()
+    classes = ServerClasses.of(scenario)
+    market = _tdm_market(scenario, classes)
+    state = None if market is None else _tdm_polish(scenario, classes, market, rtol)
+    if state is None:
+        raise SolverError("the Eisenberg-Gale optimum did not polish to a certified allocation")
+    return _solution(state, rtol, 0, 1, t0)
+
+
+def _solution(state: _ClassState, rtol: float, sweeps: int, exact: int, t0: float) -> Solution:
     X = state.expand()
-    final = certificate(scenario, X, mode=mode, rtol=rtol)
+    final = certificate(state.scenario, X, mode=state.mode, rtol=rtol)
     if not final.holds:  # defensive: the class certificate should imply the full one
         raise SolverError(f"expanded allocation failed its certificate: {final.violations[:1]}")
-    return Solution(scenario, mode, X, final, sweeps, exact, time.perf_counter() - t0)
+    return Solution(
+        state.scenario, state.mode, X, final, sweeps, exact, time.perf_counter() - t0
+    )
+
+
+def _market_inputs(
+    scenario: Scenario, classes: ServerClasses
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    gamma = np.ascontiguousarray(scenario.gamma[:, classes.representative])
+    return gamma, classes.count, scenario.weight, scenario.max_tasks
+
+
+def _tdm_market(scenario: Scenario, classes: ServerClasses) -> FisherEquilibrium | None:
+    """The interior-point optimum of the Eisenberg-Gale program over the classes."""
+    return eisenberg_gale(*_market_inputs(scenario, classes))
+
+
+def _market_columns(
+    scenario: Scenario, classes: ServerClasses, market: FisherEquilibrium
+) -> FloatArray:
+    """Tasks per class member of the (approximate) optimum."""
+    return np.asarray(scenario.gamma[:, classes.representative] * market.time_share)
+
+
+def _tdm_polish(
+    scenario: Scenario, classes: ServerClasses, market: FisherEquilibrium, rtol: float
+) -> _ClassState | None:
+    """The Eisenberg-Gale optimum (:mod:`eisenberg_gale`), polished to the certificate.
+
+    The interior-point optimum is accurate to ~1e-9 in the objective, which leaves the totals
+    only ~1e-4 accurate, but it tells the support of the optimum (which users hold time at which
+    classes) clearly; :func:`~psdsf_dist.eisenberg_gale.exact_equilibrium` solves the
+    equilibrium on that support in exact arithmetic.  The support is read with a few
+    thresholds, the usual one first; None if none certifies (the sweeps then start from the
+    optimum).
+    """
+    args = _market_inputs(scenario, classes)
+    for threshold in CONVEX_READINGS:
+        Y = exact_equilibrium(*args, market, threshold=threshold)
+        if Y is None:
+            continue
+        polished = _ClassState(scenario, "tdm", classes, Y)
+        if polished.certify(rtol).holds:
+            return polished
+    return None
 
 
 def _iterate(

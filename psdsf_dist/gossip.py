@@ -40,6 +40,17 @@ Message size (bytes), a documented estimate of a compact binary encoding
       index 4 + float64 8) per non-zero entry of the column — columns are sparse (a server holds
       few users), so this is smaller than 8 N.
 
+Signed moves
+    An entry also carries the sign of the origin's latest change of each user (+1 raised, -1
+    lowered, 0 unchanged), part of the versioned content: a column that stops changing is
+    published once more with all signs 0.  A server thus counts, per user, how many servers
+    (itself included) raised and lowered it in their latest updates (:meth:`GossipState.raising`,
+    :meth:`GossipState.lowering`) — what the ``split`` update rule needs to tell servers pulling a
+    user the same way from servers pulling it the other way.  A peer could compare the two
+    latest versions it heard instead, but it may have missed versions in between; the origin
+    alone knows its latest change.  Size: ``SIGN_ENTRY_BYTES`` (user index 4 + sign 1) per
+    non-zero sign.
+
 Age
     Every heartbeat carries the origin's clock reading (``heartbeat_at``; servers' clocks are
     assumed synchronised far better than the period, e.g. by NTP), so a server can tell how old
@@ -63,6 +74,10 @@ DIGEST_ENTRY_BYTES = 20
 DELTA_ENTRY_BYTES = 29
 COLUMN_HEADER_BYTES = 4
 COLUMN_VALUE_BYTES = 12
+SIGN_ENTRY_BYTES = 5
+
+MOVE_THRESHOLD = 1e-12
+"""A change of an entry by more than this (tasks) counts as a move (same as a held entry)."""
 
 # Running totals are rebuilt from the columns after this many incremental updates, so that
 # floating-point drift of ``totals += new - old`` cannot accumulate.
@@ -85,12 +100,17 @@ class Entry:
     """Non-zero entries of ``column`` (counted when not given)."""
     heartbeat_at: float = math.nan
     """The origin's clock when it emitted ``heartbeat``."""
+    moves: FloatArray | None = None
+    """With ``column``: per user the sign of the origin's latest change (+1, -1, 0); ``None``
+    = no signs (all 0)."""
 
     def size_bytes(self) -> int:
         size = DELTA_ENTRY_BYTES
         if self.column is not None:
             nnz = self.nonzero if self.nonzero >= 0 else int(np.count_nonzero(self.column))
             size += COLUMN_HEADER_BYTES + COLUMN_VALUE_BYTES * nnz
+            if self.moves is not None:
+                size += SIGN_ENTRY_BYTES * int(np.count_nonzero(self.moves))
         return size
 
 
@@ -116,6 +136,10 @@ class Delta:
         return MESSAGE_HEADER_BYTES + sum(e.size_bytes() for e in self.entries)
 
 
+_EMPTY = np.zeros(0)
+_EMPTY.setflags(write=False)
+
+
 @dataclass
 class _Known:
     heartbeat: int
@@ -126,10 +150,7 @@ class _Known:
     expired: bool = False
     nonzero: int = 0
     heartbeat_at: float = math.nan  # the origin's clock at its heartbeat
-
-
-_EMPTY = np.zeros(0)
-_EMPTY.setflags(write=False)
+    moves: FloatArray = field(default_factory=lambda: _EMPTY)  # signs of the latest change
 
 
 def _frozen(column: FloatArray) -> FloatArray:
@@ -154,12 +175,18 @@ class GossipState:
     _totals: FloatArray = field(default_factory=lambda: np.zeros(0), repr=False)
     _holders: npt.NDArray[np.int64] = field(
         default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
+    _raising: npt.NDArray[np.int64] = field(
+        default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
+    _lowering: npt.NDArray[np.int64] = field(
+        default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
     _updates: int = 0
     _digest_cache: dict[str, tuple[int, int]] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._totals = np.zeros(self.num_users)
         self._holders = np.zeros(self.num_users, dtype=np.int64)
+        self._raising = np.zeros(self.num_users, dtype=np.int64)
+        self._lowering = np.zeros(self.num_users, dtype=np.int64)
         if self.origin not in self._known:
             self._known[self.origin] = _Known(0, 0, _frozen(np.zeros(self.num_users)), False, 0.0)
 
@@ -179,10 +206,15 @@ class GossipState:
         me.heard_at = me.heartbeat_at = now
         old = self._padded(me.column)
         new = self._padded(col)
-        if me.left or not np.array_equal(old, new):
+        change = new - old
+        moves = np.where(change > MOVE_THRESHOLD, 1.0,
+                         np.where(change < -MOVE_THRESHOLD, -1.0, 0.0))
+        old_moves = self._padded(me.moves)
+        if me.left or not np.array_equal(old, new) or not np.array_equal(old_moves, moves):
             me.column_version = me.heartbeat
-            self._count(old, new, me.expired or me.left, False)
+            self._count(old, new, me.expired or me.left, False, old_moves, moves)
             me.column = _frozen(new)
+            me.moves = _frozen(moves) if moves.any() else _EMPTY
             me.nonzero = int(np.count_nonzero(new))
             me.left = False
             me.expired = False
@@ -200,8 +232,10 @@ class GossipState:
         me = self._known[self.origin]
         me.heartbeat += 1
         me.column_version = me.heartbeat
-        self._count(self._padded(me.column), np.zeros(self.num_users), me.expired or me.left, True)
+        self._count(self._padded(me.column), np.zeros(self.num_users), me.expired or me.left, True,
+                    self._padded(me.moves), None)
         me.column = _frozen(np.zeros(self.num_users))
+        me.moves = _EMPTY
         me.nonzero = 0
         me.left = True
         me.heard_at = me.heartbeat_at = now
@@ -220,6 +254,8 @@ class GossipState:
             extra = num_users - self.num_users
             self._totals = np.concatenate([self._totals, np.zeros(extra)])
             self._holders = np.concatenate([self._holders, np.zeros(extra, dtype=np.int64)])
+            self._raising = np.concatenate([self._raising, np.zeros(extra, dtype=np.int64)])
+            self._lowering = np.concatenate([self._lowering, np.zeros(extra, dtype=np.int64)])
             self.num_users = num_users
 
     def totals(self) -> FloatArray:
@@ -229,6 +265,16 @@ class GossipState:
     def holders(self) -> npt.NDArray[np.int64]:
         """Per user, how many counted origins (self included) hold some of its tasks."""
         return self._holders.copy()
+
+    def raising(self) -> npt.NDArray[np.int64]:
+        """Per user, how many counted origins (self included) raised it in their latest
+        change."""
+        return self._raising.copy()
+
+    def lowering(self) -> npt.NDArray[np.int64]:
+        """Per user, how many counted origins (self included) lowered it in their latest
+        change."""
+        return self._lowering.copy()
 
     def members(self) -> list[str]:
         """Origins currently counted as live (not left, not expired), self included."""
@@ -264,7 +310,7 @@ class GossipState:
         """This server's own entry with its column (to piggyback on an exchange it starts)."""
         me = self._known[self.origin]
         return Entry(self.origin, me.heartbeat, me.column_version, me.column, me.left,
-                     me.nonzero, me.heartbeat_at)
+                     me.nonzero, me.heartbeat_at, me.moves if len(me.moves) else None)
 
     def delta_for(self, digest: Digest) -> Delta:
         """The entries the digest's sender lacks; the column only where its copy is older."""
@@ -278,10 +324,11 @@ class GossipState:
             hb, cv = pv
             k = known[o]
             if k.heartbeat > hb or k.column_version > cv:
+                fresh = k.column_version > cv
                 out.append(
                     Entry(o, k.heartbeat, k.column_version,
-                          k.column if k.column_version > cv else None, k.left, k.nonzero,
-                          k.heartbeat_at)
+                          k.column if fresh else None, k.left, k.nonzero,
+                          k.heartbeat_at, k.moves if fresh and len(k.moves) else None)
                 )
         return Delta(self.origin, tuple(out))
 
@@ -312,19 +359,19 @@ class GossipState:
                 col = _frozen(e.column)
                 if len(col) > self.num_users:
                     self.resize(len(col))
+                moves = _EMPTY if e.moves is None else _frozen(e.moves)
                 self._count(self._padded(k.column), self._padded(col), k.left or k.expired,
-                            e.left or k.expired)
+                            e.left or k.expired, self._padded(k.moves), self._padded(moves))
                 k.column_version = e.column_version
                 k.column = col
+                k.moves = moves
                 k.nonzero = e.nonzero if e.nonzero >= 0 else int(np.count_nonzero(col))
                 k.left = e.left
                 touched = True
             if touched and k.expired and not k.left:
                 # a newer heartbeat revives an expired origin
                 k.expired = False
-                col = self._padded(k.column)
-                self._totals += col
-                self._holders += col > 0
+                self._add(self._padded(k.column), self._padded(k.moves), 1)
             changed += touched
         if changed:
             self._digest_cache = None
@@ -343,9 +390,7 @@ class GossipState:
                 continue
             if not k.expired and now - k.heard_at >= self.ttl:
                 k.expired = True
-                col = self._padded(k.column)
-                self._totals -= col
-                self._holders -= col > 0
+                self._add(self._padded(k.column), self._padded(k.moves), -1)
                 dropped.append(o)
         return dropped
 
@@ -358,24 +403,29 @@ class GossipState:
         return out
 
     def _count(self, old: FloatArray, new: FloatArray, old_excluded: bool,
-               new_excluded: bool) -> None:
+               new_excluded: bool, old_moves: FloatArray | None = None,
+               new_moves: FloatArray | None = None) -> None:
         if not old_excluded:
-            self._totals -= old
-            self._holders -= old > 0
+            self._add(old, old_moves, -1)
         if not new_excluded:
-            self._totals += new
-            self._holders += new > 0
+            self._add(new, new_moves, 1)
         self._updates += 1
         if self._updates % REBUILD_EVERY == 0:
             self._rebuild()
 
+    def _add(self, column: FloatArray, moves: FloatArray | None, sign: int) -> None:
+        """Add (sign 1) or remove (sign -1) one origin's column and moves from the counts."""
+        self._totals += sign * column
+        self._holders += sign * (column > 0)
+        if moves is not None:
+            self._raising += sign * (moves > 0)
+            self._lowering += sign * (moves < 0)
+
     def _rebuild(self) -> None:
-        tot = np.zeros(self.num_users)
-        held = np.zeros(self.num_users, dtype=np.int64)
+        self._totals = np.zeros(self.num_users)
+        self._holders = np.zeros(self.num_users, dtype=np.int64)
+        self._raising = np.zeros(self.num_users, dtype=np.int64)
+        self._lowering = np.zeros(self.num_users, dtype=np.int64)
         for k in self._known.values():
             if not k.left and not k.expired:
-                col = self._padded(k.column)
-                tot += col
-                held += col > 0
-        self._totals = tot
-        self._holders = held
+                self._add(self._padded(k.column), self._padded(k.moves), 1)

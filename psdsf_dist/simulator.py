@@ -123,6 +123,9 @@ class SimConfig:
     """Snapshot model: compute a pure rule once per class of identical servers in identical
     states (bit-identical to computing each; off to time the per-server cost)."""
     ttl_periods: float = TTL_PERIODS
+    signed_moves: bool = True
+    """Gossip carries the sign of each server's latest change per user, and the rule sees
+    how many servers raised / lowered each user (off: holder counts only)."""
 
     def check(self) -> None:
         if self.rounds < 1:
@@ -344,6 +347,10 @@ class Simulator:
             lag = float(np.median(ages)) / self.config.period - 1.0 if len(ages) else 0.0
             view = _with_knowledge(self._view(i), len(srv.gossip.members()),
                                    srv.gossip.holders(), max(lag, 0.0))
+            if self.config.signed_moves:
+                # servers that raised / lowered each user in their latest changes heard of
+                view = replace(view, raising=srv.gossip.raising().astype(float),
+                               lowering=srv.gossip.lowering().astype(float))
             new, srv.state = self._update(i, view, totals, column, srv.state)
         else:
             totals, holders, stale, moved = self._snapshot()

@@ -9,8 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from psdsf_dist.gossip import (
+    COLUMN_HEADER_BYTES,
+    COLUMN_VALUE_BYTES,
+    DELTA_ENTRY_BYTES,
     DIGEST_ENTRY_BYTES,
     MESSAGE_HEADER_BYTES,
+    SIGN_ENTRY_BYTES,
     Delta,
     Entry,
     GossipState,
@@ -76,6 +80,8 @@ def test_any_order_and_duplication_gives_the_same_state(
     assert _state(a) == _state(b)
     np.testing.assert_allclose(a.totals(), b.totals(), atol=1e-9)
     np.testing.assert_array_equal(a.holders(), b.holders())
+    np.testing.assert_array_equal(a.raising(), b.raising())
+    np.testing.assert_array_equal(a.lowering(), b.lowering())
 
 
 @settings(max_examples=40, deadline=None)
@@ -97,6 +103,11 @@ def test_loss_then_anti_entropy_reaches_the_origins_latest_columns(
     np.testing.assert_allclose(g.totals(), expected, atol=1e-9)
     assert g.holders().tolist() == sum(((s.column > 0).astype(int) for s in states),
                                        np.zeros(3, dtype=int)).tolist()
+    # the origins never heard each other: each one's counts are its own latest moves
+    assert g.raising().tolist() == sum((s.raising() for s in states),
+                                       np.zeros(3, dtype=int)).tolist()
+    assert g.lowering().tolist() == sum((s.lowering() for s in states),
+                                        np.zeros(3, dtype=int)).tolist()
 
 
 def test_push_pull_exchange_and_message_size_follow_what_changed() -> None:
@@ -192,3 +203,37 @@ def test_ages_follow_the_origins_heartbeat_clock() -> None:
     b.heartbeat(13.5)
     a.merge(b.delta_for(a.digest()), 13.7)
     assert sorted(a.ages(14.0).tolist()) == [0.5, 2.0]
+
+
+def test_signed_moves_count_who_raised_and_who_lowered_each_user() -> None:
+    a, b, c = GossipState("a", 3), GossipState("b", 3), GossipState("c", 3)
+    a.set_column(np.array([1.0, 2.0, 0.0]), 0.0)  # raises users 0 and 1
+    b.set_column(np.array([0.0, 1.0, 0.0]), 0.0)  # raises user 1
+    b.set_column(np.array([0.5, 0.0, 0.0]), 1.0)  # raises user 0, lowers user 1 (leaves it)
+    for origin in (a, b):
+        c.merge(origin.delta_for(c.digest()), 1.0)
+    assert c.raising().tolist() == [2, 1, 0]
+    assert c.lowering().tolist() == [0, 1, 0]
+    assert c.holders().tolist() == [2, 1, 0]
+    # an unchanged column is published once more, with no moves, and then not again
+    a.set_column(np.array([1.0, 2.0, 0.0]), 2.0)
+    entry = a.delta_for(c.digest()).entries[0]
+    assert entry.column is not None and entry.moves is None
+    c.merge(a.delta_for(c.digest()), 2.0)
+    assert c.raising().tolist() == [1, 0, 0]
+    a.set_column(np.array([1.0, 2.0, 0.0]), 3.0)
+    assert a.delta_for(c.digest()).entries[0].column is None  # a heartbeat only
+    # a silent origin's moves stop counting with its column
+    c.ttl = 5.0
+    c.expire(6.5)
+    assert c.lowering().tolist() == [0, 0, 0] and c.raising().tolist() == [0, 0, 0]
+
+
+def test_moves_add_their_signs_to_the_message_size() -> None:
+    a = GossipState("a", 4)
+    a.set_column(np.array([1.0, 2.0, 0.0, 0.0]), 0.0)
+    a.set_column(np.array([1.0, 0.0, 3.0, 0.0]), 1.0)  # user 1 lowered to 0, user 2 raised
+    entry = a.own_entry()
+    assert entry.moves is not None and entry.moves.tolist() == [0, -1, 1, 0]
+    assert entry.size_bytes() == (DELTA_ENTRY_BYTES + COLUMN_HEADER_BYTES
+                                  + 2 * COLUMN_VALUE_BYTES + 2 * SIGN_ENTRY_BYTES)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,14 @@ from psdsf_dist.simulator import (
     converged_rounds,
     simulate,
 )
-from psdsf_dist.update_rule import RULES, RuleState, ServerView, best_response
+from psdsf_dist.update_rule import (
+    DEFAULT_RULE,
+    RULES,
+    RuleState,
+    ServerView,
+    best_response,
+    make_rule,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "psdsf_dist" / "examples"
 
@@ -208,3 +216,45 @@ def test_cli_bad_options(tmp_path: Path, capsys: pytest.CaptureFixture[str],
     path.write_text(yaml.safe_dump(_churn_doc([])))
     assert main(["simulate", str(path), *args]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+@dataclass
+class _Recorder:
+    """The default rule, recording what each server was told and what it did."""
+
+    seen: list[tuple[float, int, ServerView, Any, Any]]
+    name: str = "recorder"
+
+    def initial_state(self, num_users: int) -> RuleState:
+        return make_rule(DEFAULT_RULE).initial_state(num_users)
+
+    def update(self, state: RuleState, view: ServerView, totals: Any,
+               column: Any) -> tuple[Any, RuleState]:
+        new, state = make_rule(DEFAULT_RULE).update(state, view, totals, column)
+        self.seen.append((float(state.updates), len(self.seen), view, column.copy(), new.copy()))
+        return new, state
+
+
+@pytest.mark.parametrize("signed", [True, False])
+def test_gossip_tells_each_server_who_raised_and_who_lowered_each_user(signed: bool) -> None:
+    sc = load_scenario(EXAMPLES / "paper_fig2.yaml")
+    K = sc.num_servers
+    rec = _Recorder([])
+    # lock-step, no delay, everyone gossips with everyone: at each tick a server has heard
+    # every column of the tick before
+    simulate(sc, SimConfig(rounds=6, delay=0.0, fanout=K - 1, gossip="scuttlebutt",
+                           signed_moves=signed), rule=rec)
+    ticks = [rec.seen[t * K:(t + 1) * K] for t in range(len(rec.seen) // K)]
+    assert len(ticks) == 6
+    if signed:  # the run has both kinds of moves to count
+        assert any(v.raising is not None and v.raising.any() for _, _, v, _, _ in rec.seen)
+        assert any(v.lowering is not None and v.lowering.any() for _, _, v, _, _ in rec.seen)
+    for before, now in pairwise(ticks):
+        moves = np.array([new - old for _, _, _, old, new in before])
+        for _, _, view, _, _ in now:
+            if not signed:
+                assert view.raising is None and view.lowering is None
+                continue
+            assert view.raising is not None and view.lowering is not None
+            np.testing.assert_array_equal(view.raising, (moves > 1e-12).sum(axis=0))
+            np.testing.assert_array_equal(view.lowering, (moves < -1e-12).sum(axis=0))

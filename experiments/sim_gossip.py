@@ -1,17 +1,20 @@
-"""Rounds to converge under real gossip: vs message delay, fanout, gossip rate and timing.
+"""Rounds per churn event under real gossip: vs message delay, fanout, gossip rate, loss, timing.
 
-The paper's 120-server cluster (ORACLES.md example 3, without its churn), the default update
-rule, T = 1 s, the Scuttlebutt protocol simulated message by message.  One parameter varies at a
-time around a base setting (lock-step, delay 0.1 round, fanout 2, 4 exchange rounds per period,
-no loss); for each, several seeds from zero, counting rounds until the certificate (rtol 1e-3)
-held for good (runs stop after it held 20 rounds in a row, or at the cap), with the traffic per
-server per round.  The snapshot model (every server on the same totals, d rounds older than
-the usual one) is shown beside it as the reference.
+The paper's 120-server cluster (ORACLES.md example 3) with its churn on a shorter clock (user u4
+leaves at 40 s and rejoins at 80 s; the run ends at 120 s), the default update rule, T = 1 s, the
+Scuttlebutt protocol simulated message by message.  The base setting is the one the Ray runtime
+runs (``experiments/results/ray.md``): random phases with jitter 0.2 T, message delay 0.01 T,
+4 exchange rounds per period, fanout 2, no loss.  One parameter varies at a time; each setting
+runs with several seeds, counting per event the rounds until the certificate (rtol 1e-3) held for
+good (``>40``: not within the 40 rounds before the next event), with the traffic per server per
+round.  ``signed moves off`` is the protocol without the signs of the latest changes (holder
+counts only, as before they were gossiped); the snapshot model (lock-step, every server on the
+same totals, d rounds older than the usual one) is the reference.
 
 Writes ``results/sim_gossip.csv``, ``results/sim_gossip.md``, ``results/sim_gossip.png`` and
 the ``sim_gossip`` section of ``experiments/README.md``.
 
-    .venv/bin/python experiments/sim_gossip.py [--seeds 2] [--cap 60]
+    .venv/bin/python experiments/sim_gossip.py [--seeds 2] [--workers 2]
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import time
 from dataclasses import replace
+from multiprocessing import Pool
 from typing import Any
 
 import numpy as np
@@ -36,112 +40,123 @@ from sim_common import (
 from psdsf_dist.scenario import Scenario, load_scenario
 from psdsf_dist.simulator import SimConfig, simulate
 
-BASE = SimConfig(rounds=100, delay=0.1, fanout=2, gossip_rate=4, gossip="scuttlebutt",
-                 stop_after_hold=20)
+LEAVE, REJOIN, END = 40, 80, 120
+PHASE = LEAVE  # rounds available to each event
+EVENTS = ("start", "user u4 leaves", "user u4 joins")
+# the Ray runtime's setting (experiments/results/ray.md)
+BASE = SimConfig(rounds=END, lockstep=False, jitter=0.2, delay=0.01, fanout=2, gossip_rate=4,
+                 gossip="scuttlebutt")
 
 
-def sweeps(quick: bool = False) -> list[tuple[str, str, SimConfig]]:
+def sweeps() -> list[tuple[str, str, SimConfig]]:
     """(parameter, value label, config) around the base setting."""
-    out: list[tuple[str, str, SimConfig]] = []
-    if quick:
-        return [
-            ("delay (rounds)", "0.1", BASE), ("delay (rounds)", "1", replace(BASE, delay=1.0)),
-            ("fanout", "1", replace(BASE, fanout=1)), ("fanout", "4", replace(BASE, fanout=4)),
-            ("gossip rate (per period)", "1", replace(BASE, gossip_rate=1)),
-            ("timing", "phases + jitter 0.5 T", replace(BASE, lockstep=False, jitter=0.5)),
-            ("snapshot model (reference)", "d=0", replace(BASE, gossip="snapshot", delay=0.0)),
-        ]
-    for d in (0.0, 0.1, 0.5, 1.0):
+    out: list[tuple[str, str, SimConfig]] = [
+        ("runtime setting", "phases, jitter 0.2 T, d 0.01, F 2, G 4", BASE),
+        ("runtime setting", "signed moves off", replace(BASE, signed_moves=False)),
+    ]
+    for d in (0.1, 0.5, 1.0):
         out.append(("delay (rounds)", f"{d:g}", replace(BASE, delay=d)))
-    for f in (1, 2, 4):
+    for f in (1, 4):
         out.append(("fanout", str(f), replace(BASE, fanout=f)))
-    for g in (1, 2, 4):
-        out.append(("gossip rate (per period)", str(g), replace(BASE, gossip_rate=g)))
-    out.append(("timing", "lock-step", BASE))
-    out.append(("timing", "random phases", replace(BASE, lockstep=False)))
-    out.append(("timing", "phases + jitter 0.5 T", replace(BASE, lockstep=False, jitter=0.5)))
-    for p in (0.1,):
+    out.append(("gossip rate (per period)", "1", replace(BASE, gossip_rate=1)))
+    for p in (0.1, 0.3):
         out.append(("loss", f"{p:g}", replace(BASE, loss=p)))
+    out.append(("timing", "lock-step", replace(BASE, lockstep=True, jitter=0.0)))
     for d in (0.0, 1.0):
-        out.append(("snapshot model (reference)", f"d={d:g}",
-                    replace(BASE, gossip="snapshot", delay=d)))
+        out.append(("snapshot model (reference)", f"lock-step, d={d:g}",
+                    replace(BASE, gossip="snapshot", lockstep=True, jitter=0.0, delay=d)))
     return out
 
 
-def run_all(scenario: Scenario, seeds: int, cap: int, quick: bool) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    for param, value, cfg0 in sweeps(quick):
-        n_seeds = 1 if cfg0.gossip == "snapshot" and cfg0.lockstep else seeds
-        for seed in range(n_seeds):
-            cfg = replace(cfg0, rounds=cap, seed=seed)
-            t0 = time.perf_counter()
-            res = simulate(scenario, cfg)
-            seconds = time.perf_counter() - t0
-            rtc = res.events[0].rounds_to_converge
-            rows.append({
-                "parameter": param, "value": value, "seed": seed, "rounds_to_converge": rtc,
-                "final_residual": res.trace[-1].residual,
-                "bytes_per_server_round": float(np.mean([r.bytes for r in res.trace])),
-                "messages_per_server_round": float(np.mean([r.messages for r in res.trace])),
-                "seconds_per_round": res.seconds_per_round,
-            })
-            print(f"{param:28s} {value:22s} seed {seed}: {rtc} ({seconds:.1f} s)", flush=True)
-    return rows
+def churn_scenario() -> Scenario:
+    """The paper cluster with u4 away during (LEAVE, REJOIN)."""
+    doc = dict(load_scenario(EXAMPLES / "paper_cluster.yaml").raw)
+    doc["events"] = [{"at": LEAVE, "user_leaves": "u4"}, {"at": REJOIN, "user_joins": "u4"}]
+    return Scenario.from_dict(doc, "paper_cluster.yaml")
 
 
-def plot(rows: list[dict[str, Any]], cap: int) -> None:
+def one_run(job: tuple[str, str, SimConfig, int]) -> dict[str, Any]:
+    param, value, cfg0, seed = job
+    cfg = replace(cfg0, seed=seed)
+    t0 = time.perf_counter()
+    res = simulate(churn_scenario(), cfg)
+    seconds = time.perf_counter() - t0
+    outcome = {e.description: e.rounds_to_converge for e in res.events}
+    row = {
+        "parameter": param, "value": value, "seed": seed,
+        **{ev: outcome.get(ev) for ev in EVENTS},
+        "bytes_per_server_round": float(np.mean([r.bytes for r in res.trace])),
+        "messages_per_server_round": float(np.mean([r.messages for r in res.trace])),
+        "seconds_per_round": res.seconds_per_round,
+    }
+    print(f"{param:28s} {value:40s} seed {seed}: {[outcome.get(ev) for ev in EVENTS]} "
+          f"({seconds:.0f} s)", flush=True)
+    return row
+
+
+def run_all(seeds: int, workers: int) -> list[dict[str, Any]]:
+    jobs = []
+    for param, value, cfg in sweeps():
+        # lock-step snapshot runs are deterministic: one seed says it all
+        n_seeds = 1 if cfg.gossip == "snapshot" else seeds
+        jobs += [(param, value, cfg, seed) for seed in range(n_seeds)]
+    with Pool(workers) as pool:
+        return pool.map(one_run, jobs, chunksize=1)
+
+
+def plot(rows: list[dict[str, Any]]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    params = list(dict.fromkeys(r["parameter"] for r in rows))
-    fig, axes = plt.subplots(1, len(params), figsize=(3.2 * len(params), 3.4), sharey=True)
-    for ax, param in zip(np.atleast_1d(axes), params, strict=True):
-        values = list(dict.fromkeys(r["value"] for r in rows if r["parameter"] == param))
-        data = []
-        for v in values:
-            sel = [r["rounds_to_converge"] for r in rows
-                   if r["parameter"] == param and r["value"] == v]
-            data.append([cap * 1.1 if x is None else x for x in sel])
-        for j, d in enumerate(data):
-            ax.scatter([j] * len(d), d, s=14)
-            ax.plot([j - 0.2, j + 0.2], [np.median(d)] * 2, color="k")
-        ax.set_xticks(range(len(values)))
-        ax.set_xticklabels(values, rotation=35, fontsize=7, ha="right")
-        ax.axhline(cap, color="k", ls=":", lw=0.8)
-        ax.set_title(param, fontsize=8)
-    np.atleast_1d(axes)[0].set_ylabel(f"rounds to certificate (>{cap}: never)")
+    labels = list(dict.fromkeys(f"{r['parameter']}: {r['value']}" for r in rows))
+    fig, ax = plt.subplots(figsize=(10, 4.2))
+    for j, ev in enumerate(EVENTS):
+        for i, lab in enumerate(labels):
+            vals = [PHASE * 1.1 if r[ev] is None else r[ev] for r in rows
+                    if f"{r['parameter']}: {r['value']}" == lab]
+            ax.scatter([i + (j - 1) * 0.22] * len(vals), vals, s=14, color=f"C{j}",
+                       label=ev if i == 0 else None)
+    ax.axhline(20, color="k", ls=":", lw=0.8)
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, rotation=40, fontsize=6, ha="right")
+    ax.set_ylabel(f"rounds to certificate (>{PHASE}: never)")
+    ax.set_title("Paper cluster churn under Scuttlebutt gossip (dotted: 20 rounds)", fontsize=9)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(RESULTS / "sim_gossip.png", dpi=110)
     plt.close(fig)
 
 
-def report(rows: list[dict[str, Any]], seeds: int, cap: int, seconds: float) -> str:
+def report(rows: list[dict[str, Any]], seeds: int, seconds: float) -> str:
     body = []
     for param in dict.fromkeys(r["parameter"] for r in rows):
         for value in dict.fromkeys(r["value"] for r in rows if r["parameter"] == param):
             sel = [r for r in rows if r["parameter"] == param and r["value"] == value]
-            st = rounds_stat([r["rounds_to_converge"] for r in sel], cap)
-            body.append([param, value, st["converged"], st["median"], st["max"],
+            cells = []
+            for ev in EVENTS:
+                st = rounds_stat([r[ev] for r in sel], PHASE)
+                cells.append(f"{st['median']} / {st['max']}")
+            body.append([param, value, len(sel), *cells,
                          f"{np.median([r['messages_per_server_round'] for r in sel]):.1f}",
-                         f"{np.median([r['bytes_per_server_round'] for r in sel]):.0f}",
-                         f"{np.median([r['seconds_per_round'] for r in sel]):.3f}"])
+                         f"{np.median([r['bytes_per_server_round'] for r in sel]):.0f}"])
     lines = [
-        "## Simulator: convergence under real gossip (paper cluster, 120 servers)",
+        "## Simulator: churn under real gossip (paper cluster, 120 servers)",
         "",
-        f"Generated by `experiments/sim_gossip.py` ({seeds} seeds, cap {cap} rounds, "
-        f"{seconds:.0f} s).  Default rule, from zero, T = 1 s; one parameter varies around the "
-        f"base setting (lock-step, delay {BASE.delay:g} round, fanout {BASE.fanout}, "
-        f"{BASE.gossip_rate} exchange rounds per period, no loss).  Rounds until the "
-        "certificate (rtol 1e-3) held for good: converged runs, median, max.  Traffic: "
-        "messages and bytes sent per server per round (mean over the run; the snapshot rows "
-        "estimate it from the encoding); simulator seconds per round.",
+        f"Generated by `experiments/sim_gossip.py` ({seeds} seeds, {seconds:.0f} s).  Default "
+        f"rule, T = 1 s, u4 leaves at {LEAVE} s and rejoins at {REJOIN} s.  Base: the Ray "
+        f"runtime's setting (random phases, jitter {BASE.jitter:g} T, delay {BASE.delay:g} T, "
+        f"fanout {BASE.fanout}, {BASE.gossip_rate} exchange rounds per period, no loss); one "
+        "parameter varies at a time.  Cells: rounds after the event until the certificate "
+        f"(rtol 1e-3) held for good, median / max over seeds (`>{PHASE}`: not before the next "
+        "event).  Traffic: messages and bytes sent per server per round (mean over the run; "
+        "the snapshot rows estimate it from the encoding).",
         "",
-        table(["parameter", "value", "converged", "median", "max", "msgs/server/round",
-               "bytes/server/round", "sim s/round"], body),
+        table(["parameter", "value", "runs", "from zero", "u4 leaves", "u4 rejoins",
+               "msgs/server/round", "bytes/server/round"], body),
         "",
-        "![rounds vs gossip parameters](results/sim_gossip.png)",
+        "![rounds per event vs gossip parameters](results/sim_gossip.png)",
     ]
     return "\n".join(lines)
 
@@ -149,20 +164,14 @@ def report(rows: list[dict[str, Any]], seeds: int, cap: int, seconds: float) -> 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--seeds", type=int, default=2)
-    ap.add_argument("--cap", type=int, default=60)
-    ap.add_argument("--quick", action="store_true", help="one value either side of the base")
+    ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args(argv)
-    # from zero only: the churn is studied by sim_churn.py
-    scenario = load_scenario(EXAMPLES / "paper_cluster.yaml")
-    doc = dict(scenario.raw)
-    doc.pop("events", None)
-    scenario = Scenario.from_dict(doc, "paper_cluster.yaml")
     t0 = time.perf_counter()
-    rows = run_all(scenario, args.seeds, args.cap, args.quick)
+    rows = run_all(args.seeds, args.workers)
     seconds = time.perf_counter() - t0
     write_csv(RESULTS / "sim_gossip.csv", rows)
-    plot(rows, args.cap)
-    md = report(rows, args.seeds, args.cap, seconds)
+    plot(rows)
+    md = report(rows, args.seeds, seconds)
     write_atomic(RESULTS / "sim_gossip.md", md + "\n")
     update_readme("sim_gossip", md)
     update_overview()

@@ -71,17 +71,47 @@ Gossip delay.  The prediction assumes the other holders' moves show up in the ne
 the other columns are d rounds older still (``ServerView.staleness``), the moves they made in
 those rounds are missing, and each server would correct them again; ``split`` adds
 ``(gain - 1)`` times its own last d changes to the totals (the others' matching moves, not yet
-delivered) and compares its secant against its own change of d rounds earlier.
+delivered) and compares its secant against its own change of d rounds earlier.  Signed counts
+are not used there: at d = 1 they are two rounds old, and an oscillation alternates its signs
+every round, so they count the wrong side.  Measured on the paper cluster: a mode growing 100x
+every two rounds from machine precision after user 4 leaves, and after it rejoins a period-2
+swing between the exact allocation and residual 1.
 
-What remains (numbers in ``experiments/results/rule_study.md``): a tail of random instances where
-the support of the allocation (who sits where) keeps switching for a while before it locks and
-the certificate then holds to machine precision at once; and extra delay, where the
-compensation helps on the paper cluster but not yet on the random suite.  ``adaptive`` (holder
-gain plus a per-user step halved when the change flips direction) damps limit cycles but does
-not shorten plateaus.
+The observed ratio as the gain.  Without signed counts (gossip delay, or gossip that does not
+carry them), the gain restored after a cut used to be the holder count.  That is a large
+over-estimate when few of the holders move: on the paper cluster one server swapping a user
+held by 33 servers for another moved it at 1/33 of the needed speed, and (with the delay
+compensation predicting 32 phantom moves) only every other round — 80-120 rounds from random
+starts at d = 1.  ``split`` now restores the gain to the ratio it just observed (total change
+over its own change, i.e. how many servers really moved n with it), capped by the holder count
+(``secant_cap=0`` restores the old behaviour).  Paper cluster at d = 1: 13 / 3 / 11 rounds
+(start / u4 leaves / u4 rejoins), at most 19 over 8 random starts; with signed counts in the
+gossip (``psdsf_dist.gossip``), the Ray runtime's setting (random phases, jitter 0.2 T) goes
+from 55 / 7 / 60 to about 10 / 5 / 7.
+
+What did not help on the random suite (60 scenarios, cap 150; ``split`` converges on 57,
+median 28, p90 104): a per-user step halved on direction flips on top of ``split`` (56, median
+37); a gain below 1 for a user leaving while its total does not follow (extrapolating the
+drain; hardly any change, because the drain is itself a period-8 oscillation there); letting a
+cut gain grow back geometrically instead of at once (21 at x2: the under-estimated gains
+oscillate); re-solving with the count of the other side when the move turns (1: in an
+oscillation last round's counts are the complement); a floor on the signed gain at a fraction
+of the holder count, or the holder count for small moves (no better, or worse).
+
+What remains (numbers in ``experiments/results/rule_study.md``): a tail of random instances of
+two kinds.  Limit cycles of period 4-8 in which the signed counts and the cut switch a user's
+gain every round (one instance: the same user's gain at one server takes values from 1 to 109
+in consecutive rounds) — the gain, a discontinuous function of the signs of tiny moves, is the
+state that cycles.  And plateaus where a user drains from a marginal server at a rate equal to
+its level gap there (~0.004 tasks per round for ~110 rounds in one instance) while the other
+holders refill it; the certificate then holds to machine precision as soon as the entry hits
+zero.  Exact sequential sweeps share the second kind (spec), so it needs more than a faster
+emulation of them.  ``adaptive`` (holder gain plus a per-user step halved when the change flips
+direction) damps limit cycles but does not shorten plateaus.
 
 Rules: ``best-response`` (plain), ``damped`` (``a``), ``predictive`` (secant gain), ``holders``,
-``adaptive`` (``shrink``, ``grow``, ``min_step``), ``split`` (default; ``threshold``, ``factor``).
+``adaptive`` (``shrink``, ``grow``, ``min_step``), ``split`` (default; ``threshold``, ``factor``,
+``use_movers``, ``secant_cap``).
 """
 
 from __future__ import annotations
@@ -387,7 +417,8 @@ class SplitGain:
     adds ``(gain - 1)`` times its own changes of the last d rounds to the totals: the other
     holders' matching moves that gossip has not delivered yet.  When the view carries signed
     counts (``raising`` / ``lowering``), k[n] is the number of servers that moved n the way this
-    server did, and the cut is kept for leaving only (see the module docstring).
+    server did, and the cut is kept for leaving only (see the module docstring).  Without them,
+    a gain is restored to the observed ratio capped by k[n] (``secant_cap``; 0 = to k[n]).
     """
 
     threshold: float = 0.5

@@ -77,17 +77,22 @@ every round, so they count the wrong side.  Measured on the paper cluster: a mod
 every two rounds from machine precision after user 4 leaves, and after it rejoins a period-2
 swing between the exact allocation and residual 1.
 
-The observed ratio as the gain.  Without signed counts (gossip delay, or gossip that does not
-carry them), the gain restored after a cut used to be the holder count.  That is a large
+The observed ratio as the gain.  Under gossip delay (d >= 1, signed counts off), the gain
+restored after a cut used to be the holder count.  That is a large
 over-estimate when few of the holders move: on the paper cluster one server swapping a user
 held by 33 servers for another moved it at 1/33 of the needed speed, and (with the delay
 compensation predicting 32 phantom moves) only every other round — 80-120 rounds from random
 starts at d = 1.  ``split`` now restores the gain to the ratio it just observed (total change
 over its own change, i.e. how many servers really moved n with it), capped by the holder count
 (``secant_cap=0`` restores the old behaviour).  Paper cluster at d = 1: 13 / 3 / 11 rounds
-(start / u4 leaves / u4 rejoins), at most 19 over 8 random starts; with signed counts in the
-gossip (``psdsf_dist.gossip``), the Ray runtime's setting (random phases, jitter 0.2 T) goes
-from 55 / 7 / 60 to about 10 / 5 / 7.
+(start / u4 leaves / u4 rejoins), at most 19 over 8 random starts.  With fresh totals but no
+signed counts the ratio is kept out: measured, it hurts there (random suite 51 instead of 57 of
+60 certified; under message-level gossip at random phases the certificate never returned after
+user 4 left) — asynchronous totals mix moves of different rounds, so the ratio is noise; with
+one round of delay the server's own move dominates what it sees.  Message-level gossip now
+carries the signed counts (``psdsf_dist.gossip``): the Ray runtime's setting (random phases,
+jitter 0.2 T) goes from 55 / 7 / 60 rounds to about 10 / 5 / 7
+(``experiments/results/sim_gossip.md``).
 
 What did not help on the random suite (60 scenarios, cap 150; ``split`` converges on 57,
 median 28, p90 104): a per-user step halved on direction flips on top of ``split`` (56, median
@@ -417,8 +422,9 @@ class SplitGain:
     adds ``(gain - 1)`` times its own changes of the last d rounds to the totals: the other
     holders' matching moves that gossip has not delivered yet.  When the view carries signed
     counts (``raising`` / ``lowering``), k[n] is the number of servers that moved n the way this
-    server did, and the cut is kept for leaving only (see the module docstring).  Without them,
-    a gain is restored to the observed ratio capped by k[n] (``secant_cap``; 0 = to k[n]).
+    server did, and the cut is kept for leaving only (see the module docstring).  Under delay
+    (d >= 1) a gain is restored to the observed ratio capped by k[n] (``secant_cap``; 0 = to
+    k[n]).
     """
 
     threshold: float = 0.5
@@ -481,7 +487,7 @@ class SplitGain:
             # with signed counts only leaving needs the cut (module docstring)
             opposed &= reference < 0
         restore = k
-        if self.secant_cap and not signed:
+        if self.secant_cap and not signed and d > 0:
             restore = np.clip(np.where(measurable, ratio, k), 1.0, k)
         gain = np.where(opposed, np.maximum(1.0, gain * self.factor),
                         np.where(measurable, restore, gain))

@@ -31,6 +31,7 @@ cone per user for its log).  The result is accurate to the solver's tolerance, n
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import clarabel  # type: ignore[import-untyped]  # ships no type information
@@ -46,8 +47,15 @@ SOLVER_TOL = 1e-9  # Clarabel's gap and feasibility tolerances (its defaults are
 CAP_RTOL = 1e-7  # a user this close to its cap at the approximate optimum counts as capped
 STRUCTURE_ROUNDS = 8  # corrections of the structure by the exact levels
 EXACT_SLACK = 1e-11  # relative level gap that the exact levels count as a real one
+# Readings of the support, the usual one first: a pair that is tight but empty in every
+# equilibrium has a ratio near 1, and then only a stricter or looser reading is consistent.
+READINGS = (1.0, 1e3, 1e-3)
+CAPPED_SHARE_FLOOR = 1e-6  # of a capped user's largest share: below it a share is dropped
 MIN_SHARE = 1e-12  # starting share of a pair the approximate optimum left (nearly) empty
-SCALING_ROUNDS = 8  # Newton steps of the time-share scaling, at most
+SCALING_ROUNDS = 40  # Newton steps of the time-share scaling, at most
+FILL_RTOL = 1e-6  # a class this close to full with only capped users on it is filled
+IDENTITY_RTOL = 1e-11  # how far the left-out class equations may miss
+MAX_FALL = 0.9  # largest relative decrease of a share in one Newton step
 SCALING_RTOL = 1e-14  # relative row/column-sum error at which the scaling stops
 
 
@@ -179,7 +187,26 @@ def exact_equilibrium(
     max_tasks: FloatArray,
     approx: FisherEquilibrium,
     *,
-    threshold: float = 1.0,
+    thresholds: tuple[float, ...] = READINGS,
+) -> FloatArray | None:
+    """Tasks per member (N x C) of the equilibrium on the structure read off ``approx``, with
+    the first of ``thresholds`` that gives a consistent structure (see :func:`on_support`);
+    None if none does."""
+    for threshold in thresholds:
+        Y = on_support(gamma, count, weight, max_tasks, approx, threshold=threshold)
+        if Y is not None:
+            return Y
+    return None
+
+
+def on_support(
+    gamma: FloatArray,
+    count: FloatArray,
+    weight: FloatArray,
+    max_tasks: FloatArray,
+    approx: FisherEquilibrium,
+    *,
+    threshold: float,
 ) -> FloatArray | None:
     """Tasks per member (N x C) of the equilibrium on the structure read off ``approx``.
 
@@ -209,21 +236,54 @@ def exact_equilibrium(
     x0 = approx.totals
     capped = np.isfinite(cap) & (x0 >= cap * (1.0 - CAP_RTOL)) & (cap > 0)
     free_user = eligible.any(axis=1) & (cap > 0) & ~capped
-    held = eligible & (approx.time_share > threshold * approx.reduced_cost)
+    with np.errstate(invalid="ignore"):
+        held = eligible & (approx.time_share > threshold * approx.reduced_cost)
     pairs = held & free_user[:, None]
 
     Y = np.zeros((N, C))
     for m in np.flatnonzero(capped):
-        row = np.where(held[m], gamma[m] * approx.time_share[m], 0.0)
+        # A capped user's reduced costs say little (its cap, not the prices, stops it, and a
+        # class only capped users want has price 0); its split needs no structure: keep the
+        # pairs where it holds a real part of its time.
+        share = approx.time_share[m]
+        kept = share > CAPPED_SHARE_FLOOR * share.max(initial=0.0)
+        row = np.where(kept, gamma[m] * share, 0.0)
         total = float(row @ count)
         if total <= 0:
             return None
         Y[m] = row * (cap[m] / total)
+    # Rescaled to their caps, the capped users may overfill a class by the optimum's error;
+    # moving the excess to their other classes converges in a few passes where there is room.
+    for _ in range(STRUCTURE_ROUNDS):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            used = np.where(eligible, Y / gamma, 0.0).sum(axis=0)
+        over = used > 1.0
+        if not over.any():
+            break
+        Y[:, over] /= used[over]
+        Y[capped] *= (cap[capped] / np.maximum(Y[capped] @ count, 1e-300))[:, None]
     with np.errstate(divide="ignore", invalid="ignore"):
-        rest = 1.0 - np.where(eligible, Y / gamma, 0.0).sum(axis=0)
-    if (rest < -CAP_RTOL).any():
+        used = np.where(eligible, Y / gamma, 0.0).sum(axis=0)
+    # A class that only capped users hold but a free user may use must be full (Theorem 2); the
+    # optimum leaves a sliver of its time there to the free user, off the support: the capped
+    # users take it, and give the same tasks back on their other classes.
+    wanted = (eligible & free_user[:, None]).any(axis=0) & ~pairs.any(axis=0)
+    fill = wanted & (used > 1.0 - FILL_RTOL) & (used < 1.0)
+    if fill.any():
+        Y[:, fill] /= used[fill]
+        for m in np.flatnonzero(capped):
+            fixed = float(Y[m, fill] @ count[fill])
+            others = float(Y[m, ~fill] @ count[~fill])
+            if fixed > cap[m] or (others <= 0 and fixed < cap[m] * (1.0 - CAP_RTOL)):
+                return None
+            if others > 0:
+                Y[m, ~fill] *= (cap[m] - fixed) / others
+        with np.errstate(divide="ignore", invalid="ignore"):
+            used = np.where(eligible, Y / gamma, 0.0).sum(axis=0)
+    if (used > 1.0 + CAP_RTOL).any():
         return None
-    rest = np.maximum(rest, 0.0)
+    Y /= np.maximum(used, 1.0)[None, :]  # feasibility first: a cap may be missed by round-off
+    rest = np.maximum(1.0 - np.minimum(used, 1.0), 0.0)
 
     for _ in range(STRUCTURE_ROUNDS):
         levels = _levels(gamma, count, weight, pairs, rest, free_user)
@@ -296,6 +356,9 @@ def _levels(
                 logL[j - N] = logx[p] - log_w[p, j - N]
         cls = order[order >= N] - N
         usr = order[order < N]
+        if len(usr) == 0:  # a class nobody (free) holds time at
+            logL[cls] = np.inf
+            continue
         sell = float(np.sum(count[cls] * rest[cls] * np.exp(-logL[cls])))
         spend = float(weight[usr].sum())
         if sell <= 0 or spend <= 0:
@@ -350,11 +413,11 @@ def _time_shares(
         got_user = np.bincount(user, weights=edge_rate * share, minlength=N)
         got_class = np.bincount(cls, weights=share, minlength=C)
         res_user = np.where(users, 1.0 - got_user, 0.0)
-        res_class = rest - got_class
-        if max(np.abs(res_user).max(initial=0.0), np.abs(res_class).max(initial=0.0)) <= (
-            SCALING_RTOL
-        ):
-            return share
+        res_class = np.where(present, rest - got_class, 0.0)  # time nobody free can use
+        kept = np.abs(res_class[keep_class]).max(initial=0.0)
+        if max(np.abs(res_user).max(initial=0.0), kept) <= SCALING_RTOL:
+            # the equations left out hold through the budget identity, up to its round-off
+            return share if np.abs(res_class).max(initial=0.0) <= IDENTITY_RTOL else None
         # J: row n has edge_rate on its edges, row of class c has 1 on its edges
         jr = np.concatenate([user, crow[has_c]])
         jc = np.concatenate([np.arange(E), np.flatnonzero(has_c)])
@@ -364,14 +427,17 @@ def _time_shares(
         # users in no equation (total 0) get a unit diagonal so the system stays regular
         M = M + sp.diags(np.concatenate([np.where(users, 0.0, 1.0), np.zeros(nrow - N)]))
         rhs = np.concatenate([res_user, res_class[keep_class]])
-        try:
-            y = spla.spsolve(M, rhs)
-        except RuntimeError:
-            return None
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", spla.MatrixRankWarning)
+            try:
+                y = spla.spsolve(M, rhs)
+            except (RuntimeError, spla.MatrixRankWarning):
+                return None
         if not np.all(np.isfinite(y)):
             return None
         step = J.T @ y  # relative change of each share
-        share = share * (1.0 + step)
-        if (share <= 0).any():
-            return None
-    return share
+        # damped where a share would fall by more than 90 %: it may belong to no solution
+        # (tight, but every equilibrium leaves it empty) and then shrinks geometrically
+        fall = float(-step.min(initial=0.0))
+        share = share * (1.0 + step * min(1.0, MAX_FALL / fall if fall > 0 else 1.0))
+    return None

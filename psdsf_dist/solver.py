@@ -56,8 +56,6 @@ COARSE_TIME_SHARE = 0.2  # of the time limit, at most, for the warm start
 MAX_EXACT_WAIT = 32  # most sweeps between two exact attempts
 DENSE_LIMIT = 100  # unknowns up to which the exact step uses a dense least-squares solve
 CONVEX_MIN_CLASSES = 8  # from this many classes the convex program starts (or ends) the solve
-# how the structure is read off the convex optimum: time share > threshold * reduced cost
-CONVEX_READINGS = (1.0, 1e-3, 1e3)
 
 
 @dataclass(frozen=True)
@@ -108,16 +106,21 @@ def solve(
     rtol: float = DEFAULT_RTOL,
     max_sweeps: int = 20000,
     time_limit: float = 600.0,
+    convex: bool | None = None,
 ) -> Solution:
     """Compute a PS-DSF allocation whose certificate holds to ``rtol``.
 
+    ``convex`` says whether to start from the Eisenberg-Gale program (TDM: usually the whole
+    solve); by default it is used from ``CONVEX_MIN_CLASSES`` classes of servers on.
     Raises :class:`SolverError` if the budget runs out first (never returns an uncertified one).
     """
     mode = scenario.check_mode(mode)
     t0 = time.perf_counter()
     classes = ServerClasses.of(scenario)
     state = _ClassState.start(scenario, mode, classes)
-    if len(classes.count) >= CONVEX_MIN_CLASSES:
+    if convex is None:
+        convex = len(classes.count) >= CONVEX_MIN_CLASSES
+    if convex:
         market = _tdm_market(scenario, classes)
         if market is not None:
             if mode == "tdm":
@@ -187,19 +190,14 @@ def _tdm_polish(
     The interior-point optimum is accurate to ~1e-9 in the objective, which leaves the totals
     only ~1e-4 accurate, but it tells the support of the optimum (which users hold time at which
     classes) clearly; :func:`~psdsf_dist.eisenberg_gale.exact_equilibrium` solves the
-    equilibrium on that support in exact arithmetic.  The support is read with a few
-    thresholds, the usual one first; None if none certifies (the sweeps then start from the
-    optimum).
+    equilibrium on that support in exact arithmetic.  None if that does not certify (the
+    sweeps then start from the optimum).
     """
-    args = _market_inputs(scenario, classes)
-    for threshold in CONVEX_READINGS:
-        Y = exact_equilibrium(*args, market, threshold=threshold)
-        if Y is None:
-            continue
-        polished = _ClassState(scenario, "tdm", classes, Y)
-        if polished.certify(rtol).holds:
-            return polished
-    return None
+    Y = exact_equilibrium(*_market_inputs(scenario, classes), market)
+    if Y is None:
+        return None
+    polished = _ClassState(scenario, "tdm", classes, Y)
+    return polished if polished.certify(rtol).holds else None
 
 
 def _iterate(

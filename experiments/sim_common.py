@@ -122,10 +122,11 @@ function of its seed.
 
 Two gossip models: `scuttlebutt` simulates the protocol message by message (digests of
 origin -> versions, deltas with only the columns the peer lacks; heartbeats carry the origin's
-clock so a server knows how stale its totals are) — faithful, but memory and time grow like
-K^2; `snapshot` gives every server the true totals (and holder counts) of 1 + d rounds before,
-the same for all — the hard case (many servers on one stale snapshot), and the only
-affordable one at K = 12,583.
+clock so a server knows how stale its totals are, and each column the signs of the origin's
+latest change per user, so a server knows how many servers raised and lowered each user) —
+faithful, but memory and time grow like K^2; `snapshot` gives every server the true totals (and
+holder and mover counts) of 1 + d rounds before, the same for all — the hard case (many
+servers on one stale snapshot), and the only affordable one at K = 12,583.
 """
 
 
@@ -149,6 +150,17 @@ def overview() -> str:
                         f">{10**9}", "never"))
                 lines.append(f"- paper churn, {setting}, {rule}: " + "; ".join(cells)
                              + f" [{len(sel)} runs]")
+    gossip = _read(RESULTS / "sim_gossip.csv")
+    for value in dict.fromkeys(r["value"] for r in gossip if r["parameter"] == "runtime setting"):
+        sel = [r for r in gossip if r["parameter"] == "runtime setting" and r["value"] == value]
+        cells = []
+        for ev in ("start", "user u4 leaves", "user u4 joins"):
+            vals = [None if r[ev] == "" else int(float(r[ev])) for r in sel]
+            st = rounds_stat(vals, 10**9)
+            cells.append(f"{ev} {st['median']} (max {st['max']})".replace(
+                f">{10**9}", "not within its phase"))
+        lines.append(f"- paper churn, message-level gossip, Ray runtime setting ({value}): "
+                     + "; ".join(cells) + f" [{len(sel)} runs]")
     scaling = _read(RESULTS / "sim_scaling.csv")
     timing = [r for r in scaling if r.get("memoize") not in (None, "")]
     for r in timing:

@@ -43,6 +43,9 @@ class RunConfig:
     servers_per_actor: int = 1
     """Servers hosted by one actor process (1: one actor per server, the default).  More saves
     memory and start-up on a small machine; a crash then takes all of them down together."""
+    signed_moves: bool = True
+    """The rule sees how many servers raised / lowered each user in their latest changes (from
+    gossip; off: holder counts only), as ``SimConfig.signed_moves``."""
     rpc_timeout_periods: float = 4.0
     """A call to a peer or a server that takes longer than this many periods is given up."""
 

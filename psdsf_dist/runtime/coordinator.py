@@ -64,7 +64,7 @@ from psdsf_dist.update_rule import FEASIBILITY_RTOL
 
 FloatArray = npt.NDArray[np.float64]
 
-SEED_PEERS = 8  # peers handed to a (re)starting server
+SEED_PEERS = 8  # peers handed to a server joining or restarting (the first start: all)
 MISSES_BEFORE_FAILED = 3  # reports a gone-for-good actor may miss before it is a failed server
 NODE_CHECK_PERIODS = 5  # from-ray runs: look for new nodes this often
 START_TIMEOUT = 900.0  # seconds for a new actor to come up (120 at once on 2 busy cores: slow)
@@ -261,12 +261,18 @@ class Coordinator:
         """Manual clock: move the run ``periods`` periods on and observe after each."""
         await self._ensure()
         out: list[dict[str, Any]] = []
+        steps = self.config.gossip_rate
         for _ in range(periods):
-            t = self.now_manual + self.config.period
-            self.now_manual = t
+            start = self.now_manual
+            self.now_manual = start + self.config.period
             await self._due_events()
-            await asyncio.gather(*(self._call(h.advance_to.remote(t), 60.0)
-                                   for h in self.actors.values()), return_exceptions=True)
+            # One step per gossip round: a server's wake-ups in a period happen in their order
+            # relative to the others' (to 1/gossip_rate of a period), as on a real clock; in
+            # one step of a whole period an update could run before exchanges that precede it.
+            for j in range(1, steps + 1):
+                t = start + self.config.period * j / steps if j < steps else self.now_manual
+                await asyncio.gather(*(self._call(h.advance_to.remote(t), 60.0)
+                                       for h in self.actors.values()), return_exceptions=True)
             out.append((await self._observe()).to_json())
             if self.node_spec is not None and len(self.observations) % NODE_CHECK_PERIODS == 0:
                 await self._check_nodes()
@@ -373,7 +379,11 @@ class Coordinator:
             await before_start()
         table = self.churn.table()
         self.tables[table.epoch] = table.scenario
-        await asyncio.gather(*(self._start_member(self.members[n], table) for n in names))
+        # A cluster that starts together knows its members (as in the simulator): the rule's
+        # membership size and the peers chosen are right from the first round.
+        everyone = before_start is not None
+        await asyncio.gather(*(self._start_member(self.members[n], table, everyone)
+                               for n in names))
         # the others learn the newcomers' handles (their columns come by gossip)
         handles = {n: self.members[n].handle for n in names}
         fresh = {self.members[n].actor for n in names}
@@ -381,10 +391,11 @@ class Coordinator:
                                for a, h in self.actors.items() if a not in fresh),
                              return_exceptions=True)
 
-    async def _start_member(self, m: Member, table: Table) -> None:
+    async def _start_member(self, m: Member, table: Table, everyone: bool = False) -> None:
         rng = np.random.default_rng(self.config.seed + len(self.observations) + m.incarnation)
         others = [origin_name(n, o.incarnation) for n, o in self.members.items() if n != m.name]
-        seeds = [others[int(j)] for j in rng.permutation(len(others))[:SEED_PEERS]]
+        seeds = [others[int(j)]
+                 for j in rng.permutation(len(others))[:len(others) if everyone else SEED_PEERS]]
         handles = {n: o.handle for n, o in self.members.items()}
         now = self.now() if self.config.clock == "manual" else None
         await self._call(m.handle.start.remote(m.name, table, m.incarnation, self.started_at,

@@ -6,7 +6,10 @@ coordinator's :class:`~psdsf_dist.runtime.churn.Table`), the update rule's state
 the time passed in.  The server actor only moves messages and sleeps; the same steps as in
 :mod:`psdsf_dist.simulator`: expire silent peers, run the rule on the gossiped totals (with the
 holder counts and the staleness gossip reports), publish the column, start push-pull exchanges
-(syn -> ack -> ack2) with random peers.
+(syn -> ack -> ack2) with random peers.  What the rule is given is what the simulator's
+gossip model gives it: membership size, holder counts, the servers that raised / lowered each
+user in their latest changes (``RunConfig.signed_moves``), the staleness of the others' columns
+in rounds, and totals that include the server's own current column.
 """
 
 from __future__ import annotations
@@ -144,6 +147,9 @@ class ServerCore:
         lag = 0.0 if age is None else age / self.config.period - 1.0
         view = replace(self.view, num_servers=len(g.members()),
                        holders=np.asarray(g.holders(), dtype=float), staleness=max(lag, 0.0))
+        if self.config.signed_moves:  # as the simulator's gossip model gives them
+            view = replace(view, raising=g.raising().astype(float),
+                           lowering=g.lowering().astype(float))
         began = time.perf_counter()
         new, self.state = self.rule.update(self.state, view, g.totals(), g.column)
         self.round_seconds.append(time.perf_counter() - began)

@@ -14,21 +14,24 @@ What is measured, all in one run so that the ratios compare like with like:
    eligibility, totals and column; the median over batches of calls.  The reference in the same
    run is the floor any water-fill pays: one ``argsort`` of N numbers plus one N x M
    matrix-vector product.
-2. ``solve`` (RDM) against K servers (10 .. 10,000) and N users (10, 100), and in the same run one
-   ``scipy.optimize.linprog(method="highs")`` of the DRFH program on the same instance (the LP is
-   written below; only the ``linprog`` call is timed, not building its matrices).  Clusters:
+2. ``solve`` in RDM and in TDM against K servers (10 .. 10,000) and N users (10, 100), and in the
+   same run one ``scipy.optimize.linprog(method="highs")`` of the DRFH program on the same
+   instance (the LP is written below; only the ``linprog`` call is timed, not building its
+   matrices).  Clusters:
 
    * ``google``: K machines drawn with the proportions of Google's 2011 trace machine mix
      (``../shared/data/google2011_machines.csv``, 10 configurations), M = 2 (cpu, memory,
      normalised to the largest machine) -- at most 10 classes of identical servers, which the
      solver exploits;
    * ``hetero``: the same machines with every capacity multiplied by its own random factor in
-     [0.9, 1.1], so no two servers are identical and the class shortcut does not apply.
+     [0.9, 1.1], so no two servers are identical and the class shortcut does not apply (the
+     solver starts from the Eisenberg-Gale program there, see ``psdsf_dist/eisenberg_gale.py``).
 
    Users: per-task cpu and memory demands uniform in [0.005, 0.05], weights 1 or 2, no placement
    constraints, unlimited backlog.  Every (variant, K, N) cell is its own random instance, seeded
    ``SEED + 7 K + N`` (machines and users both), so times across K compare different users too.
-3. The paper's 120-server example (ORACLES 3): ``solve`` time and the LP, target under 50 ms.
+3. The paper's 120-server example (ORACLES 3): ``solve`` time (both modes) and the LP, target
+   under 50 ms.
 
 Times are CPU seconds of the process doing the work (``time.process_time``, all its threads):
 other jobs sharing the machine inflate wall-clock times unevenly, CPU time much less.  On an
@@ -64,7 +67,7 @@ import scipy
 import scipy.sparse as sp
 from scipy.optimize import linprog
 
-from psdsf_dist.scenario import Scenario, load_scenario
+from psdsf_dist.scenario import MODES, Mode, Scenario, load_scenario
 from psdsf_dist.server_procedure import server_procedure
 from psdsf_dist.solver import solve
 
@@ -322,60 +325,58 @@ def bench_solve(
     rows = []
     for variant in variants:
         for N in sizes_n:
-            solve_capped = False
-            lp_capped = False
+            capped: dict[str, bool] = {key: False for key in (*MODES, "lp")}
             for K in sizes_k:
                 scenario = cluster_scenario(K, N, variant, SEED + 7 * K + N)
                 classes = len({tuple(c) for c in scenario.capacity.tolist()})
-                if solve_capped:
-                    s_cell = Cell(None, "skipped (smaller K hit the cap)")
-                else:
-                    s_cell = measure(functools.partial(_solve_once, scenario), runs, cap)
-                    solve_capped = s_cell.seconds is None and s_cell.note.startswith(">")
-                if lp_capped:
-                    l_cell = Cell(None, "skipped (smaller K hit the cap)")
-                else:
-                    program = drfh_program(scenario)
-                    l_cell = measure(program.run, runs, cap)
-                    lp_capped = l_cell.seconds is None and l_cell.note.startswith(">")
-                rows.append(_solve_row(variant, K, N, classes, s_cell, l_cell))
-                print(f"solve {variant} K={K} N={N}: solve {s_cell.text()}, LP {l_cell.text()}",
-                      flush=True)
+                cells: dict[str, Cell] = {}
+                for key in (*MODES, "lp"):
+                    if capped[key]:
+                        cells[key] = Cell(None, "skipped (smaller K hit the cap)")
+                        continue
+                    task = (
+                        drfh_program(scenario).run
+                        if key == "lp"
+                        else functools.partial(_solve_once, scenario, scenario.check_mode(key))
+                    )
+                    cells[key] = measure(task, runs, cap)
+                    capped[key] = cells[key].seconds is None and cells[key].note.startswith(">")
+                rows.append(_solve_row(variant, K, N, classes, cells))
+                print(f"solve {variant} K={K} N={N}: rdm {cells['rdm'].text()}, "
+                      f"tdm {cells['tdm'].text()}, LP {cells['lp'].text()}", flush=True)
     return rows
 
 
-def _solve_once(scenario: Scenario) -> float:
-    solution = solve(scenario, "rdm")
+def _solve_once(scenario: Scenario, mode: Mode) -> float:
+    solution = solve(scenario, mode)
     if not solution.certificate.holds:  # solve never returns an uncertified allocation
         raise RuntimeError("uncertified")
     return solution.seconds
 
 
 def _solve_row(
-    variant: str, K: int, N: int, classes: int, s_cell: Cell, l_cell: Cell
+    variant: str, K: int, N: int, classes: int, cells: dict[str, Cell]
 ) -> dict[str, Any]:
-    return {
-        "variant": variant,
-        "K": K,
-        "N": N,
-        "classes": classes,
-        "solve": s_cell.text(),
-        "solve_seconds": s_cell.seconds,
-        "lp": l_cell.text(),
-        "lp_seconds": l_cell.seconds,
-        "ratio": _ratio(s_cell, l_cell),
-        "runs": min(s_cell.runs, l_cell.runs) if s_cell.runs and l_cell.runs else max(
-            s_cell.runs, l_cell.runs
-        ),
-    }
+    row: dict[str, Any] = {"variant": variant, "K": K, "N": N, "classes": classes}
+    for key, cell in cells.items():
+        row[key] = cell.text()
+        row[f"{key}_seconds"] = cell.seconds
+        row[f"{key}_runs"] = cell.runs
+    for mode in MODES:
+        row[f"{mode}_ratio"] = _ratio(cells[mode], cells["lp"])
+    return row
 
 
 def bench_paper(runs: int, cap: float) -> dict[str, Any]:
     scenario = load_scenario(PAPER_CLUSTER)
-    s_cell = measure(lambda: _solve_once(scenario), max(runs, 7), cap)
-    l_cell = measure(drfh_program(scenario).run, max(runs, 7), cap)
-    print(f"paper cluster: solve {s_cell.text()}, LP {l_cell.text()}", flush=True)
-    return _solve_row("paper (ORACLES 3)", 120, 4, 4, s_cell, l_cell)
+    cells: dict[str, Cell] = {
+        mode: measure(functools.partial(_solve_once, scenario, mode), max(runs, 7), cap)
+        for mode in MODES
+    }
+    cells["lp"] = measure(drfh_program(scenario).run, max(runs, 7), cap)
+    print(f"paper cluster: rdm {cells['rdm'].text()}, tdm {cells['tdm'].text()}, "
+          f"LP {cells['lp'].text()}", flush=True)
+    return _solve_row("paper (ORACLES 3)", 120, 4, 4, cells)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -398,12 +399,12 @@ def write_results(
             w.writerow(["server_procedure", "", "", r["N"], r["M"], "", f"{r['seconds']:.6g}",
                         "argsort+matvec", f"{r['floor_seconds']:.6g}", f"{r['ratio']:.4g}", ""])
         for r in [paper, *solve_rows]:
-            note = "" if r["solve_seconds"] is not None and r["lp_seconds"] is not None else (
-                f"solve: {r['solve']}; lp: {r['lp']}"
-            )
-            w.writerow(["solve", r["variant"], r["K"], r["N"], 2, r["classes"],
-                        _csv_num(r["solve_seconds"]), "drfh_lp", _csv_num(r["lp_seconds"]),
-                        r["ratio"], note])
+            for mode in MODES:
+                done = r[f"{mode}_seconds"] is not None and r["lp_seconds"] is not None
+                note = "" if done else f"solve: {r[mode]}; lp: {r['lp']}"
+                w.writerow([f"solve_{mode}", r["variant"], r["K"], r["N"], 2, r["classes"],
+                            _csv_num(r[f"{mode}_seconds"]), "drfh_lp",
+                            _csv_num(r["lp_seconds"]), r[f"{mode}_ratio"], note])
 
     call_1000 = next((r["seconds"] for r in sp_rows if r["N"] == 1000), math.nan)
     big = next((r for r in solve_rows if r["K"] == 10000 and r["N"] == 100
@@ -440,35 +441,41 @@ def write_results(
         f"Target N = 1,000 under 1 ms: **{_verdict(call_1000 < TARGET_CALL_SECONDS)}** "
         f"({_fmt_seconds(call_1000) if math.isfinite(call_1000) else 'not measured'}).",
         "",
-        "## solve (RDM) against one DRFH `linprog(method=\"highs\")` on the same instance",
+        "## solve (RDM and TDM) against one DRFH `linprog(method=\"highs\")` on the same "
+        "instance",
         "",
         "`google`: machines drawn with the 2011 trace's proportions (M = 2, cpu and memory); "
         "`hetero`: the same with every capacity perturbed by its own factor in [0.9, 1.1]. "
-        "`classes` = distinct server configurations. Ratio = solve / LP (below 1: the solve is "
-        "faster).",
+        "`classes` = distinct server configurations. One LP per instance, beside both modes. "
+        "Ratio = solve / LP (below 1: the solve is faster).",
         "",
-        "| cluster | K servers | N users | classes | solve | one DRFH LP | solve / LP |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| cluster | K servers | N users | classes | solve RDM | solve TDM | one DRFH LP "
+        "| RDM / LP | TDM / LP |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in [paper, *solve_rows]:
         lines.append(f"| {r['variant']} | {r['K']:,} | {r['N']:,} | {r['classes']:,} | "
-                     f"{r['solve']} | {r['lp']} | {r['ratio']} |")
+                     f"{r['rdm']} | {r['tdm']} | {r['lp']} | {r['rdm_ratio']} | "
+                     f"{r['tdm_ratio']} |")
     lines += ["", "Targets:", ""]
-    ps = paper["solve_seconds"]
-    paper_ok = ps is not None and ps < TARGET_PAPER_SECONDS
-    lines.append(f"- 120-server paper example under 50 ms: **{_verdict(paper_ok)}** "
-                 f"({paper['solve']}).")
+    for mode in MODES:
+        ps = paper[f"{mode}_seconds"]
+        paper_ok = ps is not None and ps < TARGET_PAPER_SECONDS
+        lines.append(f"- 120-server paper example under 50 ms ({mode.upper()}): "
+                     f"**{_verdict(paper_ok)}** ({paper[mode]}).")
     for label, row in (("google", big), ("hetero", big_h)):
-        if row is None:
-            lines.append(f"- K = 10,000, N = 100 ({label}) no slower than one LP: not measured.")
-            continue
-        lp_capped = row["lp_seconds"] is None and str(row["lp"]).startswith(">")
-        ok = row["solve_seconds"] is not None and (
-            (row["lp_seconds"] is not None and row["solve_seconds"] <= row["lp_seconds"])
-            or (lp_capped and row["solve_seconds"] < args.cap)
-        )
-        lines.append(f"- K = 10,000, N = 100 ({label}) no slower than one LP: "
-                     f"**{_verdict(ok)}** (solve {row['solve']}, LP {row['lp']}).")
+        for mode in MODES:
+            what = f"K = 10,000, N = 100 ({label}, {mode.upper()}) no slower than one LP"
+            if row is None:
+                lines.append(f"- {what}: not measured.")
+                continue
+            solved = row[f"{mode}_seconds"]
+            lp_capped = row["lp_seconds"] is None and str(row["lp"]).startswith(">")
+            ok = solved is not None and (
+                (row["lp_seconds"] is not None and solved <= row["lp_seconds"])
+                or (lp_capped and solved < args.cap)
+            )
+            lines.append(f"- {what}: **{_verdict(ok)}** (solve {row[mode]}, LP {row['lp']}).")
     (RESULTS / "core.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 

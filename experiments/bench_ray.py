@@ -20,14 +20,15 @@ What is measured, in one run so that the ratios compare like with like:
    :mod:`psdsf_dist.gossip`) each server sends per period, mean over the last 10 rounds of
    the same runs.
 3. The paper cluster (ORACLES 3, 120 servers, user 4 away during (100, 250) s) run on Ray
-   paced (``psdsf-dist run --paced``: real actors and gossip calls, time moved on one period
-   as soon as every server has done its part, so the rounds do not depend on how loaded the
-   machine is), events at rounds 60 and 150 (``--time-scale 0.6``), 8 servers per actor (15
-   processes instead of 120, which on this shared 2-core machine run a round in ~2 s instead
-   of ~8).  Reported: rounds until the certificate held for good (rtol 1e-3) after the start
-   and after each event, beside the in-process simulator with the same gossip settings and
-   the same event rounds.  ``--paper-json FILE`` takes the Ray side from the JSON of such a
-   ``psdsf-dist run`` (e.g. the quickstart's) instead of running it again.
+   paced (``psdsf-dist run --paced``: real actors and gossip calls, time moved on by one gossip
+   round as soon as every server has done its part, so the rounds do not depend on how loaded
+   the machine is), events at rounds 30 and 75 (``--time-scale 0.3``), 40 servers per actor
+   (3 processes instead of 120, which on this shared 2-core machine run a round in ~1 s
+   instead of several), as ``scripts/quickstart.sh`` runs it.  Reported: rounds until the
+   certificate held for good (rtol 1e-3) after the start and after each event, beside the
+   in-process simulator with the same gossip settings and the same event rounds.
+   ``--paper-json FILE`` takes the Ray side from the JSON of such a ``psdsf-dist run`` (e.g.
+   the quickstart's with ``--json``) instead of running it again.
 
 Median of ``--runs`` runs per size; sizes of 100 servers or more are run once (each start of
 120 actors loads the machine for minutes).
@@ -124,8 +125,9 @@ def allocator_actors(K: int, seed: int) -> dict[str, float]:
         run.stop()
 
 
-TIME_SCALE = 0.6  # paper events at rounds 60 and 150
-PAPER_ROUNDS = 230
+TIME_SCALE = 0.3  # paper events at rounds 30 and 75
+PAPER_ROUNDS = 120
+PAPER_SERVERS_PER_ACTOR = 40  # as scripts/quickstart.sh
 
 
 def paper_convergence(seed: int, paper_json: Path | None
@@ -139,7 +141,7 @@ def paper_convergence(seed: int, paper_json: Path | None
     else:
         cfg = RunConfig(period=1.0, jitter=0.2, clock="manual", seed=seed,
                         gossip_rate=GOSSIP_RATE, fanout=FANOUT, time_scale=TIME_SCALE,
-                        servers_per_actor=8)
+                        servers_per_actor=PAPER_SERVERS_PER_ACTOR)
         t0 = time.perf_counter()
         run = launch(PAPER, cfg, run_id=f"bench-paper-{seed}")
         try:
@@ -148,7 +150,8 @@ def paper_convergence(seed: int, paper_json: Path | None
         finally:
             run.stop()
         note = (f"Ray side: {PAPER_ROUNDS} rounds in {time.perf_counter() - t0:.0f} s of "
-                "wall-clock time, start-up included")
+                f"wall-clock time, start-up included, {PAPER_SERVERS_PER_ACTOR} servers per "
+                "actor")
     scenario = load_scenario(PAPER)
     doc = dict(scenario.raw)
     doc["events"] = [{**e, "at": e["at"] * TIME_SCALE} for e in doc["events"]]
@@ -165,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="8,32,120")
     ap.add_argument("--no-paper", action="store_true", help="skip the paper-cluster run")
     ap.add_argument("--paper-json", type=Path, help="Ray side of the paper run from this "
-                    "`psdsf-dist run --paced --time-scale 0.6 --json` output")
+                    f"`psdsf-dist run --paced --time-scale {TIME_SCALE} --json` output")
     args = ap.parse_args(argv)
     sizes = [int(k) for k in args.sizes.split(",")]
     load_start = os.getloadavg()[0]
@@ -239,7 +242,8 @@ def write(rows: list[dict[str, Any]], paper: Any, runs: int, load_start: float,
             "",
             "## Paper cluster (120 servers) with its churn, paced",
             "",
-            f"User u4 leaves at round 60 and rejoins at round 150.  {note}.  Rounds until the "
+            f"User u4 leaves at round {100 * TIME_SCALE:.0f} and rejoins at round "
+            f"{250 * TIME_SCALE:.0f}.  {note}.  Rounds until the "
             "certificate held for good (rtol 1e-3); the simulator with the same gossip settings "
             "(random phases, jitter 0.2 T, message delay 0.01 T) beside it.",
             "",

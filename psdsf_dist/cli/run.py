@@ -174,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
         except ScenarioError as err:
             raise CommandError(str(err) if err.source else f"{args.scenario}: {err}") from None
         say = _progress(args.quiet, cfg)
-        say(None, f"{the_run.status()['servers']} server actors started in "
+        say(None, f"{the_run.status()['servers']} servers started in "
                   f"{time.monotonic() - began:.1f} s")
         if args.metrics_port is not None:
             url = serve_metrics(the_run, args.metrics_port, args.metrics_bind,
@@ -278,6 +278,7 @@ def render(result: RunResult, *, json_output: bool, seconds: float) -> str:
         when = ("not yet" if e.seconds is None
                 else f"after {e.seconds:.1f} s ({e.rounds} rounds)")
         lines.append(f"  t={e.at:.1f}s {e.description}: {when}")
-    lines.append(f"{len(result.observations)} rounds of {result.servers} server actors in "
-                 f"{seconds:.1f} s")
+    processes = len(set(result.pids))
+    lines.append(f"{len(result.observations)} rounds of {result.servers} servers "
+                 f"({processes} actor process{'' if processes == 1 else 'es'}) in {seconds:.1f} s")
     return "\n".join(lines)

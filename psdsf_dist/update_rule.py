@@ -431,6 +431,7 @@ class SplitGain:
     factor: float = 0.1
     use_movers: float = 1.0
     secant_cap: float = 1.0
+    noise_floor: float = 1.0
     name: str = "split"
 
     def __post_init__(self) -> None:
@@ -462,13 +463,6 @@ class SplitGain:
         signed = (
             self.use_movers and view.raising is not None and view.lowering is not None and d == 0
         )
-        if signed:
-            # the servers that moved n the way this server did, in the round the snapshot shows
-            assert view.raising is not None and view.lowering is not None
-            same = np.where(
-                reference > 0, view.raising, np.where(reference < 0, view.lowering, holders)
-            )
-            k = np.clip(same, 1.0, max(view.num_servers, 1))
         # The others' part of the total changed by what they did d + 1 updates ago; compare
         # with what this server did then.
         d_own = col - state.get("last_column")
@@ -478,6 +472,16 @@ class SplitGain:
             & np.isfinite(d_own)
             & (np.abs(reference) > SECANT_MIN_CHANGE * np.maximum(tot, 1e-300))
         )
+        if signed:
+            # the servers that moved n the way this server did, in the round the snapshot shows
+            assert view.raising is not None and view.lowering is not None
+            same = np.where(reference > 0, view.raising, view.lowering)
+            if self.noise_floor:
+                # a round-off move has no side
+                same = np.where(measurable, same, holders)
+            else:
+                same = np.where(reference != 0, same, holders)
+            k = np.clip(same, 1.0, max(view.num_servers, 1))
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = d_others / np.where(measurable, reference, 1.0) + 1.0
         gain = state.get("gain")

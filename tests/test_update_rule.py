@@ -294,3 +294,18 @@ def test_make_rule_rejects_unknown_names_and_bad_parameters() -> None:
         make_rule("damped", a=1.5)
     with pytest.raises(ValueError, match="bad parameters"):
         make_rule("best-response", a=0.5)
+
+
+def test_round_off_moves_at_a_fixed_point_are_not_amplified() -> None:
+    # a certified allocation with round-off noise: a server whose own move is round-off must
+    # not take the few servers whose round-off moves share its sign as the ones moving the user
+    scenario = paper()
+    X = solve(scenario).allocation
+    rng = np.random.default_rng(0)
+    noisy = X * (1.0 + 1e-12 * rng.standard_normal(X.shape))
+    residual = {}
+    for floor in (1.0, 0.0):
+        _, Y, _ = lockstep(scenario, make_rule("split", noise_floor=floor), 30, start=noisy)
+        residual[floor] = certificate(scenario, Y, rtol=1e-3).residual
+    assert residual[1.0] < 1e-10
+    assert residual[0.0] > 1e-9  # without the floor the noise grows (what the floor is for)

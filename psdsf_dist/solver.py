@@ -55,6 +55,7 @@ COARSE_RTOL = 1e-6  # the warm start need not be exact
 COARSE_TIME_SHARE = 0.2  # of the time limit, at most, for the warm start
 MAX_EXACT_WAIT = 32  # most sweeps between two exact attempts
 DENSE_LIMIT = 100  # unknowns up to which the exact step uses a dense least-squares solve
+AUGMENTED_EPS = 1e-12  # regularisation of the exact step's sparse solve, relative to A's scale
 CONVEX_MIN_CLASSES = 8  # from this many classes the convex program starts (or ends) the solve
 
 
@@ -424,48 +425,74 @@ class _ClassState:
         nvar = len(pn)
         var = -np.ones((N, C), dtype=np.int64)
         var[pn, pc] = np.arange(nvar)
-        level_var: dict[tuple[int, int], int] = {}
-        rows: list[int] = []
-        cols: list[int] = []
-        vals: list[float] = []
-        rhs: list[float] = []
+        rows: list[npt.NDArray[np.int64]] = []
+        cols: list[npt.NDArray[np.int64]] = []
+        vals: list[FloatArray] = []
+        rhs: list[FloatArray] = []
+        nrow = 0
 
-        def add_row(entries: list[tuple[int, float]], b: float) -> None:
-            for j, v in entries:
-                rows.append(len(rhs))
-                cols.append(j)
-                vals.append(v)
+        def add_rows(r: npt.NDArray[np.int64], c: npt.NDArray[np.int64], v: FloatArray,
+                     b: FloatArray) -> None:
+            nonlocal nrow
+            rows.append(r + nrow)
+            cols.append(c)
+            vals.append(v)
             rhs.append(b)
+            nrow += len(b)
 
-        # x[n] = phi[n] gamma[n, c] L[c, g] for every free positive (n, c); scaled by 1/x[n]
-        held = {
-            n: [(int(var[n, c]), float(count[c])) for c in np.flatnonzero(free[n])]
-            for n in np.unique(pn).tolist()
+        # Unknowns: the free entries, one level per (class, phase) holding them, and the total
+        # of every user with free entries (a user's total as its own unknown keeps the system
+        # as sparse as the structure: O(entries), not O(entries x servers per user)).
+        group = np.array([fills[c].group[n] for n, c in zip(pn.tolist(), pc.tolist(),
+                                                              strict=True)], dtype=np.int64)
+        level_keys, level_of = np.unique(pc * (N + 2) + group + 1, return_inverse=True)
+        level_of = np.asarray(level_of).ravel()
+        nlevel = len(level_keys)
+        users, user_of = np.unique(pn, return_inverse=True)
+        user_of = np.asarray(user_of).ravel()
+        level_var = {
+            (int(k // (N + 2)), int(k % (N + 2)) - 1): nvar + j for j, k in enumerate(level_keys)
         }
-        for n, c in zip(pn.tolist(), pc.tolist(), strict=True):
-            key = (c, int(fills[c].group[n]))
-            if key not in level_var:
-                level_var[key] = nvar + len(level_var)
-            scale = 1.0 / max(float(self.x[n]), 1e-300)
-            w = float(phi[n] * self.gamma[n, c])
-            add_row([(j, v * scale) for j, v in held[n]] + [(level_var[key], -w * scale)], 0.0)
+        total_col = nvar + nlevel + np.arange(len(users))
+        scale = 1.0 / np.maximum(self.x[users], 1e-300)  # rows about user n: relative to x[n]
+        # x[n] = phi[n] gamma[n, c] L[c, g] for every free positive (n, c)
+        ne = nvar
+        w = phi[pn] * self.gamma[pn, pc] * scale[user_of]
+        add_rows(
+            np.concatenate([np.arange(ne), np.arange(ne)]),
+            np.concatenate([total_col[user_of], nvar + level_of]),
+            np.concatenate([scale[user_of], -w]),
+            np.zeros(ne),
+        )
+        # x[n] = sum_c count[c] Y[n, c]
+        add_rows(
+            np.concatenate([np.arange(len(users)), user_of]),
+            np.concatenate([total_col, np.arange(nvar)]),
+            np.concatenate([scale, -count[pc] * scale[user_of]]),
+            np.zeros(len(users)),
+        )
         # every saturated resource is used up; scaled by 1/capacity
         for c, wf in enumerate(fills):
             cons = self.consumption[c]
             for r in np.unique(np.concatenate([np.zeros(0, np.int64), *wf.saturated])).tolist():
                 capr = float(self.capacity[c, r])
-                users = np.flatnonzero(free[:, c] & (cons[:, r] > 0))
+                on = np.flatnonzero(free[:, c] & (cons[:, r] > 0))
                 pinned = float(cons[:, r] @ fixed[:, c])
-                add_row(
-                    [(int(var[n, c]), float(cons[n, r]) / capr) for n in users.tolist()],
-                    1.0 - pinned / capr,
+                add_rows(
+                    np.zeros(len(on), dtype=np.int64),
+                    var[on, c],
+                    cons[on, r] / capr,
+                    np.array([1.0 - pinned / capr]),
                 )
-        nunk = nvar + len(level_var)
+        nunk = nvar + nlevel + len(users)
         Y = fixed.copy()
         if nunk == 0:
             return Y
-        A = sp.csr_matrix((vals, (rows, cols)), shape=(len(rhs), nunk))
-        b = np.array(rhs)
+        A = sp.csr_matrix(
+            (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+            shape=(nrow, nunk),
+        )
+        b = np.concatenate(rhs)
         # The conditions fix levels and totals but often leave how a user's tasks split across
         # servers free (PS-DSF is not unique).  Solve for the smallest change from the current
         # iterate, which is non-negative, so the solution rarely leaves the non-negative orthant.
@@ -474,11 +501,14 @@ class _ClassState:
         for (c, g), j in level_var.items():
             lvl = float(fills[c].level[g])
             z0[j] = lvl if np.isfinite(lvl) else 0.0
+        z0[total_col] = self.x[users]
         r = b - A @ z0
         if nunk <= DENSE_LIMIT:
             delta = np.linalg.lstsq(A.toarray(), r, rcond=None)[0]
         else:
-            delta = spla.lsmr(A, r, atol=1e-15, btol=1e-15, maxiter=50 * nunk)[0]
+            delta = _least_change(A, r)
+            if delta is None:
+                return None
         sol = z0 + delta
         if not np.all(np.isfinite(sol)):
             return None
@@ -488,6 +518,30 @@ class _ClassState:
     def positive(self) -> npt.NDArray[np.bool_]:
         """Entries that count as held (above round-off relative to gamma)."""
         return np.asarray(self.Y > POSITIVE * np.maximum(self.gamma, 1.0))
+
+
+def _least_change(A: sp.csr_matrix, r: FloatArray) -> FloatArray | None:
+    """The smallest ``d`` with ``A d = r`` (consistent, possibly rank-deficient ``A``).
+
+    A sparse LU of the augmented system ``[[I, A^T], [A, -eps I]] (d, -y) = (0, r)``, i.e.
+    ``d = A^T y`` with ``(A A^T + eps I) y = r``, plus a refinement step: as sparse as ``A``
+    itself, where an iterative least-squares solve needs thousands of iterations on these
+    nearly singular systems.
+    """
+    m, n = A.shape
+    eps = AUGMENTED_EPS * max(float(abs(A).max()), 1e-300) ** 2
+    K = sp.block_array([[sp.eye_array(n), A.T], [A, -eps * sp.eye_array(m)]], format="csc")
+    try:
+        lu = spla.splu(K, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.1)
+    except RuntimeError:
+        return None
+    d = np.zeros(n)
+    for _ in range(2):
+        sol = lu.solve(np.concatenate([np.zeros(n), r - A @ d]))
+        if not np.all(np.isfinite(sol)):
+            return None
+        d = d + sol[:n]
+    return d
 
 
 def _structure_key(fills: list[WaterFill], state: _ClassState) -> tuple[bytes, ...]:

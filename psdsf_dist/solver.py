@@ -1,8 +1,8 @@
-"""Centralised exact PS-DSF solver: class-aware Gauss-Seidel sweeps plus an exact active-set solve.
+"""Centralised exact PS-DSF solver: convex start, class-aware Gauss-Seidel sweeps, exact finish.
 
 Why not "sweep until nothing changes": on nearly degenerate instances sequential sweeps creep
 (~1e-4 per sweep) while still ~10 % away from a PS-DSF allocation.  This solver stops only on the
-certificate (:mod:`certificate`, relative tolerance 1e-9 by default) and gets there fast by two
+certificate (:mod:`certificate`, relative tolerance 1e-9 by default) and gets there fast by three
 ideas:
 
 1. **Classes of identical servers are solved as one.**  Servers with the same capacities and the
@@ -13,17 +13,28 @@ ideas:
    class.  A symmetric fixed point is a PS-DSF allocation of the full cluster, and the certificate
    is checked on it.  The paper's 120 servers are 4 classes; the 12,583 Google machines are 10.
 
-2. **Exact finish by an active-set linear solve.**  After a sweep, the water-fill at every class
+2. **A convex start where there are many classes** (``CONVEX_MIN_CLASSES``; all-distinct
+   servers).  TDM PS-DSF is the equilibrium of a linear Fisher market, the optimum of the
+   Eisenberg-Gale program (:mod:`eisenberg_gale`), which an interior-point method solves in
+   20-60 iterations however degenerate the instance.  In TDM that is the whole solve: the
+   optimum's support is read off the interior-point iterate and the equilibrium on it computed
+   exactly (:func:`~psdsf_dist.eisenberg_gale.exact_equilibrium`), no sweep.  RDM PS-DSF is not
+   a convex program, but a TDM allocation is RDM-feasible and on the clusters measured it has
+   nearly the RDM structure already: the sweeps start from it and usually certify within a few
+   sweeps, where from per-server DRF they needed hundreds (``experiments/results/core.md``).
+   Should the polish not certify, the TDM sweeps start from the optimum too.
+
+3. **Exact finish by an active-set linear solve.**  After a sweep, the water-fill at every class
    exposes the structure of the current allocation: which users hold tasks where, which users
    stopped at their cap, and which resources saturated in which phase of the water-fill.  On that
    structure the PS-DSF conditions are linear equations: for every positive (n, c),
-   ``x[n] = phi[n] gamma[n, c] L[c, g]`` (users frozen in the same phase share a level), capped
-   users have ``x[n] = max_tasks[n]``, and every saturated resource is used up.  A least-squares
-   solve of that sparse system gives a candidate; negative entries are clipped, columns scaled
-   back into capacity, and the candidate is kept only if its certificate holds, else the sweeps
-   continue from whichever of the two is closer.  Once sweeps have found the right structure (a
-   few sweeps, even where they would need thousands to converge numerically) the solve lands on
-   the allocation exactly.
+   ``x[n] = phi[n] gamma[n, c] L[c, g]`` (users frozen in the same phase share a level),
+   ``x[n] = sum_c count[c] Y[n, c]``, capped users have ``x[n] = max_tasks[n]``, and every
+   saturated resource is used up.  The smallest change of the iterate that satisfies them (a
+   sparse LU of the augmented system) gives a candidate; negative entries are clipped, columns
+   scaled back into capacity, and the candidate is kept only if its certificate holds, else the
+   sweeps continue.  Once sweeps have found the right structure (a few sweeps, even where they
+   would need thousands to converge numerically) the solve lands on the allocation exactly.
 """
 
 from __future__ import annotations

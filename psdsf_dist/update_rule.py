@@ -98,8 +98,8 @@ signed counts the ratio is kept out: measured, it hurts there (random suite 51 i
 user 4 left) — asynchronous totals mix moves of different rounds, so the ratio is noise; with
 one round of delay the server's own move dominates what it sees.  Message-level gossip now
 carries the signed counts (``psdsf_dist.gossip``): the Ray runtime's setting (random phases,
-jitter 0.2 T) goes from 55 / 7 / 60 rounds to about 10 / 5 / 7
-(``experiments/results/sim_gossip.md``).
+jitter 0.2 T, message delay 0.01 T, fanout 2, 4 exchanges per period) goes from 55 / 7 / 60
+rounds to 10 / 6 / 10 at most over two seeds (``experiments/results/sim_gossip.md``).
 
 What did not help on the random suite (60 scenarios, cap 150; ``split`` converges on 57,
 median 28, p90 104): a per-user step halved on direction flips on top of ``split`` (56, median
@@ -120,6 +120,14 @@ holders refill it; the certificate then holds to machine precision as soon as th
 zero.  Exact sequential sweeps share the second kind (spec), so it needs more than a faster
 emulation of them.  ``adaptive`` (holder gain plus a per-user step halved when the change flips
 direction) damps limit cycles but does not shorten plateaus.
+
+Message-level gossip is only fast when it is fresh: with a message delay of 0.5 or 1 T, fanout 1,
+or one exchange per period, the paper cluster did not certify within 30 rounds of any event
+(``sim_gossip.md``), although the snapshot model with one round of delay takes 13 / 3 / 11.
+There the server sees d = 1 consistently, so the difference is that staleness differs per
+server and per origin (random phases): the delay compensation assumes every other holder lags
+by exactly d rounds.  Forcing d = 0 (signed counts on stale gossip) or the holder-count restore
+(``secant_cap=0``) were no better in single runs.
 
 Rules: ``best-response`` (plain), ``damped`` (``a``), ``predictive`` (secant gain), ``holders``,
 ``adaptive`` (``shrink``, ``grow``, ``min_step``), ``split`` (default; ``threshold``, ``factor``,

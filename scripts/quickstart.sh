@@ -6,7 +6,8 @@
 #   so the replay is as fast as the machine allows and its rounds do not depend on its speed;
 # --time-scale 0.3: the events come at rounds 30 and 75 (the cluster converges in ~10 rounds
 #   after each, experiments/results/ray.md);
-# --gossip-rate 4 --fanout 2: what 120 servers need to converge (experiments/results/ray.md);
+# --gossip-rate 4 --fanout 2: the defaults, spelled out: what 120 servers need to converge
+#   (experiments/results/ray.md, sim_gossip.md);
 # --servers-per-actor 40: an OPTION, not the default: 3 actor processes host the 120 servers
 #   (40 each, every server still with its own loop, gossip origin and state).  On 2 cores, 120
 #   actor processes (the default, one per server: drop this option) take minutes to start and

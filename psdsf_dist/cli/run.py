@@ -62,10 +62,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
     p.add_argument("--jitter", type=float, default=0.2, metavar="J",
                    help="random spread of each wait, as a fraction of the period (default 0.2)")
-    p.add_argument("--fanout", type=int, default=1, metavar="F",
-                   help="peers per gossip round (default 1)")
-    p.add_argument("--gossip-rate", type=int, default=2, metavar="G",
-                   help="gossip rounds per period (default 2)")
+    p.add_argument("--fanout", type=int, default=RunConfig.fanout, metavar="F",
+                   help=f"peers per gossip round (default {RunConfig.fanout})")
+    p.add_argument("--gossip-rate", type=int, default=RunConfig.gossip_rate, metavar="G",
+                   help=f"gossip rounds per period (default {RunConfig.gossip_rate})")
     p.add_argument("--paced", action="store_true",
                    help="time moves one period on as soon as every server has done its part "
                         "(a compressed replay whose rounds do not depend on the machine's "

@@ -101,6 +101,24 @@ carries the signed counts (``psdsf_dist.gossip``): the Ray runtime's setting (ra
 jitter 0.2 T, message delay 0.01 T, fanout 2, 4 exchanges per period) goes from 55 / 7 / 60
 rounds to 10 / 6 / 10 at most over two seeds (``experiments/results/sim_gossip.md``).
 
+Plateau exit.  The plateau above survives the cut: at gain 1 a server lowers a user to its own
+water level, the other holders (seeing the total sag) refill it, and the entry drains at the
+rate of its level gap (random-suite instance 23: 4 holders, one lowering by 0.001-0.006 tasks a
+round for ~110 rounds at residual 5e-3; the three others raise it with gain 3).  ``split``
+counts, per user, the rounds in a row in which its own move was a measurable decrease at gain 1
+with other holders present, and what it drained in them.  After ``exit_after`` (6) such rounds,
+on a marginal server (its entry below the user's average share ``total / holders``), it values
+the user at a total higher by the amount drained so far, doubled every further round: the
+price-taker's extrapolation (the others refill what it sheds), so the entry reaches zero in a
+few rounds.  Feasible (a water-fill at other totals) and no change at a fixed point (nothing
+moves).  Instance 23: 121 -> 33 rounds; no other instance of the quick suite changes (60
+scenarios, cap 150: p90 103 -> 102), paper cluster and Google mix unchanged.  Without the
+marginal-share gate the extrapolation also fired on a server holding half of a user (instance
+50: an 8e-1 residual spike, 40 -> 64-101 rounds); dropping the entry to zero outright (no
+gate, streak of rounds in which the total did not follow) fixed 23 (-> 50-55) but broke others
+(57 -> 50-56 certified of 60); it now also requires gain 1 and a whole streak of decreases,
+because the drain alternates between followed and unfollowed rounds.
+
 What did not help on the random suite (60 scenarios, cap 150; ``split`` converges on 57,
 median 28, p90 104): a per-user step halved on direction flips on top of ``split`` (56, median
 37); a gain below 1 for a user leaving while its total does not follow (extrapolating the
@@ -108,7 +126,16 @@ drain; hardly any change, because the drain is itself a period-8 oscillation the
 cut gain grow back geometrically instead of at once (21 at x2: the under-estimated gains
 oscillate); re-solving with the count of the other side when the move turns (1: in an
 oscillation last round's counts are the complement); a floor on the signed gain at a fraction
-of the holder count, or the holder count for small moves (no better, or worse).
+of the holder count, or the holder count for small moves (no better, or worse).  Tried against
+the limit cycles (quick suite 57/60, median 28, p90 103, p95 136 before): holding a user (gain
+1e6, coin seeded from the column) with probability 1/2 when its own move flipped direction twice
+in a row (57, median 34, p90 113, p95 130; Google mix K = 1,000 92 -> 208) or when its gain
+jumped by more than 4x (55/60; 1,000 -> 130) — the cycles of period 4-8 rarely flip every
+round, and holding slows the fast instances; a memory of the signed count, max of this and the
+last round's (55/60, K = 1,000 -> 129) or their geometric mean (55/60); a higher noise floor
+for the sign of a move, ``SECANT_MIN_CHANGE`` 1e-7 / 1e-6 / 3e-6 / 1e-5 / 1e-4 instead of 1e-9
+(57 p90 103 p95 134 / 57 p90 96 p95 134 but median 30 / 57 p90 125 / 55 / 52: noise, not a
+trend — single instances move by tens of rounds either way).
 
 What remains (numbers in ``experiments/results/rule_study.md``): a tail of random instances of
 two kinds.  Limit cycles of period 4-8 in which the signed counts and the cut switch a user's
@@ -117,9 +144,11 @@ in consecutive rounds) — the gain, a discontinuous function of the signs of ti
 state that cycles.  And plateaus where a user drains from a marginal server at a rate equal to
 its level gap there (~0.004 tasks per round for ~110 rounds in one instance) while the other
 holders refill it; the certificate then holds to machine precision as soon as the entry hits
-zero.  Exact sequential sweeps share the second kind (spec), so it needs more than a faster
-emulation of them.  ``adaptive`` (holder gain plus a per-user step halved when the change flips
-direction) damps limit cycles but does not shorten plateaus.
+zero (the plateau exit above now ends those in a few rounds on a marginal server; a drain from
+a server holding more than the average share is left to the slow path).  Exact sequential
+sweeps share the second kind (spec), so it needs more than a faster emulation of them.
+``adaptive`` (holder gain plus a per-user step halved when the change flips direction) damps
+limit cycles but does not shorten plateaus.
 
 Message-level gossip is only fast when it is fresh: with a message delay of 0.5 or 1 T, fanout 1,
 or one exchange per period, the paper cluster did not certify within 30 rounds of any event
@@ -131,7 +160,7 @@ by exactly d rounds.  Forcing d = 0 (signed counts on stale gossip) or the holde
 
 Rules: ``best-response`` (plain), ``damped`` (``a``), ``predictive`` (secant gain), ``holders``,
 ``adaptive`` (``shrink``, ``grow``, ``min_step``), ``split`` (default; ``threshold``, ``factor``,
-``use_movers``, ``secant_cap``, ``noise_floor``).
+``use_movers``, ``secant_cap``, ``noise_floor``, ``exit_after``).
 """
 
 from __future__ import annotations
@@ -439,7 +468,8 @@ class SplitGain:
     counts (``raising`` / ``lowering``), k[n] is the number of servers that moved n the way this
     server did, and the cut is kept for leaving only (see the module docstring).  Under delay
     (d >= 1) a gain is restored to the observed ratio capped by k[n] (``secant_cap``; 0 = to
-    k[n]).
+    k[n]).  A user lowered at gain 1 for ``exit_after`` rounds in a row on a marginal server is
+    extrapolated out (plateau exit, module docstring; 0 = off).
     """
 
     threshold: float = 0.5
@@ -447,6 +477,7 @@ class SplitGain:
     use_movers: float = 1.0
     secant_cap: float = 1.0
     noise_floor: float = 1.0
+    exit_after: float = 6.0
     name: str = "split"
 
     def __post_init__(self) -> None:
@@ -460,6 +491,9 @@ class SplitGain:
         for j in range(MAX_STALENESS + 1):
             arrays[f"change{j}"] = np.zeros(num_users)
             fill[f"change{j}"] = 0.0
+        for name in ("draining", "drained"):
+            arrays[name] = np.zeros(num_users)
+            fill[name] = 0.0
         return RuleState(arrays, fill)
 
     def update(
@@ -513,10 +547,23 @@ class SplitGain:
         gain = np.where(view.gamma > 0, gain, 1.0)
         pending = np.sum(history[:d], axis=0) if d else np.zeros_like(col)
         predicted = np.maximum(tot + (gain - 1.0) * pending, col)
+        # Plateau exit: a user this server has kept lowering at gain 1 (the total did not follow:
+        # the other holders refill it) is valued as if its total were higher by the amount
+        # drained so far, doubled every further round, so it leaves in a few rounds instead of
+        # at the rate of its level gap.  Only on a marginal server (holding less than the
+        # user's average share), and never at a fixed point (nothing moves there).
+        draining = measurable & (reference < 0) & (state.get("gain") <= 1.0) & (holders > 1)
+        streak = np.where(draining, state.get("draining") + 1.0, 0.0)
+        drained = np.where(draining, state.get("drained") - reference, 0.0)
+        if self.exit_after:
+            boosted = (streak >= self.exit_after) & (col * holders < tot)
+            boost = drained * np.exp2(np.minimum(streak - self.exit_after, 30.0))
+            predicted = np.where(boosted, predicted + boost, predicted)
         new = best_response(view, predicted, col, gain=gain)
         shifted = {f"change{j + 1}": history[j] for j in range(MAX_STALENESS)}
         return new, state.evolve(
-            gain=gain, last_totals=tot, last_column=col, change0=new - col, **shifted
+            gain=gain, last_totals=tot, last_column=col, change0=new - col, draining=streak,
+            drained=drained, **shifted,
         )
 
 

@@ -309,3 +309,16 @@ def test_round_off_moves_at_a_fixed_point_are_not_amplified() -> None:
         residual[floor] = certificate(scenario, Y, rtol=1e-3).residual
     assert residual[1.0] < 1e-10
     assert residual[0.0] > 1e-9  # without the floor the noise grows (what the floor is for)
+
+
+def test_a_user_draining_from_a_marginal_server_leaves_it_in_a_few_rounds() -> None:
+    # random-suite instance 23 (K 9, N 36): one server lowers a user at gain 1 while three
+    # others refill it, ~0.004 tasks per round; without the exit the certificate stays off
+    # for ~120 rounds
+    rng = np.random.default_rng(23)
+    K, N, M = (int(rng.integers(2, 201)), int(rng.integers(2, 51)), int(rng.integers(1, 5)))
+    scenario = random_scenario(rng, K=K, N=N, M=M)
+    held, X, _ = lockstep(scenario, make_rule("split"), 60)
+    assert held is not None and held <= 40, certificate(scenario, X, rtol=1e-3).violations[:2]
+    held, _, _ = lockstep(scenario, make_rule("split", exit_after=0.0), 60)
+    assert held is None

@@ -287,6 +287,12 @@ class GossipState:
                and math.isfinite(k.heartbeat_at)]
         return np.array(out, dtype=float)
 
+    def median_age(self, now: float) -> float | None:
+        """Median of :meth:`ages` (None when no other origin is heard), clamped at 0: the wall
+        clocks of different nodes may disagree by a little."""
+        ages = self.ages(now)
+        return max(float(np.median(ages)), 0.0) if len(ages) else None
+
     def known_column(self, origin: str) -> FloatArray | None:
         k = self._known.get(origin)
         return None if k is None else self._padded(k.column)

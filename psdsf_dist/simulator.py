@@ -75,6 +75,7 @@ from psdsf_dist.update_rule import (
     is_feasible_column,
     make_rule,
     server_view,
+    staleness_rounds,
 )
 
 FloatArray = npt.NDArray[np.float64]
@@ -342,11 +343,9 @@ class Simulator:
         if srv.gossip is not None:
             srv.gossip.expire(now)
             totals = srv.gossip.totals()
-            ages = srv.gossip.ages(now)
-            # rounds by which the others' columns lag beyond the usual one
-            lag = float(np.median(ages)) / self.config.period - 1.0 if len(ages) else 0.0
+            lag = staleness_rounds(srv.gossip.median_age(now), self.config.period)
             view = _with_knowledge(self._view(i), len(srv.gossip.members()),
-                                   srv.gossip.holders(), max(lag, 0.0))
+                                   srv.gossip.holders(), lag)
             if self.config.signed_moves:
                 # servers that raised / lowered each user in their latest changes heard of
                 view = replace(view, raising=srv.gossip.raising().astype(float),

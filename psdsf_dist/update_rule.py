@@ -204,6 +204,12 @@ MAX_EXITS = 1
 MAX_STALENESS = 3  # rounds of own changes a server remembers to compensate gossip delay
 
 
+def staleness_rounds(age: float | None, period: float) -> float:
+    """Rounds by which the other servers' columns lag beyond the usual one, from their median
+    gossip age in seconds (:meth:`psdsf_dist.gossip.GossipState.median_age`); 0 if none heard."""
+    return 0.0 if age is None else max(age / period - 1.0, 0.0)
+
+
 @dataclass(frozen=True)
 class ServerView:
     """What one server knows that changes only on churn."""

@@ -203,6 +203,9 @@ def test_ages_follow_the_origins_heartbeat_clock() -> None:
     b.heartbeat(13.5)
     a.merge(b.delta_for(a.digest()), 13.7)
     assert sorted(a.ages(14.0).tolist()) == [0.5, 2.0]
+    assert a.median_age(14.0) == 1.25
+    assert a.median_age(12.0) == 0.0  # a peer's clock ahead of ours is no negative age
+    assert GossipState("d", 1).median_age(14.0) is None
 
 
 def test_signed_moves_count_who_raised_and_who_lowered_each_user() -> None:

@@ -25,6 +25,7 @@ from psdsf_dist.update_rule import (
     make_rule,
     resize_state,
     server_view,
+    staleness_rounds,
 )
 
 FloatArray = npt.NDArray[np.float64]
@@ -322,3 +323,10 @@ def test_a_user_draining_from_a_marginal_server_leaves_it_in_a_few_rounds() -> N
     assert held is not None and held <= 40, certificate(scenario, X, rtol=1e-3).violations[:2]
     held, _, _ = lockstep(scenario, make_rule("split", exit_after=0.0), 60)
     assert held is None
+
+
+def test_staleness_counts_the_rounds_beyond_the_usual_one() -> None:
+    assert staleness_rounds(None, 1.0) == 0.0
+    assert staleness_rounds(0.5, 1.0) == 0.0  # fresher than one period: no extra delay
+    assert staleness_rounds(3.0, 1.0) == 2.0
+    assert staleness_rounds(3.0, 0.5) == 5.0

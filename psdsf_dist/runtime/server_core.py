@@ -34,6 +34,7 @@ from psdsf_dist.update_rule import (
     make_rule,
     resize_state,
     server_view,
+    staleness_rounds,
 )
 
 FloatArray = npt.NDArray[np.float64]
@@ -141,12 +142,10 @@ class ServerCore:
         """Expire silent peers, run the update rule on the gossiped totals, publish the column."""
         g = self.gossip
         g.expire(now)
-        ages = g.ages(now)
-        # (clamped: wall clocks of different nodes may disagree by a little)
-        age = max(float(np.median(ages)), 0.0) if len(ages) else None
-        lag = 0.0 if age is None else age / self.config.period - 1.0
+        age = g.median_age(now)
         view = replace(self.view, num_servers=len(g.members()),
-                       holders=np.asarray(g.holders(), dtype=float), staleness=max(lag, 0.0))
+                       holders=np.asarray(g.holders(), dtype=float),
+                       staleness=staleness_rounds(age, self.config.period))
         if self.config.signed_moves:  # as the simulator's gossip model gives them
             view = replace(view, raising=g.raising().astype(float),
                            lowering=g.lowering().astype(float))

@@ -6,8 +6,11 @@ take effect (``delay = 0``: the totals of the previous round, the usual Jacobi i
 views carry ``staleness = delay`` and the holder counts of that snapshot).  This
 is the worst case for concurrency and it is fast: servers that start alike (same class, same
 column, same state) stay alike under a deterministic rule, so one representative per *lineage*
-is computed and copied.  The certificate (rtol 1e-3 by default) is checked every round on the
-true totals.
+is computed and copied.  A randomised rule breaks that (real servers draw independent coins):
+``per_server=True`` computes every server on its own, with its own state and seed
+(:func:`psdsf_dist.update_rule.seeded_state`); for a deterministic rule it gives the grouped
+result up to the order of summation.  The certificate (rtol 1e-3 by default) is checked every
+round on the true totals.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import numpy.typing as npt
 from psdsf_dist.certificate import certify_columns
 from psdsf_dist.scenario import Mode, Scenario
 from psdsf_dist.solver import ServerClasses
-from psdsf_dist.update_rule import RuleState, ServerView, UpdateRule, server_view
+from psdsf_dist.update_rule import RuleState, ServerView, UpdateRule, seeded_state, server_view
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -64,24 +67,30 @@ def run(
     states: list[RuleState] | None = None,
     lineage: IntArray | None = None,
     movers: bool = True,
+    per_server: bool = False,
+    seed: int = 0,
 ) -> Run:
     """Run ``rule`` in lock-step until the certificate has held ``hold`` rounds in a row.
 
     ``start``/``states``/``lineage`` continue a previous run (e.g. after a churn event);
-    by default every server starts empty with the rule's initial state, one lineage per class.
+    by default every server starts empty with the rule's initial state, one lineage per class
+    (``per_server``: one lineage per server).  Each lineage's state is seeded from ``seed`` and
+    its representative server.
     """
     N, K = scenario.num_users, scenario.num_servers
     act = np.ones(N, dtype=bool) if active is None else np.asarray(active, dtype=bool)
     cert_scenario = active_scenario(scenario, act)
     if lineage is None:
-        if start is None:
+        if per_server:
+            lineage = np.arange(K, dtype=np.int64)
+        elif start is None:
             lineage = ServerClasses.of(scenario).member_class.copy()
         else:
             lineage = np.arange(K, dtype=np.int64)
     _, reps, lineage = np.unique(lineage, return_index=True, return_inverse=True)
     lineage = np.asarray(lineage, dtype=np.int64).ravel()
     if states is None:
-        states = [rule.initial_state(N) for _ in reps]
+        states = [seeded_state(rule, N, seed * 1_000_003 + int(i)) for i in reps]
     elif len(states) != len(reps):
         raise ValueError("states must hold one state per lineage")
     X = np.zeros((N, K)) if start is None else np.array(start, dtype=float)

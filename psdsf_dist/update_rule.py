@@ -184,7 +184,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
@@ -201,6 +201,7 @@ SECANT_MIN_CHANGE = 1e-9
 SECANT_SMOOTHING = 0.5  # weight of the new secant in the log-space moving average
 FEASIBILITY_RTOL = 1e-9  # relative slack when checking a column against its capacities
 MAX_EXITS = 1
+HOLD_GAIN = 1e6  # gain that holds a user where it is (split's cycle hold)
 MAX_STALENESS = 3  # rounds of own changes a server remembers to compensate gossip delay
 
 
@@ -253,6 +254,9 @@ class RuleState:
     fill: Mapping[str, float] = field(default_factory=dict)
     """Value given to users appended by :func:`resize_state`."""
     updates: int = 0
+    seed: int = 0
+    """Per-server seed of the rule's coins (:func:`seeded_state`); with the update count it
+    fixes every draw, so runs are reproducible."""
 
     def get(self, name: str) -> FloatArray:
         return self.arrays[name]
@@ -260,7 +264,17 @@ class RuleState:
     def evolve(self, **arrays: FloatArray) -> RuleState:
         merged = dict(self.arrays)
         merged.update(arrays)
-        return RuleState(merged, self.fill, self.updates + 1)
+        return RuleState(merged, self.fill, self.updates + 1, self.seed)
+
+    def coins(self, size: int) -> FloatArray:
+        """Uniform draws in [0, 1) for this update, from (seed, update count) alone."""
+        return np.random.default_rng([self.seed, self.updates]).random(size)
+
+
+def seeded_state(rule: UpdateRule, num_users: int, seed: int) -> RuleState:
+    """The rule's initial state with a per-server seed (servers must draw independent coins,
+    or a randomised rule cannot tell identical servers apart)."""
+    return replace(rule.initial_state(num_users), seed=int(seed) & 0xFFFFFFFFFFFF)
 
 
 class UpdateRule(Protocol):
@@ -283,7 +297,7 @@ def resize_state(state: RuleState, num_users: int) -> RuleState:
         else:
             extra = np.full(num_users - len(values), state.fill.get(name, 0.0))
             arrays[name] = np.concatenate([values, extra])
-    return RuleState(arrays, state.fill, state.updates)
+    return RuleState(arrays, state.fill, state.updates, state.seed)
 
 
 def server_view(
@@ -502,11 +516,18 @@ class SplitGain:
     secant_cap: float = 1.0
     noise_floor: float = 1.0
     exit_after: float = 6.0
+    hold_p: float = 0.0
+    cycle_ratio: float = 0.2
+    cycle_decay: float = 0.8
+    hold_column: float = 0.0
+    cycle_min: float = SECANT_MIN_CHANGE
     name: str = "split"
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.factor < 1.0:
             raise ValueError(f"factor must be in [0, 1), got {self.factor}")
+        if not 0.0 <= self.hold_p <= 1.0:
+            raise ValueError(f"hold_p must be in [0, 1], got {self.hold_p}")
 
     def initial_state(self, num_users: int) -> RuleState:
         nan = np.full(num_users, np.nan)
@@ -515,7 +536,7 @@ class SplitGain:
         for j in range(MAX_STALENESS + 1):
             arrays[f"change{j}"] = np.zeros(num_users)
             fill[f"change{j}"] = 0.0
-        for name in ("draining", "drained", "sagged"):
+        for name in ("draining", "drained", "sagged", "net", "gross"):
             arrays[name] = np.zeros(num_users)
             fill[name] = 0.0
         return RuleState(arrays, fill)
@@ -596,11 +617,30 @@ class SplitGain:
                 boosted[:] = False
             boost = drained * np.exp2(np.minimum(streak - self.exit_after, 30.0))
             predicted = np.where(boosted, predicted + boost, predicted)
-        new = best_response(view, predicted, col, gain=gain)
+        # Cycle hold: a user whose own moves here cancel out (decayed net move small against
+        # the decayed gross move) is held this round with probability ``hold_p``, on this
+        # server's own coin, so identical servers caught in one cycle stop moving in step.
+        # Holding is a huge gain (the water-fill barely moves the user): exact and feasible, and
+        # nothing changes at a fixed point (nothing moves there).
+        net = self.cycle_decay * state.get("net") + history[0]
+        gross = self.cycle_decay * state.get("gross") + np.abs(history[0])
+        solved_gain = gain
+        if self.hold_p:
+            cycling = (gross > self.cycle_min * np.maximum(tot, 1e-300)) & (
+                np.abs(net) < self.cycle_ratio * gross
+            )
+            draws = state.coins(view.num_users)
+            if self.hold_column:
+                # one coin for the whole column: the server sits this round out
+                held = np.full(view.num_users, bool(np.any(cycling)) and draws[0] < self.hold_p)
+            else:
+                held = cycling & (draws < self.hold_p)
+            solved_gain = np.where(held, HOLD_GAIN, gain)
+        new = best_response(view, predicted, col, gain=solved_gain)
         shifted = {f"change{j + 1}": history[j] for j in range(MAX_STALENESS)}
         return new, state.evolve(
             gain=gain, last_totals=tot, last_column=col, change0=new - col, draining=streak,
-            drained=drained, sagged=sagged, **shifted,
+            drained=drained, sagged=sagged, net=net, gross=gross, **shifted,
         )
 
 

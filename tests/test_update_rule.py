@@ -20,10 +20,12 @@ from psdsf_dist.update_rule import (
     RULES,
     RuleState,
     ServerView,
+    SplitGain,
     UpdateRule,
     feasible_column,
     make_rule,
     resize_state,
+    seeded_state,
     server_view,
     staleness_rounds,
 )
@@ -34,7 +36,9 @@ RULE_PARAMS: dict[str, dict[str, float]] = {"damped": {"a": 0.5}}
 
 
 def all_rules() -> list[UpdateRule]:
-    return [make_rule(name, **RULE_PARAMS.get(name, {})) for name in RULES]
+    rules = [make_rule(name, **RULE_PARAMS.get(name, {})) for name in RULES]
+    # split with its randomised cycle hold firing whenever a user has moved at all
+    return [*rules, make_rule("split", hold_p=0.5, cycle_ratio=2.0)]
 
 
 def paper() -> Scenario:
@@ -330,3 +334,63 @@ def test_staleness_counts_the_rounds_beyond_the_usual_one() -> None:
     assert staleness_rounds(0.5, 1.0) == 0.0  # fresher than one period: no extra delay
     assert staleness_rounds(3.0, 1.0) == 2.0
     assert staleness_rounds(3.0, 0.5) == 5.0
+
+
+# -- randomised cycle hold --------------------------------------------------------------------
+
+
+def test_seeded_states_draw_reproducible_independent_coins_and_keep_their_seed() -> None:
+    rule = make_rule("split", hold_p=0.5)
+    a, b, c = (seeded_state(rule, 4, seed) for seed in (7, 7, 8))
+    assert np.array_equal(a.coins(50), b.coins(50))
+    assert not np.array_equal(a.coins(50), c.coins(50))
+    later = a.evolve(gain=np.ones(4))
+    assert later.seed == 7 and not np.array_equal(later.coins(50), a.coins(50))
+    assert resize_state(later, 6).seed == 7
+
+
+def cycling_state(rule: UpdateRule, num_users: int, cycling: FloatArray, seed: int) -> RuleState:
+    """A seeded state whose memory says the given users' moves here cancelled out."""
+    state = seeded_state(rule, num_users, seed)
+    return RuleState(
+        dict(state.arrays, net=np.zeros(num_users), gross=cycling.astype(float)),
+        state.fill, state.updates, state.seed,
+    )
+
+
+def test_cycle_hold_keeps_a_cycling_user_where_it_is_and_moves_the_others() -> None:
+    scenario = paper()
+    view = server_view(scenario, 0, "rdm")
+    N = scenario.num_users
+    free = make_rule("split")
+    held = make_rule("split", hold_p=1.0)
+    zero = np.zeros(N)
+    moved, _ = free.update(free.initial_state(N), view, zero, zero)
+    user = int(np.argmax(moved))
+    cycling = np.arange(N) == user
+    col, _ = held.update(cycling_state(held, N, cycling, 3), view, zero, zero)
+    assert_feasible(view, col)
+    assert col[user] < 1e-3 * moved[user]
+    assert np.any(col[~cycling] > moved[~cycling])  # the capacity it leaves goes to the others
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_cycle_hold_leaves_a_certified_solution_where_it_is(seed: int) -> None:
+    scenario = fixed_point_cases()[1]
+    X = solve(scenario, "rdm").allocation
+    x = X.sum(axis=1)
+    holders = (X > 1e-12).sum(axis=1).astype(float)
+    rule = make_rule("split", hold_p=0.5)
+    for i in ServerClasses.of(scenario).representative:
+        view = replace(server_view(scenario, int(i), "rdm"), holders=holders)
+        state = cycling_state(rule, scenario.num_users, np.ones(scenario.num_users, bool), seed)
+        col, _ = rule.update(state, view, x, X[:, i])
+        scale = max(1.0, float(np.abs(X[:, i]).max()))
+        assert np.allclose(col, X[:, i], rtol=1e-6, atol=1e-9 * scale)
+
+
+def test_cycle_hold_is_off_by_default_and_checks_its_probability() -> None:
+    rule = make_rule(DEFAULT_RULE)
+    assert isinstance(rule, SplitGain) and rule.hold_p == 0.0
+    with pytest.raises(ValueError, match="hold_p"):
+        make_rule("split", hold_p=1.5)

@@ -151,8 +151,19 @@ holders move its way (same-side count at most 0.1 / 0.25 / 0.5 of the holders): 
 faster (K = 100 / 1,000: 52 / 79, 57 / 49) and the paper cluster from zero 8 -> 7, but 56, 56,
 55 of 60 (instance 16 — two groups of 41 and 67 servers swapping two users in a period-4 cycle
 — never certifies).  Cut factor 0.3 / 0.5 / 0.03 instead of 0.1 (56 / 55 / 56); threshold 0.25
-(no change).  In the lock-step harness servers of one lineage draw the same coin (the draw is
-seeded from the column), so randomisation there is weaker than between independent servers.
+(no change).  Those coins were seeded from the column, and the lock-step harness computed one
+server per group of identical servers, so a whole group drew one coin.  Independent coins
+(``hold_p``; per-server seed from :func:`seeded_state`; harness ``per_server``, which gives the
+grouped rounds exactly for deterministic rules) did not help either.  On the tail (instances
+12, 16, 55, 57, 69, 71, 169 and the ten slowest certified; ``split``: 12, 57, 69, 71, 169 never,
+16 134, 55 249, 89 272, 105 239, 118 230, 104 211, 197 205, 159 194 rounds, cap 300): holding
+a cycling user with probability 0.5 / 0.25 / 0.1 lost 55, 104, 197 and 159 and certified none
+of the five; at ratio 0.05 likewise; holding the whole column (the server sits the round out)
+with probability 0.25 / 0.1 lost 55 and 104 (16 -> 194 / 142); only ignoring moves below 1e-2
+of the total (``cycle_min``) helped one (57 -> 247 at p 0.5, 16 -> 133) while losing 55, 104
+and 159.  A likely reason (not isolated): a held user's total no longer follows the other
+holders' moves, so their secant cuts their gains, feeding the gain switching that makes the
+cycle.  FULL_SUITE
 
 What remains (numbers in ``experiments/results/rule_study.md``): a tail of random instances of
 two kinds.  Limit cycles of period 4-8 in which the signed counts and the cut switch a user's
@@ -177,7 +188,8 @@ by exactly d rounds.  Forcing d = 0 (signed counts on stale gossip) or the holde
 
 Rules: ``best-response`` (plain), ``damped`` (``a``), ``predictive`` (secant gain), ``holders``,
 ``adaptive`` (``shrink``, ``grow``, ``min_step``), ``split`` (default; ``threshold``, ``factor``,
-``use_movers``, ``secant_cap``, ``noise_floor``, ``exit_after``).
+``use_movers``, ``secant_cap``, ``noise_floor``, ``exit_after``; randomised cycle hold, off by
+default: ``hold_p``, ``cycle_ratio``, ``cycle_decay``, ``cycle_min``, ``hold_column``).
 """
 
 from __future__ import annotations
@@ -507,7 +519,9 @@ class SplitGain:
     server did, and the cut is kept for leaving only (see the module docstring).  Under delay
     (d >= 1) a gain is restored to the observed ratio capped by k[n] (``secant_cap``; 0 = to
     k[n]).  A user lowered at gain 1 for ``exit_after`` rounds in a row on a marginal server is
-    extrapolated out (plateau exit, module docstring; 0 = off).
+    extrapolated out (plateau exit, module docstring; 0 = off).  ``hold_p`` > 0 holds a user
+    whose own moves here cancel out with that probability, on the server's own seeded coin
+    (:func:`seeded_state`); measured no better, so off by default (module docstring).
     """
 
     threshold: float = 0.5

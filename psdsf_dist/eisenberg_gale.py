@@ -215,7 +215,7 @@ def on_support(
     parameter, so pairs in the support of the optimum have a ratio far above 1 and the others
     far below, even where the totals are still only accurate to 1e-4 (the objective's gap is
     quadratic in their error).  Users at their cap are pinned to their split, rescaled to the
-    cap.  On that structure the equilibrium is exact arithmetic:
+    cap.  On that structure the equilibrium follows by direct computation (to round-off):
 
     * levels: along the pairs, ``x[n] = phi[n] gamma[n, c] L[c]``, so in each connected
       component of the pair graph the levels are fixed up to one factor (a spanning tree);

@@ -202,7 +202,7 @@ def _tdm_polish(
     The interior-point optimum is accurate to ~1e-9 in the objective, which leaves the totals
     only ~1e-4 accurate, but it tells the support of the optimum (which users hold time at which
     classes) clearly; :func:`~psdsf_dist.eisenberg_gale.exact_equilibrium` solves the
-    equilibrium on that support in exact arithmetic.  None if that does not certify (the
+    equilibrium on that support directly (to round-off).  None if that does not certify (the
     sweeps then start from the optimum).
     """
     Y = exact_equilibrium(*_market_inputs(scenario, classes), market)

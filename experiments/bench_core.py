@@ -471,6 +471,10 @@ def write_results(
                 continue
             solved = row[f"{mode}_seconds"]
             lp_capped = row["lp_seconds"] is None and str(row["lp"]).startswith(">")
+            if solved is None and lp_capped:  # both over the cap: the race is not decided
+                lines.append(f"- {what}: **not shown** (solve {row[mode]} and LP {row['lp']}: "
+                             "both over the cap).")
+                continue
             ok = solved is not None and (
                 (row["lp_seconds"] is not None and solved <= row["lp_seconds"])
                 or (lp_capped and solved < args.cap)

@@ -27,22 +27,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from test_cli_observe import CHURN  # the paper's Fig. 1 with churn; converges within 40 rounds
 
 from psdsf_dist.metrics import METRICS
 
-# The paper's Fig. 1 with churn (as in test_cli_observe): a user leaves, a server fails and
-# comes back; it converges within 40 rounds.
-CHURN = {
-    "resources": ["cpu", "mem", "bw"],
-    "servers": [{"name": "s1", "capacity": {"cpu": 9, "mem": 12, "bw": 100}},
-                {"name": "s2", "capacity": {"cpu": 12, "mem": 12}}],
-    "users": [{"name": "u1", "demand": {"cpu": 1, "mem": 2, "bw": 10}, "weight": 1},
-              {"name": "u2", "demand": {"cpu": 1, "mem": 2, "bw": 1}, "weight": 1},
-              {"name": "u3", "demand": {"cpu": 1, "mem": 2}, "weight": 2}],
-    "events": [{"at": 5, "user_leaves": "u2"},
-               {"at": 12, "server_fails": "s2"},
-               {"at": 16, "server_joins": {"name": "s2"}}],
-}
 PROMETHEUS = "/usr/bin/prometheus"
 PATIENCE = 60.0  # seconds; the machine may be busy with other test suites
 T = TypeVar("T")

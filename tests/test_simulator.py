@@ -204,8 +204,18 @@ def test_cli_json_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert doc["allocation"]["u2"] == {}
     assert doc["certificate"]["holds"] is True
     assert doc["simulation"]["delay"] == 0.5
+    assert doc["simulation"]["signed_moves"] is True
     err = capsys.readouterr().err
     assert "round 0" in err and "s per round" in err
+
+
+def test_cli_switches_signed_moves_off(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(_churn_doc([])))
+    out = tmp_path / "out.json"
+    assert main(["simulate", str(path), "--rounds", "3", "--gossip", "scuttlebutt",
+                 "--no-signed-moves", "--quiet", "--json", "-o", str(out)]) == 0
+    assert json.loads(out.read_text())["simulation"]["signed_moves"] is False
 
 
 @pytest.mark.parametrize("args", [["--loss", "1.5"], ["--fanout", "0"], ["--delay", "-1"],

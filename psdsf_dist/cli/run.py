@@ -66,6 +66,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help=f"peers per gossip round (default {RunConfig.fanout})")
     p.add_argument("--gossip-rate", type=int, default=RunConfig.gossip_rate, metavar="G",
                    help=f"gossip rounds per period (default {RunConfig.gossip_rate})")
+    p.add_argument("--no-signed-moves", dest="signed_moves", action="store_false",
+                   help="gossip does not tell the rule how many servers raised / lowered each "
+                        "user (holder counts only; an ablation: slower to converge)")
     p.add_argument("--paced", action="store_true",
                    help="time moves one period on as soon as every server has done its part "
                         "(a compressed replay whose rounds do not depend on the machine's "
@@ -97,6 +100,7 @@ def config_from(args: argparse.Namespace) -> RunConfig:
     cfg = RunConfig(period=args.period, jitter=args.jitter, fanout=args.fanout,
                     gossip_rate=args.gossip_rate, rule=args.rule, mode=args.mode,
                     seed=args.seed, rtol=args.rtol, servers_per_actor=args.servers_per_actor,
+                    signed_moves=args.signed_moves,
                     clock="manual" if args.paced else "real",
                     time_scale=args.period if args.time_scale is None else args.time_scale)
     try:
@@ -263,7 +267,8 @@ def render(result: RunResult, *, json_output: bool, seconds: float) -> str:
         extra = {
             "run": {"period": cfg.period, "time_scale": cfg.time_scale, "jitter": cfg.jitter,
                     "fanout": cfg.fanout, "gossip_rate": cfg.gossip_rate, "seed": cfg.seed,
-                    "rule": cfg.rule, "rtol": cfg.rtol, "servers": result.servers,
+                    "rule": cfg.rule, "rtol": cfg.rtol, "signed_moves": cfg.signed_moves,
+                    "servers": result.servers,
                     "servers_per_actor": cfg.servers_per_actor,
                     "restarts": result.restarts, "seconds": seconds,
                     "rounds": len(result.observations)},

@@ -54,6 +54,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--gossip", choices=["auto", "scuttlebutt", "snapshot"], default="auto",
                    help="scuttlebutt: the real protocol per server; snapshot: every server on "
                         "the same stale totals (cluster scale); auto: snapshot above 2000 servers")
+    p.add_argument("--no-signed-moves", dest="signed_moves", action="store_false",
+                   help="gossip does not tell the rule how many servers raised / lowered each user "
+                        "(holder counts only; an ablation: slower to converge)")
     p.add_argument("--rtol", type=float, default=CONVERGENCE_RTOL,
                    help=f"certificate tolerance for convergence (default {CONVERGENCE_RTOL:g})")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -95,6 +98,7 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         mode=args.mode,
         rtol=args.rtol,
         gossip=args.gossip,
+        signed_moves=args.signed_moves,
     )
     try:
         cfg.check()
@@ -149,7 +153,7 @@ def render(result: SimulationResult, *, json_output: bool) -> str:
                 "rounds": cfg.rounds, "period": cfg.period, "lockstep": cfg.lockstep,
                 "jitter": cfg.jitter, "delay": cfg.delay, "loss": cfg.loss,
                 "fanout": cfg.fanout, "gossip_rate": cfg.gossip_rate, "seed": cfg.seed,
-                "rule": cfg.rule, "rtol": cfg.rtol,
+                "rule": cfg.rule, "rtol": cfg.rtol, "signed_moves": cfg.signed_moves,
                 "gossip": result.gossip, "seconds": result.seconds,
                 "seconds_per_round": result.seconds_per_round,
             },

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from psdsf_dist.cli.main import main
+from psdsf_dist.cli.main import build_parser, main
+from psdsf_dist.cli.run import config_from
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "psdsf_dist" / "examples"
 
@@ -25,8 +26,18 @@ def test_run_prints_the_solve_json_with_event_times(capsys: pytest.CaptureFixtur
     assert [e["event"] for e in doc["events"]] == ["start", "user u1 weight set to 3"]
     assert doc["events"][-1]["rounds_to_converge"] is not None
     assert doc["run"]["servers"] == 2 and doc["trace"]
+    assert doc["run"]["signed_moves"] is True
     assert all(o["feasible"] for o in doc["trace"])
     assert "residual" in err and "since last event" in err
+
+
+def test_gossip_options_reach_the_run_config() -> None:
+    scenario = str(EXAMPLES / "paper_fig1.yaml")
+    default = config_from(build_parser().parse_args(["run", scenario]))
+    assert (default.fanout, default.gossip_rate, default.signed_moves) == (2, 4, True)
+    ablated = config_from(build_parser().parse_args(
+        ["run", scenario, "--fanout", "1", "--gossip-rate", "1", "--no-signed-moves"]))
+    assert (ablated.fanout, ablated.gossip_rate, ablated.signed_moves) == (1, 1, False)
 
 
 @pytest.mark.parametrize(("args", "needle"), [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -12,6 +13,7 @@ from typing import Any
 
 from psdsf_dist.errors import PsdsfError, ScenarioError, ScenarioWarning
 from psdsf_dist.scenario import Scenario, load_scenario
+from psdsf_dist.update_rule import DEFAULT_RULE, RULES
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -82,3 +84,13 @@ def _default(obj: Any) -> Any:
     if isinstance(obj, np.ndarray):
         return obj.tolist()
     raise TypeError(f"cannot serialise {type(obj).__name__}")
+
+
+def add_protocol_options(p: argparse.ArgumentParser) -> None:
+    """``--mode``, ``--rule`` and ``--seed``: how the distributed protocol runs (the commands
+    that run it: ``simulate``, ``observe``, ``run``)."""
+    p.add_argument("--mode", choices=["rdm", "tdm"], default="rdm",
+                   help="rdm: divisible resources (Theorem 1); tdm: time-shared servers")
+    p.add_argument("--rule", choices=RULES, default=DEFAULT_RULE,
+                   help=f"update rule (default {DEFAULT_RULE})")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")

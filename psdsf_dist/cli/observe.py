@@ -25,7 +25,7 @@ from types import FrameType
 import numpy as np
 import numpy.typing as npt
 
-from psdsf_dist.cli.common import EXIT_FAILURE, CommandError, emit, load
+from psdsf_dist.cli.common import EXIT_FAILURE, CommandError, add_protocol_options, emit, load
 from psdsf_dist.cli.simulate import render
 from psdsf_dist.errors import PsdsfError
 from psdsf_dist.events import Event, ServerJoins, universe
@@ -39,7 +39,7 @@ from psdsf_dist.simulator import (
     SimulationResult,
     Simulator,
 )
-from psdsf_dist.update_rule import DEFAULT_RULE, RULES, RuleState, ServerView
+from psdsf_dist.update_rule import RuleState, ServerView
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -71,11 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--jitter", type=float, metavar="J",
                    help="random phases, each update within +-J/2 seconds of its phase "
                         "(default: all servers in lock-step)")
-    p.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
-    p.add_argument("--rule", choices=RULES, default=DEFAULT_RULE,
-                   help=f"update rule (default {DEFAULT_RULE})")
-    p.add_argument("--mode", choices=["rdm", "tdm"], default="rdm",
-                   help="rdm: divisible resources (Theorem 1); tdm: time-shared servers")
+    add_protocol_options(p)
     p.add_argument("--gossip", choices=["auto", "scuttlebutt", "snapshot"], default="auto",
                    help="gossip model of the simulator (default auto)")
     p.add_argument("--no-per-pair", dest="per_pair", action="store_false",

@@ -21,14 +21,20 @@ from typing import Any
 import yaml
 
 from psdsf_dist.certificate import certificate
-from psdsf_dist.cli.common import EXIT_FAILURE, CommandError, dumps, emit, load
+from psdsf_dist.cli.common import (
+    EXIT_FAILURE,
+    CommandError,
+    add_protocol_options,
+    dumps,
+    emit,
+    load,
+)
 from psdsf_dist.errors import PsdsfError, ScenarioError
 from psdsf_dist.metrics_server import DEFAULT_BIND
 from psdsf_dist.report import allocation_json, allocation_table
 from psdsf_dist.runtime.config import CONVERGENCE_RTOL, RunConfig
 from psdsf_dist.runtime.coordinator import RunResult
 from psdsf_dist.scenario import Scenario
-from psdsf_dist.update_rule import DEFAULT_RULE, RULES
 
 PROGRESS_SECONDS = 1.0  # at most one progress line per this many seconds (plus each event)
 DEFAULT_HOLD = 3  # observations in a row the certificate must hold to count as converged
@@ -55,11 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--event", action="append", default=[], metavar="YAML",
                    help="an extra churn event in the scenario syntax, e.g. "
                         "'{at: 30, set_weight: {user: u1, weight: 3}}' (repeatable)")
-    p.add_argument("--mode", choices=["rdm", "tdm"], default="rdm",
-                   help="rdm: divisible resources (Theorem 1); tdm: time-shared servers")
-    p.add_argument("--rule", choices=RULES, default=DEFAULT_RULE,
-                   help=f"update rule (default {DEFAULT_RULE})")
-    p.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
+    add_protocol_options(p)
     p.add_argument("--jitter", type=float, default=0.2, metavar="J",
                    help="random spread of each wait, as a fraction of the period (default 0.2)")
     p.add_argument("--fanout", type=int, default=RunConfig.fanout, metavar="F",

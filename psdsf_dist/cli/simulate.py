@@ -7,7 +7,14 @@ import sys
 from collections.abc import Callable
 
 from psdsf_dist.certificate import certificate
-from psdsf_dist.cli.common import EXIT_FAILURE, CommandError, dumps, emit, load
+from psdsf_dist.cli.common import (
+    EXIT_FAILURE,
+    CommandError,
+    add_protocol_options,
+    dumps,
+    emit,
+    load,
+)
 from psdsf_dist.errors import PsdsfError
 from psdsf_dist.report import allocation_json, allocation_table
 from psdsf_dist.simulator import (
@@ -18,7 +25,7 @@ from psdsf_dist.simulator import (
     SimulationResult,
     simulate,
 )
-from psdsf_dist.update_rule import DEFAULT_RULE, RULES, make_rule
+from psdsf_dist.update_rule import make_rule
 
 PROGRESS_EVERY = 10  # rounds between progress lines (plus every change of the verdict)
 
@@ -46,11 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="peers each server gossips with per round (default 1)")
     p.add_argument("--gossip-rate", type=int, default=1, metavar="G",
                    help="gossip exchange rounds per period (default 1: at each update)")
-    p.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
-    p.add_argument("--rule", choices=RULES, default=DEFAULT_RULE,
-                   help=f"update rule (default {DEFAULT_RULE})")
-    p.add_argument("--mode", choices=["rdm", "tdm"], default="rdm",
-                   help="rdm: divisible resources (Theorem 1); tdm: time-shared servers")
+    add_protocol_options(p)
     p.add_argument("--gossip", choices=["auto", "scuttlebutt", "snapshot"], default="auto",
                    help="scuttlebutt: the real protocol per server; snapshot: every server on "
                         "the same stale totals (cluster scale); auto: snapshot above 2000 servers")

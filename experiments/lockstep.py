@@ -24,7 +24,14 @@ import numpy.typing as npt
 from psdsf_dist.certificate import certify_columns
 from psdsf_dist.scenario import Mode, Scenario
 from psdsf_dist.solver import ServerClasses
-from psdsf_dist.update_rule import RuleState, ServerView, UpdateRule, seeded_state, server_view
+from psdsf_dist.update_rule import (
+    RuleState,
+    ServerView,
+    UpdateRule,
+    best_response,
+    seeded_state,
+    server_view,
+)
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -145,3 +152,38 @@ def _residual(
         scenario, columns, totals, reps.astype(np.int64), mode=mode, rtol=rtol, explain=True
     )
     return cert.residual
+
+
+def sequential(
+    scenario: Scenario,
+    *,
+    mode: Mode = "rdm",
+    rounds: int = 200,
+    rtol: float = 1e-3,
+    hold: int = 20,
+) -> Run:
+    """Exact sequential sweeps (Gauss-Seidel): servers take the plain best response one after
+    another on the true, fresh totals.  No concurrency and no staleness: the most favourable
+    schedule for best-response dynamics, the reference the lock-step rules are measured
+    against (one sweep counts as one round)."""
+    N, K = scenario.num_users, scenario.num_servers
+    servers = np.arange(K, dtype=np.int64)
+    views = [server_view(scenario, i, mode, None, K) for i in range(K)]
+    X = np.zeros((N, K))
+    totals = X.sum(axis=1)
+    ones = np.ones(K)
+    residuals = [_residual(scenario, X, ones, servers, mode, rtol)]
+    streak = 1 if residuals[0] <= rtol else 0
+    for _ in range(rounds):
+        if streak >= hold:
+            break
+        for i in range(K):
+            new = best_response(views[i], totals, X[:, i])
+            totals = totals + (new - X[:, i])
+            X[:, i] = new
+        totals = X.sum(axis=1)  # drop the round-off the running sum collects
+        res = _residual(scenario, X, ones, servers, mode, rtol)
+        residuals.append(res)
+        streak = streak + 1 if res <= rtol else 0
+    converged = len(residuals) - streak if streak else None
+    return Run(residuals, converged, X, [], servers)

@@ -167,6 +167,38 @@ cycle.  Whole suite, every server on its own coin (``rule_study.py --cycle-hold`
 ``cycle_min`` 1e-2): 191/200 certified, median 19, p90 133, p95 281, against ``split``'s
 195/200, 13, 123, 205 in the same per-server run; so ``hold_p`` stays 0.
 
+Tried next (quick suite: 60 scenarios, cap 150; ``split`` 57/60, median 28, p90 102, p95 136,
+fails 12, 55, 57).  *Share gains* (proportional response): with k[n] = x[n] / X[n, i], the
+server's share of the user, the gains of n's holders satisfy sum 1/k = 1 whoever moves, so a
+shared correction lands exactly without counting movers; the update is then multiplicative,
+``X' = X w L / x`` — Wu and Zhang's proportional response dynamics for linear Fisher markets
+(TDM is one), which converge under simultaneous updates.  But an entry that must leave only
+decays by the ratio of its level gap per round, and the certificate counts it until it is dust:
+21/60.  As the gain inside ``split`` (instead of the signed count): 56/60 (p90 119); the
+minimum of share and holder count 56/60 (p90 112); their geometric mean 58/60, median 25, p90
+94, p95 143 (fails 13 and 55 instead) — the same level.  *Momentum* (Nesterov: evaluate the rule
+at the extrapolated column and totals, per user, after two same-direction moves): beta 0.5
+48/60, 0.8 34/60, 0.5 after four moves 55/60; on the ``holders`` rule it helps (40/60 -> 51/60,
+median 62 -> 39) but stays below ``split``.  *Drain acceleration* (a decrease doubled each round
+after s0 decreases in a row): s0 3 50/60, 4 57/60 with p95 137, 6 56/60.  *Drift
+extrapolation* over a window (W 6-12 rounds, a decrease not slowing down, net/gross >= 0.3-0.5,
+doubling): 27-43/60 — early in a run many entries drift steadily and must not be extrapolated.
+*Steady-drift exit* (the last W deltas equal within 10 %: drop the entry to zero): 55-57/60.
+*A TDM start* (the Eisenberg-Gale optimum is RDM-feasible, and the solver's RDM sweeps need only
+2-4 sweeps from it on Google-mix clusters): on the 16 slowest suite instances, sequential sweeps
+from it certify 11 within 150 (median 79) and ``split`` 7: the plateaus remain.
+
+The reference that frames the tail: exact *sequential* sweeps (Gauss-Seidel; every server in
+turn on the true, current totals: no concurrency, no staleness) on the same 200 instances
+(``experiments/results/rule_study.md``, row "sequential sweeps"): 197/200 within 300 sweeps,
+median 7, p90 67, p95 148; the three it misses (69, 71, 169) are among ``split``'s five, and
+certify after 350-400 sweeps (69: K = 12, N = 30; the residual sits at 3.03e-3 for 300 sweeps,
+then reaches 1e-14).  So the suite's target (100 %, p95 <= 50) is beyond best-response dynamics
+at their most favourable schedule, not only beyond their lock-step emulation.  Of the 63
+instances on which ``split`` needs more than 50 rounds, sequential sweeps need more than 50 on
+28: the other 35 (e.g. 104: 211 vs 33, 7: 136 vs 15) are the price of concurrency, the part a
+better lock-step rule could still win back.
+
 What remains (numbers in ``experiments/results/rule_study.md``): a tail of random instances of
 two kinds.  Limit cycles of period 4-8 in which the signed counts and the cut switch a user's
 gain every round (one instance: the same user's gain at one server takes values from 1 to 109

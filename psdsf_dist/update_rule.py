@@ -199,6 +199,15 @@ instances on which ``split`` needs more than 50 rounds, sequential sweeps need m
 28: the other 35 (e.g. 104: 211 vs 33, 7: 136 vs 15) are the price of concurrency, the part a
 better lock-step rule could still win back.
 
+Google-mix figures above are on one cluster per size (seed 2011).  Over five clusters per size
+(seeds 0-4, ``rule_study.md``) ``split`` certifies 5, 3 and 4 of 5 within 300 rounds at K = 100,
+1,000 and 10,000 (median 172, 300, 173); ``use_movers=0`` 5, 4 and 5 (median 76, 281, 127);
+sequential sweeps 5 and 5 at K = 100 and 1,000 (median 104, 83).  A two-pass round (every server
+first computes a tentative move, the signs of those moves are counted, then each server solves
+again with the *current* same-side count as its gain, plus the secant cut): quick suite 57/60,
+median 21, p90 76, p95 130, but the whole suite 193/200, median 14, p90 116, p95 215, and the
+Google mix at K = 100 6/6, median 117 — no better overall, at the price of a second exchange.
+
 What remains (numbers in ``experiments/results/rule_study.md``): a tail of random instances of
 two kinds.  Limit cycles of period 4-8 in which the signed counts and the cut switch a user's
 gain every round (one instance: the same user's gain at one server takes values from 1 to 109

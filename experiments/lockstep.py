@@ -163,9 +163,9 @@ def sequential(
     hold: int = 20,
 ) -> Run:
     """Exact sequential sweeps (Gauss-Seidel): servers take the plain best response one after
-    another on the true, fresh totals.  No concurrency and no staleness: the most favourable
-    schedule for best-response dynamics, the reference the lock-step rules are measured
-    against (one sweep counts as one round)."""
+    another on the true, fresh totals.  No concurrency and no staleness: the setting the
+    best response is designed for, and the reference the lock-step rules are measured against
+    (one sweep counts as one round)."""
     N, K = scenario.num_users, scenario.num_servers
     servers = np.arange(K, dtype=np.int64)
     views = [server_view(scenario, i, mode, None, K) for i in range(K)]

@@ -448,7 +448,7 @@ def tail_comparison(
     return [
         f"`{SEQUENTIAL}`: every server in turn takes its exact best response on the true, "
         "current totals (Gauss-Seidel; one sweep = one round) — no concurrency and no "
-        "staleness, the most favourable schedule for best-response dynamics.  "
+        "staleness, the setting the best response is designed for.  "
         f"`{DEFAULT}` needs more than {over} rounds on {len(slow)} instances; sequential "
         f"sweeps need more than {over} on {both} of them: the rest is the cost of concurrency, "
         f"the shared part is not.  The {min(shown, len(slow))} slowest, instance: {DEFAULT} / "

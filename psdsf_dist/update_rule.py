@@ -194,7 +194,7 @@ turn on the true, current totals: no concurrency, no staleness) on the same 200 
 median 7, p90 67, p95 148; the three it misses (69, 71, 169) are among ``split``'s five, and
 certify after 350-400 sweeps (69: K = 12, N = 30; the residual sits at 3.03e-3 for 300 sweeps,
 then reaches 1e-14).  So the suite's target (100 %, p95 <= 50) is beyond best-response dynamics
-at their most favourable schedule, not only beyond their lock-step emulation.  Of the 63
+even without concurrency or staleness, not only beyond their lock-step emulation.  Of the 63
 instances on which ``split`` needs more than 50 rounds, sequential sweeps need more than 50 on
 28: the other 35 (e.g. 104: 211 vs 33, 7: 136 vs 15) are the price of concurrency, the part a
 better lock-step rule could still win back.

@@ -207,6 +207,16 @@ first computes a tentative move, the signs of those moves are counted, then each
 again with the *current* same-side count as its gain, plus the secant cut): quick suite 57/60,
 median 21, p90 76, p95 130, but the whole suite 193/200, median 14, p90 116, p95 215, and the
 Google mix at K = 100 6/6, median 117 — no better overall, at the price of a second exchange.
+Against the plateaus themselves, in sequential sweeps, where the drain is steady: dropping an
+entry whose last 6 decreases agree within 10 % ended some plateaus (69 >300 -> 78, 13 224 -> 116,
+55 226 -> 134, 57 207 -> 150) but never certified 12 (273 before) and slowed 7 (15 -> 48);
+dropping an entry lowered 5-10 sweeps in a row while its V here exceeded that of a user raised
+here (a persistent local violation) fired hundreds of times on instances that converge anyway
+and certified 1-2 of 10; a price-taker gain (the observed ratio, floored at 0.2 / 0.05, for a
+user lowered while its total does not follow) 69 -> 71, 57 -> 92, 13 -> 135 but 7 15 -> 36
+(floor 0.2) and fails at 0.05.  In lock-step, extrapolating a decrease along a least-squares
+line over the last 8-16 rounds (R^2 >= 0.9-0.97, 1-2 windows ahead) changes nothing on the quick
+suite (57/60 at best, p95 134-148): the lock-step drains are too noisy to be read as lines.
 
 What remains (numbers in ``experiments/results/rule_study.md``): a tail of random instances of
 two kinds.  Limit cycles of period 4-8 in which the signed counts and the cut switch a user's

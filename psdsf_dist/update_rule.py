@@ -217,6 +217,9 @@ user lowered while its total does not follow) 69 -> 71, 57 -> 92, 13 -> 135 but 
 (floor 0.2) and fails at 0.05.  In lock-step, extrapolating a decrease along a least-squares
 line over the last 8-16 rounds (R^2 >= 0.9-0.97, 1-2 windows ahead) changes nothing on the quick
 suite (57/60 at best, p95 134-148): the lock-step drains are too noisy to be read as lines.
+The same suite in TDM (one time-shared resource per server, the Fisher-market case): ``split``
+194/200, median 19, p90 127, p95 229; sequential sweeps 200/200, median 8, p90 69, p95 154 — the
+tail is not an artefact of several resources per server either.
 
 What remains (numbers in ``experiments/results/rule_study.md``): a tail of random instances of
 two kinds.  Limit cycles of period 4-8 in which the signed counts and the cut switch a user's

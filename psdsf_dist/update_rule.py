@@ -221,7 +221,9 @@ The same suite in TDM (one time-shared resource per server, the Fisher-market ca
 194/200, median 19, p90 127, p95 229; sequential sweeps 200/200, median 8, p90 69, p95 154 — the
 tail is not an artefact of several resources per server either.  Cutting the gain only for a
 decrease larger than 1e-3 / 1e-2 / 3e-2 of the entry (so that the tiny moves near equilibrium
-cannot switch it): whole suite 195 / 193 / 191 of 200, p95 207 / 265 / 279.
+cannot switch it): whole suite 195 / 193 / 191 of 200, p95 207 / 265 / 279.  A gain that cannot
+flip with the side of the move — the larger of the two signed counts, or their sum — 184/200
+(p90 202 / 249): over-estimated gains are stable but slow every exit.
 
 What remains (numbers in ``experiments/results/rule_study.md``): a tail of random instances of
 two kinds.  Limit cycles of period 4-8 in which the signed counts and the cut switch a user's

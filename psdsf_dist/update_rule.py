@@ -225,6 +225,17 @@ cannot switch it): whole suite 195 / 193 / 191 of 200, p95 207 / 265 / 279.  A g
 flip with the side of the move — the larger of the two signed counts, or their sum — 184/200
 (p90 202 / 249): over-estimated gains are stable but slow every exit.
 
+Where the tail comes from (whole suite, ``rule_study.csv``): not from caps or placement —
+without caps ``split`` certifies 194/200 (p95 259), without placement constraints 187/200, without
+either 191/200 — but from several resources per server.  With M = 1 (51 instances) the median is
+5 rounds and none needs more than 50; with M = 2 / 3 / 4 the medians are 28 / 38 / 34 and 15 / 25 /
+23 instances need more than 50 (sequential sweeps: 2 rounds and none over 50 at M = 1; 7 / 10 /
+12 over 50 at M >= 2).  With one resource, gamma[n, i] = C[i] / D[n] is a rank-one matrix: every
+user ranks the servers alike, so no user has to settle on a subset of them.  With several
+resources gamma has full rank, users specialise, and which user leaves which servers (the
+structure) is what the dynamics find slowly — the combinatorial part of a Fisher-market-like
+equilibrium, which exact centralised methods settle by pivoting.
+
 What remains (numbers in ``experiments/results/rule_study.md``): a tail of random instances of
 two kinds.  Limit cycles of period 4-8 in which the signed counts and the cut switch a user's
 gain every round (one instance: the same user's gain at one server takes values from 1 to 109

@@ -228,7 +228,7 @@ flip with the side of the move — the larger of the two signed counts, or their
 Where the tail comes from (whole suite, ``rule_study.csv``): not from caps or placement —
 without caps ``split`` certifies 194/200 (p95 259), without placement constraints 187/200, without
 either 191/200 — but from several resources per server.  With M = 1 (51 instances) the median is
-5 rounds and none needs more than 50; with M = 2 / 3 / 4 the medians are 28 / 38 / 34 and 15 / 25 /
+5 rounds and none needs more than 50; with M = 2 / 3 / 4 the medians are 27 / 38 / 33 and 15 / 25 /
 23 instances need more than 50 (sequential sweeps: 2 rounds and none over 50 at M = 1; 7 / 10 /
 12 over 50 at M >= 2).  With one resource, gamma[n, i] = C[i] / D[n] is a rank-one matrix: every
 user ranks the servers alike, so no user has to settle on a subset of them.  With several

@@ -223,7 +223,11 @@ tail is not an artefact of several resources per server either.  Cutting the gai
 decrease larger than 1e-3 / 1e-2 / 3e-2 of the entry (so that the tiny moves near equilibrium
 cannot switch it): whole suite 195 / 193 / 191 of 200, p95 207 / 265 / 279.  A gain that cannot
 flip with the side of the move — the larger of the two signed counts, or their sum — 184/200
-(p90 202 / 249): over-estimated gains are stable but slow every exit.
+(p90 202 / 249): over-estimated gains are stable but slow every exit.  A per-user "best offer"
+(the total at which a server's bottleneck level would hold the user, w * level, maxed over the
+servers as gossip could) to let a holder see that another server supports the user higher: a
+holder's offer is always the current total (its best response puts the user's V on its level),
+so no exit ever fired on the slow instances.
 
 Where the tail comes from (whole suite, ``rule_study.csv``): not from caps or placement —
 without caps ``split`` certifies 194/200 (p95 259), without placement constraints 187/200, without

@@ -212,11 +212,14 @@ entry whose last 6 decreases agree within 10 % ended some plateaus (69 >300 -> 7
 55 226 -> 134, 57 207 -> 150) but never certified 12 (273 before) and slowed 7 (15 -> 48);
 dropping an entry lowered 5-10 sweeps in a row while its V here exceeded that of a user raised
 here (a persistent local violation) fired hundreds of times on instances that converge anyway
-and certified 1-2 of 10; a price-taker gain (the observed ratio, floored at 0.2 / 0.05, for a
-user lowered while its total does not follow) 69 -> 71, 57 -> 92, 13 -> 135 but 7 15 -> 36
-(floor 0.2) and fails at 0.05.  In lock-step, extrapolating a decrease along a least-squares
-line over the last 8-16 rounds (R^2 >= 0.9-0.97, 1-2 windows ahead) changes nothing on the quick
-suite (57/60 at best, p95 134-148): the lock-step drains are too noisy to be read as lines.
+and certified 1-2 of 10; a price-taker gain (the observed ratio, floored at 0.2 / 0.05, for a user
+lowered while its total does not follow) 69 -> 71, 57 -> 92, 13 -> 135 but 7 15 -> 36 (floor 0.2)
+and fails at 0.05; applied only after 5-10 such rounds in a row, floor 0.05: 69 -> 143-178, 57 ->
+76-107, but 12, 55 and 89 unchanged (in 12 the leaving user drains from a group of 75 servers at
+once, so each one's move is followed by the total and looks shared). In lock-step, extrapolating a
+decrease along a least-squares line over the last 8-16 rounds (R^2 >= 0.9-0.97, 1-2 windows ahead)
+changes nothing on the quick suite (57/60 at best, p95 134-148): the lock-step drains are too
+noisy to be read as lines.
 The same suite in TDM (one time-shared resource per server, the Fisher-market case): ``split``
 194/200, median 19, p90 127, p95 229; sequential sweeps 200/200, median 8, p90 69, p95 154 — the
 tail is not an artefact of several resources per server either.  Cutting the gain only for a

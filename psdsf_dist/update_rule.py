@@ -222,7 +222,8 @@ changes nothing on the quick suite (57/60 at best, p95 134-148): the lock-step d
 noisy to be read as lines.
 The same suite in TDM (one time-shared resource per server, the Fisher-market case): ``split``
 194/200, median 19, p90 127, p95 229; sequential sweeps 200/200, median 8, p90 69, p95 154 — the
-tail is not an artefact of several resources per server either.  Cutting the gain only for a
+tail does not come from packing several resources on a server (TDM's gamma, though, still has
+full rank: see below).  Cutting the gain only for a
 decrease larger than 1e-3 / 1e-2 / 3e-2 of the entry (so that the tiny moves near equilibrium
 cannot switch it): whole suite 195 / 193 / 191 of 200, p95 207 / 265 / 279.  A gain that cannot
 flip with the side of the move — the larger of the two signed counts, or their sum — 184/200

@@ -47,7 +47,8 @@ class Run:
     residuals: list[float]
     """Certificate residual after each round (index 0 = the start)."""
     converged_round: int | None
-    """First round from which the certificate held through the end of the run, or None."""
+    """First round from which the certificate held through the end of the run, at least
+    ``hold`` rounds in a row; None if it did not within the cap."""
     allocation: FloatArray
     states: list[RuleState]
     """Rule state of each lineage (see ``lineage``)."""
@@ -135,7 +136,9 @@ def run(
         res = _residual(cert_scenario, new, counts, reps, mode, rtol)
         residuals.append(res)
         streak = streak + 1 if res <= rtol else 0
-    converged = len(residuals) - streak if streak else None
+    # a run that reaches its cap before the certificate has held ``hold`` rounds has not shown
+    # that it holds for good
+    converged = len(residuals) - streak if streak >= hold else None
     return Run(residuals, converged, X, states, lineage)
 
 
@@ -185,5 +188,5 @@ def sequential(
         res = _residual(scenario, X, ones, servers, mode, rtol)
         residuals.append(res)
         streak = streak + 1 if res <= rtol else 0
-    converged = len(residuals) - streak if streak else None
+    converged = len(residuals) - streak if streak >= hold else None
     return Run(residuals, converged, X, [], servers)

@@ -200,8 +200,8 @@ instances on which ``split`` needs more than 50 rounds, sequential sweeps need m
 better lock-step rule could still win back.
 
 Google-mix figures above are on one cluster per size (seed 2011).  Over five clusters per size
-(seeds 0-4, ``rule_study.md``) ``split`` certifies 5, 3 and 4 of 5 within 300 rounds at K = 100,
-1,000 and 10,000 (median 172, 300, 173); ``use_movers=0`` 5, 4 and 5 (median 76, 281, 127);
+(seeds 0-4, ``rule_study.md``) ``split`` certifies 5, 2 and 4 of 5 within 300 rounds at K = 100,
+1,000 and 10,000 (median 172, > 300, 173); ``use_movers=0`` 5, 3 and 5 (median 76, 281, 127);
 sequential sweeps 5 and 5 at K = 100 and 1,000 (median 104, 83).  A two-pass round (every server
 first computes a tentative move, the signs of those moves are counted, then each server solves
 again with the *current* same-side count as its gain, plus the secant cut): quick suite 57/60,

@@ -410,12 +410,12 @@ the PS-DSF allocations.  The rules differ in the total at which they value each 
   (plateau exit).  The derivation, each guard and every variant measured, with numbers, are in
   the docstring of `psdsf_dist/update_rule.py`.
 
-Against the issue's targets (tables below): the paper cluster with churn and one round of extra
+Against the targets (tables below): the paper cluster with churn and one round of extra
 delay is met (within 20 rounds of each event).  The random suite's target (every instance
 certified, p95 within 50 rounds) is **not** met, and neither is convergence on the Google mix
 reliably: over five clusters per size, `split` certifies 5, 2 and 4 of 5 within 300 rounds at
 K = 100, 1,000 and 10,000 (rounds do not grow with K, but the median is in the hundreds; the
-single cluster reported before, seed 2011, was a fast one).  The tail is not a lock-step
+cluster drawn with seed 2011 happens to be a fast one).  The tail is not a lock-step
 artefact: exact sequential sweeps (no concurrency, fresh totals) share it.  There a user drains
 out of a group of servers at the rate of a level gap of a few tenths of a percent; the residual
 stays constant for hundreds of rounds, then drops to round-off at once when the entry reaches

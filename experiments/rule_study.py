@@ -445,9 +445,9 @@ def by_resources(suite: list[Row], cap: int, over: int = 50) -> list[str]:
     for lab in (DEFAULT, SEQUENTIAL):
         cells = []
         for m in ms:
-            v = sorted(_rounds(r) for r in suite if r["rule"] == lab and int(r["M"]) == m)
-            med = v[(len(v) - 1) // 2]
-            cells.append(f"{len(v)}, {_fmt(med, cap)}, {sum(x > over for x in v)}")
+            v = [_rounds(r) for r in suite if r["rule"] == lab and int(r["M"]) == m]
+            _, p50, _, _, _ = _stats(v, cap)
+            cells.append(f"{len(v)}, {p50}, {sum(x > over for x in v)}")
         out.append(f"| {lab} | " + " | ".join(cells) + " |")
     out += [
         "",

@@ -210,9 +210,9 @@ median 7, p90 67, p95 148; the three it misses (69, 71, 169) are among ``split``
 certify after 350-400 sweeps (69: K = 12, N = 30; the residual sits at 3.03e-3 for 300 sweeps,
 then reaches 1e-14).  So the suite's target (100 %, p95 <= 50) is beyond best-response dynamics
 even without concurrency or staleness, not only beyond their lock-step emulation.  Of the 63
-instances on which ``split`` needs more than 50 rounds, sequential sweeps need more than 50 on
-28: the other 35 (e.g. 104: 211 vs 33, 7: 136 vs 15) are the price of concurrency, the part a
-better lock-step rule could still win back.
+instances on which ``split`` (before ``calm``) needed more than 50 rounds, sequential sweeps
+need more than 50 on 28: the other 35 (e.g. 104: 211 vs 33, 7: 136 vs 15) are the price of
+concurrency, the part a better lock-step rule could still win back (with ``calm``: 59 and 27).
 
 Google-mix figures above are on one cluster per size (seed 2011).  Over five clusters per size
 (seeds 0-4, ``rule_study.md``) ``split`` without ``calm`` certified 5, 2 and 4 of 5 within 300

@@ -141,6 +141,10 @@ took 10-28; 1e-3 is better still in lock-step (p90 90, p95 177) and fails from t
 runtime's setting.  Under loss or random phases a server's small last move does not mean the
 allocation is near equilibrium, and holder counts from partly stale columns over-estimate the
 movers.  So ``calm`` stays off by default: a lock-step improvement that costs robustness.
+Requiring the gossiped totals to be calm too (every total moved by less than 1e-4 / 1e-3 since
+the server's last update) restores the lossy case (u4 leaves: 7 rounds on three seeds at 1e-4)
+but also takes the lock-step gain away (suite p95 205 / 192, Google K = 100 median 155 / 146):
+the gain came precisely from servers whose own moves were tiny while the totals still moved.
 
 What did not help on the random suite (60 scenarios, cap 150; ``split`` converges on 57,
 median 28, p90 104): a per-user step halved on direction flips on top of ``split`` (56, median

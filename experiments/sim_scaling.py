@@ -148,7 +148,8 @@ def report(rows: list[dict[str, Any]], timings: list[dict[str, Any]], seeds: int
         "lock-step, every server on the true totals of the round before (snapshot model, "
         "delay 0).  From zero; a run counts as converged when the certificate (rtol 1e-3) "
         f"held for good ({HOLD} rounds in a row at least, within the cap).  `ln K` is given to "
-        "judge the growth.",
+        "judge the growth.  A rule missing at a size was not run there (`--all-rules-up-to`, "
+        "`--naive-up-to`: the naive rule never converges and is the costliest to run).",
         "",
         table(["rule", "K", "ln K", "converged", "median", "max", "final residual (median)"],
               body),

@@ -24,7 +24,6 @@ iteration ``--suite 60 --cap 150 --seeds 3 --google 100,1000`` takes a minute or
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import time
 from collections.abc import Iterable
@@ -35,7 +34,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from lockstep import Run, run, sequential  # experiments/lockstep.py, next to this script
-from sim_common import update_readme
+from sim_common import update_readme, write_csv
 
 from psdsf_dist.random_scenarios import google_cluster, random_scenario
 from psdsf_dist.scenario import Scenario, load_scenario
@@ -118,13 +117,17 @@ def paper_case(args: tuple[str, int, int, int | None]) -> list[Row]:
     return rows
 
 
+def from_zero(scenario: Scenario, label: str, cap: int) -> Run:
+    """One run from zero, lock-step with delay 0 (a rule of ``RULE_SET``) or sequential."""
+    if label == SEQUENTIAL:
+        return sequential(scenario, rounds=cap, rtol=RTOL, hold=HOLD)
+    return run(scenario, rule_of(label), rounds=cap, rtol=RTOL, hold=HOLD)
+
+
 def suite_case(args: tuple[str, int, int]) -> Row:
     label, cap, seed = args
     scenario = suite_scenario(seed)
-    if label == SEQUENTIAL:
-        r = sequential(scenario, rounds=cap, rtol=RTOL, hold=HOLD)
-    else:
-        r = run(scenario, rule_of(label), rounds=cap, rtol=RTOL, hold=HOLD)
+    r = from_zero(scenario, label, cap)
     return _row("random", label, 0, seed, scenario, "from zero", r, cap)
 
 
@@ -140,10 +143,7 @@ def google_case(args: tuple[str, int, int, int]) -> Row:
     label, cap, K, seed = args
     scenario = google_cluster(np.random.default_rng(seed), K=K, N=100)
     t0 = time.perf_counter()
-    if label == SEQUENTIAL:
-        r = sequential(scenario, rounds=cap, rtol=RTOL, hold=HOLD)
-    else:
-        r = run(scenario, rule_of(label), rounds=cap, rtol=RTOL, hold=HOLD)
+    r = from_zero(scenario, label, cap)
     row = _row("google", label, 0, seed, scenario, "from zero", r, cap)
     row["seconds"] = round(time.perf_counter() - t0, 2)
     return row
@@ -167,6 +167,11 @@ def _row(
         "final_residual": f"{r.residuals[-1]:.3g}",
         "trace": r.residuals,
     }
+
+
+def _without_traces(rows: list[Row]) -> list[Row]:
+    """The rows for the CSV: the per-round residual traces are for the plot only."""
+    return [{k: v for k, v in r.items() if k != "trace"} for r in rows]
 
 
 def _rounds(row: Row) -> float:
@@ -211,12 +216,7 @@ def cycle_hold_study(args: argparse.Namespace) -> None:
     with Pool(args.workers) as pool:
         rows = pool.map(cycle_hold_case, jobs, chunksize=2)
     seconds = time.perf_counter() - t0
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    fields = [k for k in rows[0] if k != "trace"]
-    with (RESULTS / "rule_study_cycle_hold.csv").open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(RESULTS / "rule_study_cycle_hold.csv", _without_traces(rows))
     out = [
         "# Randomised cycle hold, every server on its own coin",
         "",
@@ -284,12 +284,7 @@ def main(argv: list[str] | None = None) -> None:
         google = pool.map(google_case, google_jobs)
         print(f"google mix done ({time.perf_counter() - t0:.0f} s)", flush=True)
     rows = paper + suite + google
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    fields = [k for k in rows[0] if k != "trace"] + ["seconds"]
-    with (RESULTS / "rule_study.csv").open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(RESULTS / "rule_study.csv", _without_traces(rows))
     text = report(paper, suite, google, labels, cap, args, time.perf_counter() - t0)
     (RESULTS / "rule_study.md").write_text(text)
     update_readme("rule_study", readme_section(text), before="<!-- begin sim_overview -->")

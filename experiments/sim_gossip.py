@@ -45,8 +45,11 @@ LEAVE, REJOIN, END = 30, 60, 90
 PHASE = LEAVE  # rounds available to each event
 EVENTS = ("start", "user u4 leaves", "user u4 joins")
 # the Ray runtime's setting (experiments/results/ray.md)
+# a phase counts as converged once the certificate holds HOLD rounds in a row (or until the
+# next event); the last phase is PHASE rounds, so HOLD is a third of it
+HOLD = 10
 BASE = SimConfig(rounds=END, lockstep=False, jitter=0.2, delay=0.01, fanout=2, gossip_rate=4,
-                 gossip="scuttlebutt")
+                 gossip="scuttlebutt", hold=HOLD)
 
 
 def sweeps(seeds: int) -> list[tuple[str, str, SimConfig, int]]:
@@ -149,7 +152,8 @@ def report(rows: list[dict[str, Any]], seeds: int, seconds: float) -> str:
         f"runtime's setting (random phases, jitter {BASE.jitter:g} T, delay {BASE.delay:g} T, "
         f"fanout {BASE.fanout}, {BASE.gossip_rate} exchange rounds per period, no loss); one "
         "parameter varies at a time.  Cells: rounds after the event until the certificate "
-        f"(rtol 1e-3) held for good, median / max over seeds (`>{PHASE}`: not before the next "
+        f"(rtol 1e-3) held for good — {HOLD} rounds in a row, or until the next event; "
+        f"median / max over seeds (`>{PHASE}`: not before the next "
         "event).  Traffic: messages and bytes sent per server per round (mean over the run; "
         "the snapshot rows estimate it from the encoding).",
         "",

@@ -117,6 +117,9 @@ class SimConfig:
     mode: Mode = "rdm"
     rtol: float = CONVERGENCE_RTOL
     gossip: GossipModel = "auto"
+    hold: int = 1
+    """Rounds in a row the certificate must hold before a phase (the start, or what follows an
+    event) counts as converged; a run of holds that the next event cuts short still counts."""
     stop_after_hold: int | None = None
     """Stop early once the last event has passed and the certificate has held this many
     rounds in a row (for experiments; None = always run ``rounds``)."""
@@ -145,6 +148,8 @@ class SimConfig:
             raise ValueError("gossip rate must be >= 1 exchange round per period")
         if not self.rtol > 0:
             raise ValueError("rtol must be > 0")
+        if self.hold < 1:
+            raise ValueError("hold must be >= 1 round")
 
 
 @dataclass(frozen=True)
@@ -561,7 +566,8 @@ class Simulator:
             if self._settled(trace):
                 break
         seconds = time.perf_counter() - started
-        outcomes = converged_rounds(self._u.events, [rec.holds for rec in trace], T)
+        outcomes = converged_rounds(self._u.events, [rec.holds for rec in trace], T,
+                                    hold=cfg.hold)
         return SimulationResult(self.current, self.X.copy(), tuple(trace), outcomes, cfg,
                                 self.model, seconds)
 
@@ -605,9 +611,10 @@ def _message_size(kind: str, body: Any) -> int:
 
 
 def converged_rounds(events: tuple[Event, ...], holds: list[bool],
-                     period: float) -> tuple[EventOutcome, ...]:
+                     period: float, *, hold: int = 1) -> tuple[EventOutcome, ...]:
     """Per event (and the start), the first round from which the certificate held until the
-    next event's round (or the end of the run)."""
+    next event's round, or to the end of the run if that is at least ``hold`` rounds (a run
+    that ends just after the certificate first holds has not shown that it stays)."""
     starts: list[tuple[str, float, int]] = [("start", 0.0, 0)]
     for e in events:
         rnd = math.floor(e.at / period + 1e-9)
@@ -627,6 +634,8 @@ def converged_rounds(events: tuple[Event, ...], holds: list[bool],
             while r >= rnd and holds[r]:
                 found = r
                 r -= 1
+            if found is not None and end == R and R - found < hold:
+                found = None
         out.append(EventOutcome(desc, at, rnd, found,
                                 None if found is None else found - rnd + 1))
     return tuple(out)

@@ -188,12 +188,25 @@ def test_converged_round_is_the_start_of_the_final_run_of_holds() -> None:
     assert len(never) == 1  # events after the run are not reported
 
 
+def test_converged_round_needs_the_hold_unless_the_next_event_cuts_it_short() -> None:
+    sc = load_scenario(EXAMPLES / "paper_cluster.yaml")
+    events = Simulator(sc, SimConfig(rounds=1))._u.events  # u4 leaves at 100, joins at 250
+    # start: holds 95..99 only (cut short by the leave: counts); leave: 150..249 (long enough);
+    # rejoin: holds only in the last 10 rounds of the run (fewer than 20: not shown to stay)
+    holds = [False] * 95 + [True] * 5 + [False] * 50 + [True] * 100 + [False] * 40 + [True] * 10
+    out = converged_rounds(events, holds, 1.0, hold=20)
+    assert [o.converged_round for o in out] == [95, 150, None]
+    assert converged_rounds(events, holds, 1.0, hold=10)[2].converged_round == 290
+    with pytest.raises(ValueError, match="hold"):
+        SimConfig(hold=0).check()
+
+
 def test_cli_json_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(_churn_doc([{"at": 5, "user_leaves": "u2"}])))
     out = tmp_path / "out.json"
     status = main(["simulate", str(path), "--rounds", "20", "--delay", "0.5", "--fanout", "2",
-                   "--json", "-o", str(out)])
+                   "--hold", "5", "--json", "-o", str(out)])
     assert status == 0
     doc = json.loads(out.read_text())
     assert len(doc["trace"]) == 20
@@ -205,6 +218,7 @@ def test_cli_json_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert doc["certificate"]["holds"] is True
     assert doc["simulation"]["delay"] == 0.5
     assert doc["simulation"]["signed_moves"] is True
+    assert doc["simulation"]["hold"] == 5
     err = capsys.readouterr().err
     assert "round 0" in err and "s per round" in err
 
@@ -219,7 +233,8 @@ def test_cli_switches_signed_moves_off(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("args", [["--loss", "1.5"], ["--fanout", "0"], ["--delay", "-1"],
-                                  ["--jitter", "2"], ["--lockstep", "--jitter", "0.1"]])
+                                  ["--jitter", "2"], ["--lockstep", "--jitter", "0.1"],
+                                  ["--hold", "0"]])
 def test_cli_bad_options(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                          args: list[str]) -> None:
     path = tmp_path / "c.yaml"

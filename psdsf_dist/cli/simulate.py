@@ -28,6 +28,7 @@ from psdsf_dist.simulator import (
 from psdsf_dist.update_rule import make_rule
 
 PROGRESS_EVERY = 10  # rounds between progress lines (plus every change of the verdict)
+DEFAULT_HOLD = 20  # a certificate that holds for one round may flicker off again
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -62,6 +63,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         "(holder counts only; an ablation: slower to converge)")
     p.add_argument("--rtol", type=float, default=CONVERGENCE_RTOL,
                    help=f"certificate tolerance for convergence (default {CONVERGENCE_RTOL:g})")
+    p.add_argument("--hold", type=int, default=DEFAULT_HOLD, metavar="H",
+                   help="rounds in a row the certificate must hold for an event's convergence to "
+                        f"count, unless the next event comes first (default {DEFAULT_HOLD})")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--json", action="store_true",
                    help="print a JSON object: trace, events, final allocation (solve format)")
@@ -102,6 +106,7 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         rtol=args.rtol,
         gossip=args.gossip,
         signed_moves=args.signed_moves,
+        hold=args.hold,
     )
     try:
         cfg.check()
@@ -156,7 +161,8 @@ def render(result: SimulationResult, *, json_output: bool) -> str:
                 "rounds": cfg.rounds, "period": cfg.period, "lockstep": cfg.lockstep,
                 "jitter": cfg.jitter, "delay": cfg.delay, "loss": cfg.loss,
                 "fanout": cfg.fanout, "gossip_rate": cfg.gossip_rate, "seed": cfg.seed,
-                "rule": cfg.rule, "rtol": cfg.rtol, "signed_moves": cfg.signed_moves,
+                "rule": cfg.rule, "rtol": cfg.rtol, "hold": cfg.hold,
+                "signed_moves": cfg.signed_moves,
                 "gossip": result.gossip, "seconds": result.seconds,
                 "seconds_per_round": result.seconds_per_round,
             },
@@ -166,7 +172,8 @@ def render(result: SimulationResult, *, json_output: bool) -> str:
         return dumps(allocation_json(result.scenario, result.allocation, policy=policy,
                                      mode=cfg.mode, certificate=final, extra=extra))
     lines = [allocation_table(result.scenario, result.allocation, policy=policy, mode=cfg.mode,
-                              certificate=final), "", "convergence (certificate held for good)"]
+                              certificate=final), "",
+             f"convergence (certificate held {cfg.hold} rounds in a row, or until the next event)"]
     for e in result.events:
         when = ("never" if e.converged_round is None
                 else f"round {e.converged_round} ({e.rounds_to_converge} rounds after)")

@@ -248,6 +248,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sequential-up-to", type=int, default=1000,
                     help="largest Google-mix size for the sequential reference (one sweep "
                     "costs K best responses)")
+    ap.add_argument("--long-cap", type=int, default=3000,
+                    help="round cap of the long runs (the default rule and sequential sweeps "
+                    "on the suite and the Google mix: do the runs cut at --cap converge later?)")
     ap.add_argument("--cycle-hold", action="store_true",
                     help="only compare split with its randomised cycle hold (per server)")
     args = ap.parse_args(argv)
@@ -283,9 +286,19 @@ def main(argv: list[str] | None = None) -> None:
         ]
         google = pool.map(google_case, google_jobs)
         print(f"google mix done ({time.perf_counter() - t0:.0f} s)", flush=True)
-    rows = paper + suite + google
+        long_labels = (DEFAULT, SEQUENTIAL)
+        long_suite = pool.map(
+            suite_case, [(lab, args.long_cap, s) for lab in long_labels
+                         for s in range(args.suite)], chunksize=4)
+        long_google = pool.map(google_case, [
+            (lab, args.long_cap, k, seed) for lab in long_labels for k in sizes
+            for seed in range(args.google_seeds)
+            if lab != SEQUENTIAL or k <= args.sequential_up_to])
+        print(f"long runs done ({time.perf_counter() - t0:.0f} s)", flush=True)
+    rows = paper + suite + google + long_suite + long_google
     write_csv(RESULTS / "rule_study.csv", _without_traces(rows))
     text = report(paper, suite, google, labels, cap, args, time.perf_counter() - t0)
+    text += "\n".join(long_runs(long_suite, long_google, args)) + "\n"
     (RESULTS / "rule_study.md").write_text(text)
     update_readme("rule_study", readme_section(text), before="<!-- begin sim_overview -->")
     plot(paper, cap)
@@ -360,15 +373,7 @@ def report(
         "|---|" + "---|" * len(sizes),
     ]
     for lab in [*labels, SEQUENTIAL]:
-        cells = []
-        for k in sizes:
-            v = [_rounds(r) for r in google if r["rule"] == lab and r["K"] == k]
-            if not v:
-                cells.append("-")
-                continue
-            conv, p50, _, _, mx = _stats(v, cap)
-            cells.append(f"{conv}, {p50} / {mx}")
-        out.append(f"| {lab} | " + " | ".join(cells) + " |")
+        out.append(f"| {lab} | " + " | ".join(google_cells(google, lab, sizes, cap)) + " |")
     out += [
         "",
         "Servers of one machine configuration start alike and stay alike in lock-step, so the "
@@ -424,6 +429,41 @@ sequential sweeps are fast and it is not: the gains switch near some equilibria,
 into limit cycles).
 Beating the shared tail needs something other than best-response dynamics.
 """
+
+
+def long_runs(suite: list[Row], google: list[Row], args: argparse.Namespace) -> list[str]:
+    """The default rule and sequential sweeps again, with a cap ten times longer."""
+    cap = args.long_cap
+    sizes = sorted({r["K"] for r in google})
+    out = [
+        f"## Without the cap: the same runs, cap {cap} rounds",
+        "",
+        f"The default rule and sequential sweeps again, with a cap of {cap} rounds: do the "
+        "runs cut at the short cap converge later?  Random suite (converged, median, p90, p95, "
+        "max) and Google mix (converged, median / max per size).",
+        "",
+        "| rule | converged | median | p90 | p95 | max | "
+        + " | ".join(f"Google K = {k}" for k in sizes) + " |",
+        "|---|---|---|---|---|---|" + "---|" * len(sizes),
+    ]
+    for lab in (DEFAULT, SEQUENTIAL):
+        conv, p50, p90, p95, mx = _stats((_rounds(r) for r in suite if r["rule"] == lab), cap)
+        out.append(f"| {lab} | {conv} | {p50} | {p90} | {p95} | {mx} | "
+                   + " | ".join(google_cells(google, lab, sizes, cap)) + " |")
+    return out
+
+
+def google_cells(google: list[Row], label: str, sizes: list[int], cap: int) -> list[str]:
+    """Per cluster size: converged, median / max rounds (`-`: not run)."""
+    cells = []
+    for k in sizes:
+        v = [_rounds(r) for r in google if r["rule"] == label and r["K"] == k]
+        if not v:
+            cells.append("-")
+            continue
+        conv, p50, _, _, mx = _stats(v, cap)
+        cells.append(f"{conv}, {p50} / {mx}")
+    return cells
 
 
 def readme_section(report_text: str) -> str:

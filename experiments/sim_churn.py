@@ -28,11 +28,9 @@ from sim_common import (
     EXAMPLES,
     RESULTS,
     RULES,
+    publish,
     rounds_stat,
     table,
-    update_overview,
-    update_readme,
-    write_atomic,
     write_csv,
 )
 
@@ -154,10 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     write_csv(RESULTS / "sim_churn_trace.csv", trace_rows)
     plot(trace_rows)
     md = report(rows, args.rounds, seconds)
-    write_atomic(RESULTS / "sim_churn.md", md + "\n")
-    update_readme("sim_churn", md)
-    update_overview()
-    print(md)
+    publish("sim_churn", md)
 
 
 if __name__ == "__main__":

@@ -103,6 +103,15 @@ def update_readme(section: str, markdown: str, *, before: str | None = None) -> 
     write_atomic(README, text)
 
 
+def publish(name: str, markdown: str) -> None:
+    """Write ``results/<name>.md``, refresh the script's section of experiments/README.md and
+    the overview, and print the report."""
+    write_atomic(RESULTS / f"{name}.md", markdown + "\n")
+    update_readme(name, markdown)
+    update_overview()
+    print(markdown)
+
+
 def update_overview() -> None:
     update_readme("sim_overview", overview(), before="<!-- begin sim_")
 

@@ -30,11 +30,9 @@ import numpy as np
 from sim_common import (
     EXAMPLES,
     RESULTS,
+    publish,
     rounds_stat,
     table,
-    update_overview,
-    update_readme,
-    write_atomic,
     write_csv,
 )
 
@@ -176,10 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     write_csv(RESULTS / "sim_gossip.csv", rows)
     plot(rows)
     md = report(rows, args.seeds, seconds)
-    write_atomic(RESULTS / "sim_gossip.md", md + "\n")
-    update_readme("sim_gossip", md)
-    update_overview()
-    print(md)
+    publish("sim_gossip", md)
 
 
 if __name__ == "__main__":

@@ -27,11 +27,9 @@ import numpy as np
 from sim_common import (
     RESULTS,
     RULES,
+    publish,
     rounds_stat,
     table,
-    update_overview,
-    update_readme,
-    write_atomic,
     write_csv,
 )
 
@@ -177,10 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     write_csv(RESULTS / "sim_scaling.csv", rows + timings)
     plot(rows, args.cap)
     md = report(rows, timings, args.seeds, args.cap, seconds)
-    write_atomic(RESULTS / "sim_scaling.md", md + "\n")
-    update_readme("sim_scaling", md)
-    update_overview()
-    print(md)
+    publish("sim_scaling", md)
 
 
 if __name__ == "__main__":

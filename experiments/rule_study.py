@@ -52,6 +52,7 @@ RESULTS = ROOT / "experiments" / "results"
 PAPER = ROOT / "psdsf_dist" / "examples" / "paper_cluster.yaml"
 RTOL = 1e-3
 HOLD = 20
+LONG_RTOLS = (RTOL, 3e-3, 1e-2)  # tolerances of the long runs (the first is the target's)
 
 # (label, rule name, parameters)
 RULE_SET: tuple[tuple[str, str, dict[str, float]], ...] = (
@@ -117,18 +118,18 @@ def paper_case(args: tuple[str, int, int, int | None]) -> list[Row]:
     return rows
 
 
-def from_zero(scenario: Scenario, label: str, cap: int) -> Run:
+def from_zero(scenario: Scenario, label: str, cap: int, rtol: float = RTOL) -> Run:
     """One run from zero, lock-step with delay 0 (a rule of ``RULE_SET``) or sequential."""
     if label == SEQUENTIAL:
-        return sequential(scenario, rounds=cap, rtol=RTOL, hold=HOLD)
-    return run(scenario, rule_of(label), rounds=cap, rtol=RTOL, hold=HOLD)
+        return sequential(scenario, rounds=cap, rtol=rtol, hold=HOLD)
+    return run(scenario, rule_of(label), rounds=cap, rtol=rtol, hold=HOLD)
 
 
-def suite_case(args: tuple[str, int, int]) -> Row:
-    label, cap, seed = args
+def suite_case(args: tuple[str, int, int, float]) -> Row:
+    label, cap, seed, rtol = args
     scenario = suite_scenario(seed)
-    r = from_zero(scenario, label, cap)
-    return _row("random", label, 0, seed, scenario, "from zero", r, cap)
+    r = from_zero(scenario, label, cap, rtol)
+    return _row("random", label, 0, seed, scenario, "from zero", r, cap, rtol)
 
 
 def suite_scenario(seed: int) -> Scenario:
@@ -139,19 +140,19 @@ def suite_scenario(seed: int) -> Scenario:
     return random_scenario(rng, K=K, N=N, M=M)
 
 
-def google_case(args: tuple[str, int, int, int]) -> Row:
-    label, cap, K, seed = args
+def google_case(args: tuple[str, int, int, int, float]) -> Row:
+    label, cap, K, seed, rtol = args
     scenario = google_cluster(np.random.default_rng(seed), K=K, N=100)
     t0 = time.perf_counter()
-    r = from_zero(scenario, label, cap)
-    row = _row("google", label, 0, seed, scenario, "from zero", r, cap)
+    r = from_zero(scenario, label, cap, rtol)
+    row = _row("google", label, 0, seed, scenario, "from zero", r, cap, rtol)
     row["seconds"] = round(time.perf_counter() - t0, 2)
     return row
 
 
 def _row(
     case: str, label: str, delay: int, seed: int | None, scenario: Scenario, phase: str,
-    r: Run, cap: int,
+    r: Run, cap: int, rtol: float = RTOL,
 ) -> Row:
     return {
         "case": case,
@@ -164,6 +165,7 @@ def _row(
         "phase": phase,
         "rounds": "" if r.converged_round is None else r.converged_round,
         "cap": cap,
+        "rtol": rtol,
         "final_residual": f"{r.residuals[-1]:.3g}",
         "trace": r.residuals,
     }
@@ -272,13 +274,13 @@ def main(argv: list[str] | None = None) -> None:
         print(f"paper cluster done ({time.perf_counter() - t0:.0f} s)", flush=True)
         suite = pool.map(
             suite_case,
-            [(lab, cap, s) for lab in [*labels, SEQUENTIAL] for s in range(args.suite)],
+            [(lab, cap, s, RTOL) for lab in [*labels, SEQUENTIAL] for s in range(args.suite)],
             chunksize=4,
         )
         print(f"random suite done ({time.perf_counter() - t0:.0f} s)", flush=True)
         sizes = [int(k) for k in args.google.split(",") if k]
         google_jobs = [
-            (lab, cap, k, seed)
+            (lab, cap, k, seed, RTOL)
             for lab in [*labels, SEQUENTIAL]
             for k in sizes
             for seed in range(args.google_seeds)
@@ -286,14 +288,15 @@ def main(argv: list[str] | None = None) -> None:
         ]
         google = pool.map(google_case, google_jobs)
         print(f"google mix done ({time.perf_counter() - t0:.0f} s)", flush=True)
+        # the default rule and the reference again: a long cap, and looser tolerances
         long_labels = (DEFAULT, SEQUENTIAL)
         long_suite = pool.map(
-            suite_case, [(lab, args.long_cap, s) for lab in long_labels
-                         for s in range(args.suite)], chunksize=4)
+            suite_case, [(lab, args.long_cap, s, tol) for tol in LONG_RTOLS
+                         for lab in long_labels for s in range(args.suite)], chunksize=4)
         long_google = pool.map(google_case, [
-            (lab, args.long_cap, k, seed) for lab in long_labels for k in sizes
-            for seed in range(args.google_seeds)
-            if lab != SEQUENTIAL or k <= args.sequential_up_to])
+            (lab, args.long_cap, k, seed, tol) for tol in LONG_RTOLS for lab in long_labels
+            for k in sizes for seed in range(args.google_seeds)
+            if lab != SEQUENTIAL or (k <= args.sequential_up_to and tol == RTOL)])
         print(f"long runs done ({time.perf_counter() - t0:.0f} s)", flush=True)
     rows = paper + suite + google + long_suite + long_google
     write_csv(RESULTS / "rule_study.csv", _without_traces(rows))
@@ -415,41 +418,55 @@ the PS-DSF allocations.  The rules differ in the total at which they value each 
   every variant measured, with numbers, are in the docstring of `psdsf_dist/update_rule.py`.
 
 Against the targets (tables below): the paper cluster with churn and one round of extra
-delay is met (within 20 rounds of each event).  The random suite's target (every instance
-certified, p95 within 50 rounds) is **not** met, and neither is convergence on the Google mix
-reliably: over five clusters per size, `split` certifies 5, 2 and 4 of 5 within 300 rounds at
-K = 100, 1,000 and 10,000 (rounds do not grow with K, but the medians are in the hundreds; the
+delay is met (within 20 rounds of each event).  Convergence itself is met on every instance
+tried, given time: with a cap of 3,000 rounds `split` certifies all 200 random instances (the
+slowest after 936 rounds) and all 15 Google-mix clusters (at most 265, 1,154 and 576 rounds at
+K = 100, 1,000 and 10,000).  Speed is **not** met: the suite's p95 is 205 rounds (target 50), and
+on the Google mix the medians are 172, 301 and 173 rounds (no growth with K, but slow; the
 cluster drawn with seed 2011 happens to be a fast one).  The tail is not a lock-step
-artefact: exact sequential sweeps (no concurrency, fresh totals) share it.  There a user drains
-out of a group of servers at the rate of a level gap of a few tenths of a percent; the residual
-stays constant for hundreds of rounds, then drops to round-off at once when the entry reaches
-zero.  It comes with several resources per server: with one (gamma of rank one) no instance
-needs more than 50 rounds.  In lock-step, `split` pays for concurrency on top (instances where
-sequential sweeps are fast and it is not: the gains switch near some equilibria, sometimes
-into limit cycles).
+artefact: exact sequential sweeps (no concurrency, fresh totals) share it (p95 148).  There a
+user drains out of a group of servers at the rate of a level gap of a few tenths of a percent;
+the residual stays constant for hundreds of rounds, then drops to round-off at once when the
+entry reaches zero.  It comes with several resources per server: with one (gamma of rank one)
+no instance needs more than 50 rounds.  In lock-step, `split` pays for concurrency on top
+(instances where sequential sweeps are fast and it is not).  On the slowest Google-mix cluster
+(K = 1,000, seed 3) the residual swings between 3.9e-4 and 2.4e-3 with period 4 from round
+~200 to round ~1,150, the totals moving by ~1e-5 of themselves and the gains steady at the holder
+counts; the mean of a period has residual 3.3e-4, so the swing is around an allocation that is
+not PS-DSF yet either, and averaging it away does not help (a server jumping to its mean column
+when its moves cancel: 1,009 rounds there, 1,190 on seed 0 against 846).  A looser tolerance
+helps the sequential reference more than the lock-step rule: at rtol 1e-2 sequential sweeps have
+a p95 of 45 rounds, `split` 115 (Google mix: medians 144-169) — section "Without the cap" below.
 Beating the shared tail needs something other than best-response dynamics.
 """
 
 
 def long_runs(suite: list[Row], google: list[Row], args: argparse.Namespace) -> list[str]:
-    """The default rule and sequential sweeps again, with a cap ten times longer."""
+    """The default rule and sequential sweeps again, with a cap ten times longer and at
+    looser tolerances."""
     cap = args.long_cap
     sizes = sorted({r["K"] for r in google})
     out = [
-        f"## Without the cap: the same runs, cap {cap} rounds",
+        "",
+        f"## Without the cap, and at looser tolerances: cap {cap} rounds",
         "",
         f"The default rule and sequential sweeps again, with a cap of {cap} rounds: do the "
-        "runs cut at the short cap converge later?  Random suite (converged, median, p90, p95, "
-        "max) and Google mix (converged, median / max per size).",
+        "runs cut at the short cap converge later?  And how many rounds at a certificate "
+        f"tolerance of {', '.join(f'{t:g}' for t in LONG_RTOLS[1:])} instead of {RTOL:g}?  "
+        "Random suite (converged, median, p90, p95, max) and Google mix (converged, median / "
+        "max per size; `-`: not run).",
         "",
-        "| rule | converged | median | p90 | p95 | max | "
+        "| rule | rtol | converged | median | p90 | p95 | max | "
         + " | ".join(f"Google K = {k}" for k in sizes) + " |",
-        "|---|---|---|---|---|---|" + "---|" * len(sizes),
+        "|---|---|---|---|---|---|---|" + "---|" * len(sizes),
     ]
-    for lab in (DEFAULT, SEQUENTIAL):
-        conv, p50, p90, p95, mx = _stats((_rounds(r) for r in suite if r["rule"] == lab), cap)
-        out.append(f"| {lab} | {conv} | {p50} | {p90} | {p95} | {mx} | "
-                   + " | ".join(google_cells(google, lab, sizes, cap)) + " |")
+    for tol in LONG_RTOLS:
+        for lab in (DEFAULT, SEQUENTIAL):
+            at = [r for r in suite if r["rtol"] == tol]
+            conv, p50, p90, p95, mx = _stats((_rounds(r) for r in at if r["rule"] == lab), cap)
+            cells = google_cells([r for r in google if r["rtol"] == tol], lab, sizes, cap)
+            out.append(f"| {lab} | {tol:g} | {conv} | {p50} | {p90} | {p95} | {mx} | "
+                       + " | ".join(cells) + " |")
     return out
 
 

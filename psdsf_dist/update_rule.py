@@ -224,11 +224,21 @@ Google-mix figures above are on one cluster per size (seed 2011).  Over five clu
 (seeds 0-4, ``rule_study.md``) ``split`` certifies 5, 2 and 4 of 5 within 300 rounds at K = 100,
 1,000 and 10,000 (median 172, > 300, 173), with ``calm=1e-4`` 5, 3 and 5 (99, 193, 98);
 ``use_movers=0`` 5, 3 and 5 (median 76, 281, 127);
-sequential sweeps 5 and 5 at K = 100 and 1,000 (median 104, 83).  A two-pass round (every server
-first computes a tentative move, the signs of those moves are counted, then each server solves
-again with the *current* same-side count as its gain, plus the secant cut): quick suite 57/60,
-median 21, p90 76, p95 130, but the whole suite 193/200, median 14, p90 116, p95 215, and the
-Google mix at K = 100 6/6, median 117 — no better overall, at the price of a second exchange.
+sequential sweeps 5 and 5 at K = 100 and 1,000 (median 104, 83).  None of those runs is a cycle
+for good: with a cap of 3,000 rounds ``split`` certifies all 15 clusters (at most 265, 1,154 and
+576 rounds) and all 200 suite instances (at most 936; sequential sweeps at most 402).  On the
+slowest cluster (K = 1,000, seed 3) the residual swings between 3.9e-4 and 2.4e-3 with period 4
+from round ~200 to ~1,150, the totals moving by ~1e-5 of themselves and the gains steady at the
+holder counts (598, 307: not switching); the mean allocation over a period has residual 3.3e-4,
+so the swing is around an allocation that is not PS-DSF yet either.  Averaging (a server whose
+moves cancel over ~4 rounds, decayed net below 0.2 of gross and gross below 1e-2 of its column,
+jumps to its exponentially averaged column, then waits 8 rounds): 1,154 -> 1,009, 846 -> 1,190,
+576 -> 418, 212 -> 196, 265 -> 112, 464 -> 448 on six slow clusters: mixed, not pursued.  A
+two-pass round (every server first computes a tentative move, the signs of those moves are
+counted, then each server solves again with the *current* same-side count as its gain, plus
+the secant cut): quick suite 57/60, median 21, p90 76, p95 130, but the whole suite 193/200,
+median 14, p90 116, p95 215, and the Google mix at K = 100 6/6, median 117 — no better
+overall, at the price of a second exchange.
 Against the plateaus themselves, in sequential sweeps, where the drain is steady: dropping an
 entry whose last 6 decreases agree within 10 % ended some plateaus (69 >300 -> 78, 13 224 -> 116,
 55 226 -> 134, 57 207 -> 150) but never certified 12 (273 before) and slowed 7 (15 -> 48);
@@ -267,9 +277,10 @@ structure) is what the dynamics find slowly — the combinatorial part of a Fish
 equilibrium, which exact centralised methods settle by pivoting.
 
 What remains (numbers in ``experiments/results/rule_study.md``): a tail of random instances of
-two kinds.  Limit cycles of period 4-8 in which the signed counts and the cut switch a user's
-gain every round (one instance: the same user's gain at one server takes values from 1 to 109
-in consecutive rounds) — the gain, a discontinuous function of the signs of tiny moves, is the
+two kinds.  Long near-cycles of period 4-8 (hundreds of rounds; none seen to last for good)
+in which, on the suite, the signed counts and the cut switch a user's gain every round (one
+instance: the same user's gain at one server takes values from 1 to 109 in consecutive
+rounds) — the gain, a discontinuous function of the signs of tiny moves, is the
 state that cycles.  And plateaus where a user drains from a marginal server at a rate equal to
 its level gap there (~0.004 tasks per round for ~110 rounds in one instance) while the other
 holders refill it; the certificate then holds to machine precision as soon as the entry hits

@@ -422,7 +422,7 @@ delay is met (within 20 rounds of each event).  Convergence itself is met on eve
 tried, given time: with a cap of 3,000 rounds `split` certifies all 200 random instances (the
 slowest after 936 rounds) and all 15 Google-mix clusters (at most 265, 1,154 and 576 rounds at
 K = 100, 1,000 and 10,000).  Speed is **not** met: the suite's p95 is 205 rounds (target 50), and
-on the Google mix the medians are 172, 301 and 173 rounds (no growth with K, but slow; the
+on the Google mix the medians are 172, 301 and 173 rounds (no steady growth with K, but slow; the
 cluster drawn with seed 2011 happens to be a fast one).  The tail is not a lock-step
 artefact: exact sequential sweeps (no concurrency, fresh totals) share it (p95 148).  There a
 user drains out of a group of servers at the rate of a level gap of a few tenths of a percent;
@@ -433,8 +433,8 @@ no instance needs more than 50 rounds.  In lock-step, `split` pays for concurren
 (K = 1,000, seed 3) the residual swings between 3.9e-4 and 2.4e-3 with period 4 from round
 ~200 to round ~1,150, the totals moving by ~1e-5 of themselves and the gains steady at the holder
 counts; the mean of a period has residual 3.3e-4, so the swing is around an allocation that is
-not PS-DSF yet either, and averaging it away does not help (a server jumping to its mean column
-when its moves cancel: 1,009 rounds there, 1,190 on seed 0 against 846).  A looser tolerance
+not PS-DSF yet either; averaging the swing away was mixed (a server jumping to its mean column
+when its moves cancel: 1,009 rounds there, but 1,190 on seed 0 against 846).  A looser tolerance
 helps the sequential reference more than the lock-step rule: at rtol 1e-2 sequential sweeps have
 a p95 of 45 rounds, `split` 115 (Google mix: medians 144-169) — section "Without the cap" below.
 Beating the shared tail needs something other than best-response dynamics.

@@ -60,7 +60,7 @@ from psdsf_dist.runtime.placement import assign_nodes
 from psdsf_dist.runtime.server_actor import RemoteServerActor, ServerReport
 from psdsf_dist.runtime.server_core import incarnation_of, origin_name, server_of
 from psdsf_dist.scenario import Scenario
-from psdsf_dist.update_rule import FEASIBILITY_RTOL
+from psdsf_dist.update_rule import is_feasible_column, server_view
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -637,14 +637,7 @@ def _groups(names: list[str], where: Mapping[str, tuple[str | None, bool]],
 
 def _fits(scenario: Scenario, i: int, column: FloatArray, config: RunConfig) -> bool:
     """Whether a column fits server i's capacities (RDM) or its time (TDM)."""
-    g = scenario.gamma[:, i]
-    if np.any(column < -FEASIBILITY_RTOL) or np.any((g <= 0) & (column > 0)):
-        return False
-    if config.mode == "tdm":
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return float(np.sum(np.where(g > 0, column / g, 0.0))) <= 1.0 + FEASIBILITY_RTOL
-    use = scenario.consumption(i, "rdm").T @ column
-    return bool(np.all(use <= scenario.capacity[i] * (1.0 + FEASIBILITY_RTOL) + 1e-12))
+    return is_feasible_column(server_view(scenario, i, config.mode), column)
 
 
 def _alive_nodes() -> list[str]:

@@ -37,7 +37,6 @@ from psdsf_dist.runtime.coordinator import RunResult
 from psdsf_dist.scenario import Scenario
 
 PROGRESS_SECONDS = 1.0  # at most one progress line per this many seconds (plus each event)
-DEFAULT_HOLD = 3  # observations in a row the certificate must hold to count as converged
 SETTLE_PERIODS = 200  # without --duration: give up this many periods after the last event
 
 
@@ -57,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         f"or {SETTLE_PERIODS} periods after it)")
     p.add_argument("--until-converged", action="store_true",
                    help="stop as soon as the last event has passed and the certificate has held "
-                        f"{DEFAULT_HOLD} observations in a row (at most --duration)")
+                        f"{RunConfig.hold} observations in a row (at most --duration)")
     p.add_argument("--event", action="append", default=[], metavar="YAML",
                    help="an extra churn event in the scenario syntax, e.g. "
                         "'{at: 30, set_weight: {user: u1, weight: 3}}' (repeatable)")
@@ -188,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"psdsf-dist: run: serving metrics on {url}", file=sys.stderr, flush=True)
         limit = args.duration if args.duration is not None else _default_limit(the_run)
         converge = args.until_converged or args.duration is None
-        final = the_run.wait(duration=limit, until_converged=converge, hold=DEFAULT_HOLD,
+        final = the_run.wait(duration=limit, until_converged=converge,
                              progress=lambda st: say(st, None))
         result = the_run.result()
     except PsdsfError as err:

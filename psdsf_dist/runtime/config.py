@@ -33,6 +33,10 @@ class RunConfig:
     mode: Mode = "rdm"
     seed: int = 0
     rtol: float = CONVERGENCE_RTOL
+    hold: int = 3
+    """Observations in a row the certificate must hold before an event (or the start) counts as
+    converged, unless the next event comes first: a single holding observation may flicker off
+    again."""
     ttl_periods: float = TTL_PERIODS
     time_scale: float = 1.0
     """Wall-clock seconds per second of the scenario's event times: an event ``at: 100`` fires
@@ -64,6 +68,8 @@ class RunConfig:
             raise ValueError(f"mode must be rdm or tdm, got {self.mode!r}")
         if not self.rtol > 0:
             raise ValueError(f"rtol must be > 0, got {self.rtol}")
+        if self.hold < 1:
+            raise ValueError(f"hold must be >= 1 observation, got {self.hold}")
         if not (self.time_scale > 0 and math.isfinite(self.time_scale)):
             raise ValueError(f"time scale must be a positive number, got {self.time_scale}")
         if self.clock not in ("real", "manual"):

@@ -3,8 +3,9 @@
 The coordinator observes the allocation once per period (the columns the servers report) and
 records whether the PS-DSF certificate holds.  For every event (and the start) the
 re-convergence time is the time from the event to the first observation from which the
-certificate held until the next event (or until now): a flicker back off does not count as
-converged.  Rounds are that time divided by the period, rounded up.
+certificate held until the next event, or until now if that is at least ``hold`` observations:
+a flicker back off does not count as converged.  Rounds are that time divided by the period,
+rounded up.
 """
 
 from __future__ import annotations
@@ -53,18 +54,23 @@ class EventConvergence:
 
 
 def event_convergence(events: list[tuple[str, float]], observations: list[Observation],
-                      period: float) -> list[EventConvergence]:
-    """Per event (in time order, the start first), when the certificate held for good."""
+                      period: float, hold: int = 1) -> list[EventConvergence]:
+    """Per event (in time order, the start first), when the certificate held for good: until
+    the next event, or (the last) for at least ``hold`` observations up to now."""
     marks = [("start", 0.0), *sorted(events, key=lambda e: e[1])]
     out: list[EventConvergence] = []
     for j, (desc, at) in enumerate(marks):
         end = marks[j + 1][1] if j + 1 < len(marks) else math.inf
         window = [o for o in observations if at <= o.time < end]
         found: Observation | None = None
+        run = 0
         for o in reversed(window):
             if not o.holds:
                 break
             found = o
+            run += 1
+        if end == math.inf and run < hold:
+            found = None
         if found is None:
             out.append(EventConvergence(desc, at, None, None, None))
         else:

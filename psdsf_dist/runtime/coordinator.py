@@ -614,7 +614,8 @@ class Coordinator:
             await self._observe()
             X = self.last_allocation
         assert X is not None
-        conv = event_convergence(list(self.churn.history), self.observations, self.config.period)
+        conv = event_convergence(list(self.churn.history), self.observations, self.config.period,
+                                 self.config.hold)
         return RunResult(current, X.copy(), tuple(self.observations), tuple(conv), self.config,
                          len(self.members), self.restarts, tuple(self.pids.values()))
 

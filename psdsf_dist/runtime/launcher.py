@@ -176,11 +176,12 @@ class Run:
         return out
 
     def wait(self, *, duration: float | None = None, until_converged: bool = False,
-             hold: int = 3, progress: Callable[[dict[str, Any]], None] | None = None,
+             hold: int | None = None, progress: Callable[[dict[str, Any]], None] | None = None,
              poll: float | None = None) -> dict[str, Any]:
         """Let the run go on for ``duration`` seconds, or — with ``until_converged`` — until
         every scenario event has happened and the certificate has held ``hold`` observations in
-        a row (whichever first).  ``progress`` gets each new status.
+        a row (default: the run's ``RunConfig.hold``; whichever first).  ``progress`` gets each
+        new status.
 
         Real clock: waits in wall-clock time.  Manual clock (paced): moves the run on one
         period at a time as fast as the servers finish, ``duration`` in run time."""
@@ -192,7 +193,7 @@ class Run:
             if progress is not None:
                 progress(st)
             if until_converged and st["events_applied"] >= st["events_total"] \
-                    and _held(self, hold):
+                    and _held(self, self.config.hold if hold is None else hold):
                 return st
             elapsed = st["time"] - start if paced else time.monotonic() - start
             if duration is not None and elapsed >= duration - 1e-9:

@@ -157,7 +157,8 @@ def paper_convergence(seed: int, paper_json: Path | None
     doc["events"] = [{**e, "at": e["at"] * TIME_SCALE} for e in doc["events"]]
     sim = simulate(Scenario.from_dict(doc),
                    SimConfig(rounds=PAPER_ROUNDS, lockstep=False, jitter=0.2, delay=0.01,
-                             fanout=FANOUT, gossip_rate=GOSSIP_RATE, seed=seed))
+                             fanout=FANOUT, gossip_rate=GOSSIP_RATE, seed=seed,
+                             hold=RunConfig.hold))  # the Ray side's definition of converged
     sim_events = [e.to_json() for e in sim.events]
     return ray_events, sim_events, note
 

@@ -59,7 +59,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
 PAPER = ROOT / "psdsf_dist" / "examples" / "paper_cluster.yaml"
 PAPER_COUNTS = {"A": 8, "B": 68, "C": 33, "D": 11}
-GOSSIP_RATE, FANOUT = 4, 2  # what the simulator needs on the paper cluster (see README)
+GOSSIP_RATE, FANOUT = RunConfig.gossip_rate, RunConfig.fanout  # the runtime's defaults
 WARM_ROUNDS = 10
 
 

@@ -4,7 +4,7 @@ The paper's 120-server cluster (ORACLES.md example 3) with its churn on a shorte
 leaves at 30 s and rejoins at 60 s; the run ends at 90 s), the default update rule, T = 1 s, the
 Scuttlebutt protocol simulated message by message.  The base setting is the one the Ray runtime
 runs (``experiments/results/ray.md``): random phases with jitter 0.2 T, message delay 0.01 T,
-4 exchange rounds per period, fanout 2, no loss.  One parameter varies at a time; each setting
+4 exchange rounds per period, fanout 4, no loss.  One parameter varies at a time; each setting
 runs with one seed (the base setting and the one without signed moves with ``--seeds``),
 counting per event the rounds until the certificate (rtol 1e-3) held for
 good (``>30``: not within the 30 rounds before the next event), with the traffic per server per
@@ -41,6 +41,7 @@ from sim_common import (
 )
 
 from psdsf_dist.random_scenarios import google_cluster
+from psdsf_dist.runtime.config import RunConfig
 from psdsf_dist.scenario import Scenario, load_scenario
 from psdsf_dist.simulator import SimConfig, simulate
 
@@ -51,20 +52,22 @@ EVENTS = ("start", "user u4 leaves", "user u4 joins")
 # a phase counts as converged once the certificate holds HOLD rounds in a row (or until the
 # next event); the last phase is PHASE rounds, so HOLD is a third of it
 HOLD = 10
-BASE = SimConfig(rounds=END, lockstep=False, jitter=0.2, delay=0.01, fanout=2, gossip_rate=4,
-                 gossip="scuttlebutt", hold=HOLD)
+BASE = SimConfig(rounds=END, lockstep=False, jitter=0.2, delay=0.01, fanout=RunConfig.fanout,
+                 gossip_rate=RunConfig.gossip_rate, gossip="scuttlebutt", hold=HOLD)
 
 
 def sweeps(seeds: int) -> list[tuple[str, str, SimConfig, int]]:
     """(parameter, value label, config, seeds) around the base setting.  The protocol is slow
     to simulate (minutes per run on a busy 2-core machine): one seed per variation."""
     out: list[tuple[str, str, SimConfig, int]] = [
-        ("runtime setting", "phases, jitter 0.2 T, d 0.01, F 2, G 4", BASE, seeds),
+        ("runtime setting", f"phases, jitter 0.2 T, d 0.01, F {BASE.fanout}, G {BASE.gossip_rate}",
+         BASE, seeds),
         ("runtime setting", "signed moves off", replace(BASE, signed_moves=False), seeds),
     ]
     for d in (0.5, 1.0):
         out.append(("delay (rounds)", f"{d:g}", replace(BASE, delay=d), 1))
-    out.append(("fanout", "1", replace(BASE, fanout=1), 1))
+    for f in (1, 2):
+        out.append(("fanout", str(f), replace(BASE, fanout=f), 1))
     out.append(("gossip rate (per period)", "1", replace(BASE, gossip_rate=1), 1))
     out.append(("loss", "0.1", replace(BASE, loss=0.1), 1))
     out.append(("timing", "lock-step", replace(BASE, lockstep=True, jitter=0.0), 1))
@@ -104,7 +107,8 @@ def one_run(job: tuple[str, str, SimConfig, int]) -> dict[str, Any]:
 GOOGLE_K = 100
 GOOGLE_CAP = 300  # rounds (the rule study's cap)
 GOOGLE_SETTINGS = (
-    ("runtime setting (message-level)", BASE),
+    (f"runtime setting (message-level, fanout {BASE.fanout})", BASE),
+    ("the same, fanout 2", replace(BASE, fanout=2)),
     ("lock-step, one snapshot (d = 0)", replace(BASE, gossip="snapshot", lockstep=True,
                                                 jitter=0.0, delay=0.0)),
 )

@@ -34,7 +34,7 @@ def test_run_prints_the_solve_json_with_event_times(capsys: pytest.CaptureFixtur
 def test_gossip_options_reach_the_run_config() -> None:
     scenario = str(EXAMPLES / "paper_fig1.yaml")
     default = config_from(build_parser().parse_args(["run", scenario]))
-    assert (default.fanout, default.gossip_rate, default.signed_moves) == (2, 4, True)
+    assert (default.fanout, default.gossip_rate, default.signed_moves) == (4, 4, True)
     ablated = config_from(build_parser().parse_args(
         ["run", scenario, "--fanout", "1", "--gossip-rate", "1", "--no-signed-moves"]))
     assert (ablated.fanout, ablated.gossip_rate, ablated.signed_moves) == (1, 1, False)

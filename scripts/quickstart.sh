@@ -6,8 +6,8 @@
 #   so the replay is as fast as the machine allows and its rounds do not depend on its speed;
 # --time-scale 0.3: the events come at rounds 30 and 75 (the cluster converges in ~10 rounds
 #   after each, experiments/results/ray.md);
-# --gossip-rate 4 --fanout 2: the defaults, spelled out: what 120 servers need to converge
-#   (experiments/results/ray.md, sim_gossip.md);
+# --gossip-rate 4 --fanout 4: the defaults, spelled out: what the paper cluster and Google-mix
+#   clusters need to converge (experiments/results/ray.md, sim_gossip.md);
 # --servers-per-actor 40: an OPTION, not the default: 3 actor processes host the 120 servers
 #   (40 each, every server still with its own loop, gossip origin and state).  On 2 cores, 120
 #   actor processes (the default, one per server: drop this option) take minutes to start and
@@ -17,4 +17,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 exec .venv/bin/psdsf-dist run psdsf_dist/examples/paper_cluster.yaml --paced --time-scale 0.3 \
-    --gossip-rate 4 --fanout 2 --servers-per-actor 40 "$@"
+    --gossip-rate 4 --fanout 4 --servers-per-actor 40 "$@"

@@ -290,9 +290,14 @@ sweeps share the second kind (spec), so it needs more than a faster emulation of
 ``adaptive`` (holder gain plus a per-user step halved when the change flips direction) damps
 limit cycles but does not shorten plateaus.
 
-Message-level gossip is only fast when it is fresh: with a message delay of 0.5 or 1 T, fanout 1,
-or one exchange per period, the paper cluster did not certify within 30 rounds of any event
-(``sim_gossip.md``), although the snapshot model with one round of delay takes 13 / 3 / 11.
+Message-level gossip is only fast when it is fresh: with a message delay of 0.5 or 1 T, or
+fanout 1, the paper cluster did not certify within 30 rounds of any event (``sim_gossip.md``;
+at fanout 2 one exchange per period did not either, at fanout 4 it takes 18 / > 30 / 13),
+although the snapshot model with one round of delay takes 13 / 3 / 11.  Google-mix clusters
+(K = 100, N = 100) need fresher totals than the paper cluster: at random phases with fanout 2,
+2 of 5 certified within 300 rounds (lock-step on one snapshot: 5 of 5), with fanout 4, 4 of 5;
+``calm=1e-4``, ``use_movers=0``, no signed moves, ``adaptive`` and ``holders`` certified none
+of three failing clusters at fanout 2 — freshness, not the rule, was what they lacked.
 There the server sees d = 1 consistently, so the difference is that staleness differs per
 server and per origin (random phases): the delay compensation assumes every other holder lags
 by exactly d rounds.  Forcing d = 0 (signed counts on stale gossip) or the holder-count restore

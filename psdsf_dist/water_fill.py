@@ -13,6 +13,7 @@ its capacity by a cumulative sum: O(N log N + N*M) per phase, at most M + 1 phas
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,7 +74,13 @@ def water_fill(
     phase = 0
     while active.any():
         idx = np.flatnonzero(active)
-        w = weight[idx]
+        # The phase runs on weights scaled into [0.5, 1) (the same amounts: w L = (w / s)(s L)):
+        # with tiny weights the level at which a resource saturates would overflow to inf and
+        # read as "nothing saturates".  s is a power of two, so scaling is exact and every
+        # amount, level and tolerance test is bit-for-bit what it is unscaled when nothing
+        # overflows.  Levels are reported on the caller's scale.
+        scale = math.ldexp(1.0, math.frexp(float(weight[idx].max()))[1])
+        w = weight[idx] / scale
         o = offset[idx]
         u = upper[idx]
         c = consumption[idx]
@@ -112,14 +119,14 @@ def water_fill(
             column[idx] = u
             group[idx] = phase
             at_upper[idx] = True
-            levels.append(np.inf)
+            levels.append(math.inf)
             saturated.append(np.zeros(0, dtype=np.int64))
             break
         x = np.clip(w * level - o, 0.0, u)
         column[idx] = x
-        tol = SATURATION_RTOL * max(1.0, abs(level))
+        tol = SATURATION_RTOL * max(scale, abs(level))  # 1e-12 max(1, |L|) on the caller's scale
         sat = np.flatnonzero(cross <= level + tol)
-        end_scale = np.maximum(1.0, np.abs(np.where(finite_end, end, 0.0)))
+        end_scale = np.maximum(1.0, np.abs(np.where(finite_end, end, 0.0)) / scale)
         done_upper = finite_end & (end <= level + tol * end_scale)
         freeze = uses[idx][:, sat].any(axis=1) | done_upper
         fidx = idx[freeze]
@@ -127,7 +134,7 @@ def water_fill(
         at_upper[idx[done_upper]] = True
         frozen_usage = frozen_usage + consumption[fidx].T @ column[fidx]
         active[fidx] = False
-        levels.append(level)
+        levels.append(level / scale)
         saturated.append(sat.astype(np.int64))
         phase += 1
 

@@ -98,6 +98,13 @@ def test_nobody_taking_part_is_an_empty_fill() -> None:
     assert len(wf.level) == 0
 
 
+def test_a_tiny_weight_still_fills_its_resource() -> None:
+    # weight x consumption below ~1e-308: the level at which the resource saturates (~4e308)
+    # overflows; the amount (4 tasks) does not
+    wf = fill([4], [[1]], [2.2e-308])
+    np.testing.assert_allclose(wf.column, [4])
+
+
 # -- properties --------------------------------------------------------------------------------
 
 
@@ -168,3 +175,20 @@ def test_scaling_capacity_and_consumption_together_changes_nothing(
     a = water_fill(capacity, consumption, weight, offset, upper).column
     b = water_fill(capacity * scale, consumption * scale, weight, offset, upper).column
     np.testing.assert_allclose(b, a, rtol=1e-9, atol=1e-9)
+
+
+@given(st.data())
+def test_extreme_weights_give_finite_feasible_columns(data: st.DataObject) -> None:
+    # weights anywhere in [1e-300, 1e6] side by side: each phase fills on its own scale
+    n, m = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 3))
+    positive = st.floats(1e-100, 1e6)
+    capacity = np.array([data.draw(st.one_of(st.just(0.0), positive)) for _ in range(m)])
+    consumption = np.array(
+        [[data.draw(st.one_of(st.just(0.0), positive)) for _ in range(m)] for _ in range(n)]
+    )
+    weight = np.array([data.draw(st.one_of(st.just(0.0), st.floats(1e-300, 1e6)))
+                       for _ in range(n)])
+    offset = np.array([data.draw(st.floats(0, 1e6)) for _ in range(n)])
+    wf = water_fill(capacity, consumption, weight, offset, np.full(n, INF))
+    assert np.isfinite(wf.column).all()
+    assert (consumption.T @ wf.column <= capacity * (1 + 1e-9)).all()

@@ -27,8 +27,8 @@ class RunConfig:
     """Peers a server starts a gossip exchange with at each gossip round.  With the default rate,
     2 peers are enough for the 120-server paper cluster to re-certify within ~10 rounds of each
     event, but on Google-mix clusters (K = 100, N = 100) they leave the totals too stale: 2 of
-    5 certified within 300 rounds, against 4 of 5 with 4 peers, which also serve the paper
-    cluster as well (experiments/results/sim_gossip.md); 1 peer is too few even there.  Traffic
+    5 certified within 300 rounds, against 4 of 5 with 4 peers, which serve the paper cluster
+    as well (experiments/results/sim_gossip.md); 1 peer is too few even there.  Traffic
     grows with the fanout."""
     gossip_rate: int = 4
     """Gossip rounds per period (one at the update, the others evenly in between)."""

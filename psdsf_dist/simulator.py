@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Literal
@@ -610,6 +610,18 @@ def _message_size(kind: str, body: Any) -> int:
     return body.size_bytes()
 
 
+def final_run_of_holds(holds: Sequence[bool], hold: int, *, open_ended: bool) -> int | None:
+    """Index from which every entry of ``holds`` is true, or None if the last is false — or if
+    ``open_ended`` (no later event has cut the run short) and that run is shorter than ``hold``.
+    Shared by the simulator and the Ray runtime's convergence bookkeeping."""
+    start = len(holds)
+    while start > 0 and holds[start - 1]:
+        start -= 1
+    if start == len(holds) or (open_ended and len(holds) - start < hold):
+        return None
+    return start
+
+
 def converged_rounds(events: tuple[Event, ...], holds: list[bool],
                      period: float, *, hold: int = 1) -> tuple[EventOutcome, ...]:
     """Per event (and the start), the first round from which the certificate held until the
@@ -628,14 +640,8 @@ def converged_rounds(events: tuple[Event, ...], holds: list[bool],
             if later > rnd:
                 end = min(later, R)
                 break
-        found: int | None = None
-        if rnd < end:
-            r = end - 1
-            while r >= rnd and holds[r]:
-                found = r
-                r -= 1
-            if found is not None and end == R and R - found < hold:
-                found = None
+        settled = final_run_of_holds(holds[rnd:end], hold, open_ended=end == R)
+        found = None if settled is None else rnd + settled
         out.append(EventOutcome(desc, at, rnd, found,
                                 None if found is None else found - rnd + 1))
     return tuple(out)

@@ -21,6 +21,7 @@ from psdsf_dist.simulator import (
     SimConfig,
     Simulator,
     converged_rounds,
+    final_run_of_holds,
     simulate,
 )
 from psdsf_dist.update_rule import (
@@ -283,3 +284,11 @@ def test_gossip_tells_each_server_who_raised_and_who_lowered_each_user(signed: b
             assert view.raising is not None and view.lowering is not None
             np.testing.assert_array_equal(view.raising, (moves > 1e-12).sum(axis=0))
             np.testing.assert_array_equal(view.lowering, (moves < -1e-12).sum(axis=0))
+
+
+def test_final_run_of_holds() -> None:
+    assert final_run_of_holds([False, True, False, True, True], 1, open_ended=True) == 3
+    assert final_run_of_holds([False, True, False, True, True], 3, open_ended=True) is None
+    assert final_run_of_holds([False, True, False, True, True], 3, open_ended=False) == 3
+    assert final_run_of_holds([True, False], 1, open_ended=False) is None
+    assert final_run_of_holds([], 1, open_ended=True) is None

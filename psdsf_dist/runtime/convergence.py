@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from psdsf_dist.simulator import final_run_of_holds
+
 
 @dataclass(frozen=True)
 class Observation:
@@ -62,15 +64,9 @@ def event_convergence(events: list[tuple[str, float]], observations: list[Observ
     for j, (desc, at) in enumerate(marks):
         end = marks[j + 1][1] if j + 1 < len(marks) else math.inf
         window = [o for o in observations if at <= o.time < end]
-        found: Observation | None = None
-        run = 0
-        for o in reversed(window):
-            if not o.holds:
-                break
-            found = o
-            run += 1
-        if end == math.inf and run < hold:
-            found = None
+        settled = final_run_of_holds([o.holds for o in window], hold,
+                                     open_ended=end == math.inf)
+        found = None if settled is None else window[settled]
         if found is None:
             out.append(EventConvergence(desc, at, None, None, None))
         else:

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from lockstep import Run, run, sequential  # experiments/lockstep.py, next to this script
-from sim_common import update_readme, write_csv
+from sim_common import HOLD, update_readme, write_csv
 
 from psdsf_dist.random_scenarios import google_cluster, random_scenario
 from psdsf_dist.scenario import Scenario, load_scenario
@@ -51,7 +51,6 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "experiments" / "results"
 PAPER = ROOT / "psdsf_dist" / "examples" / "paper_cluster.yaml"
 RTOL = 1e-3
-HOLD = 20
 LONG_RTOLS = (RTOL, 3e-3, 1e-2)  # tolerances of the long runs (the first is the target's)
 
 # (label, rule name, parameters)
@@ -461,10 +460,11 @@ def long_runs(suite: list[Row], google: list[Row], args: argparse.Namespace) -> 
         "|---|---|---|---|---|---|---|" + "---|" * len(sizes),
     ]
     for tol in LONG_RTOLS:
+        at = [r for r in suite if r["rtol"] == tol]
+        google_at = [r for r in google if r["rtol"] == tol]
         for lab in (DEFAULT, SEQUENTIAL):
-            at = [r for r in suite if r["rtol"] == tol]
             conv, p50, p90, p95, mx = _stats((_rounds(r) for r in at if r["rule"] == lab), cap)
-            cells = google_cells([r for r in google if r["rtol"] == tol], lab, sizes, cap)
+            cells = google_cells(google_at, lab, sizes, cap)
             out.append(f"| {lab} | {tol:g} | {conv} | {p50} | {p90} | {p95} | {mx} | "
                        + " | ".join(cells) + " |")
     return out

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from sim_common import (
     EXAMPLES,
+    HOLD,
     RESULTS,
     RULES,
     publish,
@@ -43,7 +44,6 @@ SETTINGS: tuple[tuple[str, GossipModel, float, int, int], ...] = (
     ("snapshot d=1", "snapshot", 1.0, 1, 1),
 )
 EVENTS = ("start", "user u4 leaves", "user u4 joins")
-HOLD = 20  # rounds in a row the certificate must hold (or until the next event)
 
 
 def run_all(rounds: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

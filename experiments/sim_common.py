@@ -18,6 +18,9 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 README = HERE / "README.md"
 EXAMPLES = HERE.parent / "psdsf_dist" / "examples"
+# rounds in a row the certificate must hold (or until the next event) for a run to count as
+# converged: one holding round may flicker off again
+HOLD = 20
 
 # (label, rule name, rule parameters): the rules every simulator study compares
 RULES: tuple[tuple[str, str, tuple[tuple[str, float], ...]], ...] = (

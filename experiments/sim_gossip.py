@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 from sim_common import (
     EXAMPLES,
+    HOLD,
     RESULTS,
     publish,
     rounds_stat,
@@ -49,11 +50,12 @@ LEAVE, REJOIN, END = 30, 60, 90
 PHASE = LEAVE  # rounds available to each event
 EVENTS = ("start", "user u4 leaves", "user u4 joins")
 # the Ray runtime's setting (experiments/results/ray.md)
-# a phase counts as converged once the certificate holds HOLD rounds in a row (or until the
-# next event); the last phase is PHASE rounds, so HOLD is a third of it
-HOLD = 10
+# the churn phases count as converged once the certificate holds PHASE_HOLD rounds in a row (or
+# until the next event): the last phase has PHASE (30) rounds, and the usual HOLD (20) would
+# leave only 10 of them to converge in
+PHASE_HOLD = 10
 BASE = SimConfig(rounds=END, lockstep=False, jitter=0.2, delay=0.01, fanout=RunConfig.fanout,
-                 gossip_rate=RunConfig.gossip_rate, gossip="scuttlebutt", hold=HOLD)
+                 gossip_rate=RunConfig.gossip_rate, gossip="scuttlebutt", hold=PHASE_HOLD)
 
 
 def sweeps(seeds: int) -> list[tuple[str, str, SimConfig, int]]:
@@ -115,10 +117,10 @@ GOOGLE_SETTINGS = (
 
 
 def google_run(job: tuple[int, int]) -> dict[str, Any]:
-    """One Google-mix cluster from zero in one setting; converged = held 20 rounds in a row."""
+    """One Google-mix cluster from zero in one setting; converged = held HOLD rounds in a row."""
     setting, seed = job
     label, cfg0 = GOOGLE_SETTINGS[setting]
-    cfg = replace(cfg0, rounds=GOOGLE_CAP, seed=seed, hold=20, stop_after_hold=20)
+    cfg = replace(cfg0, rounds=GOOGLE_CAP, seed=seed, hold=HOLD, stop_after_hold=HOLD)
     t0 = time.perf_counter()
     res = simulate(google_cluster(np.random.default_rng(seed), K=GOOGLE_K, N=100), cfg)
     rounds = res.events[0].rounds_to_converge
@@ -182,7 +184,7 @@ def google_table(google: list[dict[str, Any]]) -> list[str]:
         f"### Google mix (K = {GOOGLE_K}, N = 100) from zero: runtime setting vs lock-step",
         "",
         f"One cluster per seed, the default rule, cap {GOOGLE_CAP} rounds; cells: rounds until "
-        "the certificate held 20 rounds in a row (`>cap (r)`: not within the cap, r the "
+        f"the certificate held {HOLD} rounds in a row (`>cap (r)`: not within the cap, r the "
         "residual at the end).  The lock-step row is the rule study's worst case (every server "
         "on the same snapshot of the true totals of the round before).",
         "",
@@ -212,7 +214,7 @@ def report(rows: list[dict[str, Any]], seeds: int, seconds: float,
         f"runtime's setting (random phases, jitter {BASE.jitter:g} T, delay {BASE.delay:g} T, "
         f"fanout {BASE.fanout}, {BASE.gossip_rate} exchange rounds per period, no loss); one "
         "parameter varies at a time.  Cells: rounds after the event until the certificate "
-        f"(rtol 1e-3) held for good — {HOLD} rounds in a row, or until the next event; "
+        f"(rtol 1e-3) held for good — {PHASE_HOLD} rounds in a row, or until the next event; "
         f"median / max over seeds (`>{PHASE}`: not before the next "
         "event).  Traffic: messages and bytes sent per server per round (mean over the run; "
         "the snapshot rows estimate it from the encoding).",

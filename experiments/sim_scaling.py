@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 from sim_common import (
+    HOLD,
     RESULTS,
     RULES,
     publish,
@@ -39,7 +40,6 @@ from psdsf_dist.update_rule import DEFAULT_RULE
 
 USERS = 100
 TIMING_ROUNDS = 3
-HOLD = 20  # rounds in a row the certificate must hold for a run to count as converged
 
 
 def run_sizes(sizes: list[int], seeds: int, cap: int, all_rules_up_to: int,

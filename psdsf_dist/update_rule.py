@@ -129,8 +129,8 @@ Calm (``calm``, off by default).  Signed counts are right for large, coherent mo
 entering or leaving many servers at once) and wrong near an equilibrium, where the moves are
 tiny and their signs flip from round to round: the same-side count, and with it the gain, then
 switches every round (one Google-mix cluster, K = 100: a period-8 cycle with gains jumping among
-91, 31, 6 and 3.1 for good).  With ``calm`` > 0 a server whose own last move was below ``calm``
-of every user's total uses the holder count instead, which does not flip.  ``calm=1e-4``
+91, 31, 6 and 3.1 until round ~460).  With ``calm`` > 0 a server whose own last move was below
+``calm`` of every user's total uses the holder count instead, which does not flip.  ``calm=1e-4``
 against off, in lock-step: whole random suite 195/200 either way, median 15 vs 13, p90 106 vs
 123, p95 158 vs 205, instances over 50 rounds 59 vs 63; Google mix (seeds 0-4) 5, 3, 5 of 5 at
 K = 100 / 1,000 / 10,000 (medians 99, 193, 98) vs 5, 2, 4 (172, > 300, 173); paper cluster the

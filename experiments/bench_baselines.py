@@ -41,9 +41,9 @@ from typing import Any
 import numpy as np
 import scipy
 
+from psdsf_dist.model.random_scenarios import google_cluster_doc
+from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.policies import allocate
-from psdsf_dist.random_scenarios import google_cluster_doc
-from psdsf_dist.scenario import Scenario
 
 SEED = 20260
 POLICIES = ("psdsf", "drfh", "c-drfh", "tsf", "cdrf", "drf", "per-server-drf")

@@ -25,7 +25,8 @@ What is measured, all in one run so that the ratios compare like with like:
      solver exploits;
    * ``hetero``: the same machines with every capacity multiplied by its own random factor in
      [0.9, 1.1], so no two servers are identical and the class shortcut does not apply (the
-     solver starts from the Eisenberg-Gale program there, see ``psdsf_dist/eisenberg_gale.py``).
+     solver starts from the Eisenberg-Gale program there, see
+     ``psdsf_dist/core/eisenberg_gale.py``).
 
    Users: per-task cpu and memory demands uniform in [0.005, 0.05], weights 1 or 2, no placement
    constraints, unlimited backlog.  Every (variant, K, N) cell is its own random instance, seeded
@@ -67,9 +68,9 @@ import scipy
 import scipy.sparse as sp
 from scipy.optimize import linprog
 
-from psdsf_dist.scenario import MODES, Mode, Scenario, load_scenario
-from psdsf_dist.server_procedure import server_procedure
-from psdsf_dist.solver import solve
+from psdsf_dist.core.server_procedure import server_procedure
+from psdsf_dist.core.solver import solve
+from psdsf_dist.model.scenario import MODES, Mode, Scenario, load_scenario
 
 FloatArray = npt.NDArray[np.float64]
 

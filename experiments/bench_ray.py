@@ -17,7 +17,7 @@ What is measured, in one run so that the ratios compare like with like:
    Scenarios: the paper cluster's four server classes and four users, K servers in the paper's
    proportions (8 : 68 : 33 : 11).
 2. Gossip traffic: messages and bytes (the protocol's documented encoding,
-   :mod:`psdsf_dist.gossip`) each server sends per period, mean over the last 10 rounds of
+   :mod:`psdsf_dist.protocol.gossip`) each server sends per period, mean over the last 10 rounds of
    the same runs.
 3. The paper cluster (ORACLES 3, 120 servers, user 4 away during (100, 250) s) run on Ray
    paced (``psdsf-dist run --paced``: real actors and gossip calls, time moved on by one gossip
@@ -50,10 +50,10 @@ from typing import Any
 import ray
 import yaml
 
-from psdsf_dist.runtime.config import RunConfig
+from psdsf_dist.model.scenario import Scenario, load_scenario
+from psdsf_dist.protocol.config import RunConfig
 from psdsf_dist.runtime.launcher import launch
-from psdsf_dist.scenario import Scenario, load_scenario
-from psdsf_dist.simulator import SimConfig, simulate
+from psdsf_dist.simulator.simulation import SimConfig, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"

@@ -8,9 +8,9 @@ is the worst case for concurrency and it is fast: servers that start alike (same
 column, same state) stay alike under a deterministic rule, so one representative per *lineage*
 is computed and copied.  A randomised rule breaks that (real servers draw independent coins):
 ``per_server=True`` computes every server on its own, with its own state and seed
-(:func:`psdsf_dist.update_rule.seeded_state`); for a deterministic rule it gives the grouped
-result up to the order of summation.  The certificate (rtol 1e-3 by default) is checked every
-round on the true totals.
+(:func:`psdsf_dist.protocol.update_rule.seeded_state`); for a deterministic rule it gives the
+grouped result up to the order of summation.  The certificate (rtol 1e-3 by default) is checked
+every round on the true totals.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
-from psdsf_dist.certificate import certify_columns
-from psdsf_dist.scenario import Mode, Scenario
-from psdsf_dist.solver import ServerClasses
-from psdsf_dist.update_rule import (
+from psdsf_dist.core.certificate import certify_columns
+from psdsf_dist.core.solver import ServerClasses
+from psdsf_dist.model.scenario import Mode, Scenario
+from psdsf_dist.protocol.update_rule import (
     RuleState,
     ServerView,
     UpdateRule,

@@ -36,9 +36,9 @@ import numpy.typing as npt
 from lockstep import Run, run, sequential  # experiments/lockstep.py, next to this script
 from sim_common import HOLD, update_readme, write_csv
 
-from psdsf_dist.random_scenarios import google_cluster, random_scenario
-from psdsf_dist.scenario import Scenario, load_scenario
-from psdsf_dist.update_rule import (
+from psdsf_dist.model.random_scenarios import google_cluster, random_scenario
+from psdsf_dist.model.scenario import Scenario, load_scenario
+from psdsf_dist.protocol.update_rule import (
     UpdateRule,
     feasible_column,
     make_rule,
@@ -414,7 +414,8 @@ the PS-DSF allocations.  The rules differ in the total at which they value each 
   uses the holder count instead of the signed one: near an equilibrium the signs of tiny moves
   flip every round and switch the gains with them; it helps in lock-step (row `split, calm
   1e-4`) but, measured, costs convergence under message loss.  The derivation, each guard and
-  every variant measured, with numbers, are in the docstring of `psdsf_dist/update_rule.py`.
+  every variant measured, with numbers, are in the docstring of
+  `psdsf_dist/protocol/update_rule.py`.
 
 Against the targets (tables below): the paper cluster with churn and one round of extra
 delay is met (within 20 rounds of each event).  Convergence itself is met on every instance

@@ -35,8 +35,8 @@ from sim_common import (
     write_csv,
 )
 
-from psdsf_dist.scenario import load_scenario
-from psdsf_dist.simulator import GossipModel, SimConfig, SimulationResult, simulate
+from psdsf_dist.model.scenario import load_scenario
+from psdsf_dist.simulator.simulation import GossipModel, SimConfig, SimulationResult, simulate
 
 SETTINGS: tuple[tuple[str, GossipModel, float, int, int], ...] = (
     # label, gossip model, delay in rounds, fanout, exchange rounds per period

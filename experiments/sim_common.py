@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from psdsf_dist.update_rule import DEFAULT_RULE
+from psdsf_dist.protocol.update_rule import DEFAULT_RULE
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -122,11 +122,11 @@ def update_overview() -> None:
 OVERVIEW = """\
 ## Simulator and gossip: how the numbers below are made
 
-`psdsf-dist simulate` (module `psdsf_dist.simulator`) runs K servers in one process on a
-simulated clock: each has its own gossip state (`psdsf_dist.gossip`) and update-rule state, acts
-every T seconds (all at the same instants in lock-step, the worst case, or at random phases with
-jitter), publishes its new column and starts push-pull exchanges with F random peers, G times
-per period.  Messages are delayed d seconds and lost with probability p; scenario events
+`psdsf-dist simulate` (module `psdsf_dist.simulator.simulation`) runs K servers in one process on a
+simulated clock: each has its own gossip state (`psdsf_dist.protocol.gossip`) and update-rule
+state, acts every T seconds (all at the same instants in lock-step, the worst case, or at random
+phases with jitter), publishes its new column and starts push-pull exchanges with F random peers, G
+times per period.  Messages are delayed d seconds and lost with probability p; scenario events
 (users leaving and joining, servers failing and joining, demand and weight changes) apply at
 their times.  After every round the true allocation is checked with the PS-DSF certificate (rtol
 1e-3); every column a server adopts is checked against its capacities on the spot.  A run is a

@@ -41,10 +41,10 @@ from sim_common import (
     write_csv,
 )
 
-from psdsf_dist.random_scenarios import google_cluster
-from psdsf_dist.runtime.config import RunConfig
-from psdsf_dist.scenario import Scenario, load_scenario
-from psdsf_dist.simulator import SimConfig, simulate
+from psdsf_dist.model.random_scenarios import google_cluster
+from psdsf_dist.model.scenario import Scenario, load_scenario
+from psdsf_dist.protocol.config import RunConfig
+from psdsf_dist.simulator.simulation import SimConfig, simulate
 
 LEAVE, REJOIN, END = 30, 60, 90
 PHASE = LEAVE  # rounds available to each event

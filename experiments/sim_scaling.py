@@ -34,9 +34,9 @@ from sim_common import (
     write_csv,
 )
 
-from psdsf_dist.random_scenarios import GOOGLE_2011_TOTAL, google_cluster
-from psdsf_dist.simulator import SimConfig, simulate
-from psdsf_dist.update_rule import DEFAULT_RULE
+from psdsf_dist.model.random_scenarios import GOOGLE_2011_TOTAL, google_cluster
+from psdsf_dist.protocol.update_rule import DEFAULT_RULE
+from psdsf_dist.simulator.simulation import SimConfig, simulate
 
 USERS = 100
 TIMING_ROUNDS = 3

@@ -1,10 +1,10 @@
 """psdsf-dist: distributed, asynchronous PS-DSF multi-resource fair allocation."""
 
-from psdsf_dist.certificate import Certificate, certificate
+from psdsf_dist.core.certificate import Certificate, certificate
+from psdsf_dist.core.server_procedure import server_procedure
+from psdsf_dist.core.solver import Solution, solve
 from psdsf_dist.errors import PsdsfError, ScenarioError, ScenarioWarning, SolverError
-from psdsf_dist.scenario import Scenario, load_scenario
-from psdsf_dist.server_procedure import server_procedure
-from psdsf_dist.solver import Solution, solve
+from psdsf_dist.model.scenario import Scenario, load_scenario
 
 __all__ = [
     "Certificate",

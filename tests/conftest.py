@@ -1,10 +1,15 @@
-"""Shared test set-up: a reproducible hypothesis profile and the paper's example scenarios."""
+"""Shared test set-up: a reproducible hypothesis profile, the paper's example scenarios, and one
+local Ray session (2 CPUs) for every test that needs Ray.
+
+Tests marked ``multinode`` (``ray.cluster_utils.Cluster``) shut the shared session down and start
+their own cluster, so they are moved to the end of the run.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +17,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, settings
 
-from psdsf_dist.scenario import Scenario, load_scenario
+from psdsf_dist.model.scenario import Scenario, load_scenario
 
 # Derandomised so that CI sees the same examples every run; modest counts keep the suite fast.
 settings.register_profile(
@@ -34,6 +39,7 @@ settings.register_profile(
 settings.load_profile(os.environ.get("PSDSF_HYPOTHESIS_PROFILE", "ci"))
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "psdsf_dist" / "examples"
+SMALL_CLUSTER = Path(__file__).resolve().parent / "small_cluster.yaml"
 
 
 def example_path(name: str) -> Path:
@@ -73,3 +79,27 @@ def write_scenario(tmp_path: Path) -> WriteScenario:
         return path
 
     return write
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "multinode: starts its own multi-node Ray cluster")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.get_closest_marker("multinode") is not None)
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Iterator[None]:
+    import ray  # here: most tests need no Ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, namespace="psdsf", include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture
+def small_cluster() -> Path:
+    return SMALL_CLUSTER

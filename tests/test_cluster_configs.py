@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from psdsf_dist.cli.main import COMMANDS, build_parser
+from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.runtime.from_ray import GIB, from_ray_document
-from psdsf_dist.scenario import Scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "cluster_configs"

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from psdsf_dist.errors import PsdsfError, ScenarioError, ScenarioWarning
-from psdsf_dist.scenario import Scenario, load_scenario
-from psdsf_dist.update_rule import DEFAULT_RULE, RULES
+from psdsf_dist.model.scenario import Scenario, load_scenario
+from psdsf_dist.protocol.update_rule import DEFAULT_RULE, RULES
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1

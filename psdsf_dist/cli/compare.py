@@ -18,10 +18,10 @@ import numpy.typing as npt
 from psdsf_dist.cli.common import dumps, emit, failed, load
 from psdsf_dist.cli.properties import add_probe_arguments, verdict
 from psdsf_dist.errors import PsdsfError
-from psdsf_dist.fairness_metrics import jain_index, task_shares
+from psdsf_dist.model.scenario import Mode, Scenario
 from psdsf_dist.policies import POLICIES, allocate, models_external, without_external
-from psdsf_dist.properties import PROPERTY_NAMES, PropertyReport, check_properties
-from psdsf_dist.scenario import Mode, Scenario
+from psdsf_dist.policies.fairness_metrics import jain_index, task_shares
+from psdsf_dist.policies.properties import PROPERTY_NAMES, PropertyReport, check_properties
 
 FloatArray = npt.NDArray[np.float64]
 

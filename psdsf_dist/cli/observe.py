@@ -1,7 +1,8 @@
 """``psdsf-dist observe``: run the deterministic simulator and export its live state to Prometheus.
 
-The simulated allocator is exported exactly as a running one is (:mod:`psdsf_dist.metrics` on
-one endpoint, :mod:`psdsf_dist.metrics_server`), so a simulated run can be watched in Prometheus
+The simulated allocator is exported exactly as a running one is
+(:mod:`psdsf_dist.observability.metrics` on one endpoint,
+:mod:`psdsf_dist.observability.metrics_server`), so a simulated run can be watched in Prometheus
 and Grafana.  Each simulated round takes ``--pace`` seconds of wall-clock time (default: the
 period, i.e. real time), so scrapes see the run unfold; ``--hold`` keeps serving the final state.
 
@@ -28,10 +29,11 @@ import numpy.typing as npt
 from psdsf_dist.cli.common import EXIT_FAILURE, CommandError, add_protocol_options, emit, load
 from psdsf_dist.cli.simulate import render
 from psdsf_dist.errors import PsdsfError
-from psdsf_dist.events import Event, ServerJoins, universe
-from psdsf_dist.metrics import AllocatorMetrics, RunMetrics, allocation_state
-from psdsf_dist.metrics_server import DEFAULT_BIND, DEFAULT_PORT, MetricsServer
-from psdsf_dist.simulator import (
+from psdsf_dist.model.events import Event, ServerJoins, universe
+from psdsf_dist.observability.metrics import AllocatorMetrics, RunMetrics, allocation_state
+from psdsf_dist.observability.metrics_server import DEFAULT_BIND, DEFAULT_PORT, MetricsServer
+from psdsf_dist.protocol.update_rule import RuleState, ServerView
+from psdsf_dist.simulator.simulation import (
     CONVERGENCE_RTOL,
     FeasibilityError,
     RoundRecord,
@@ -39,7 +41,6 @@ from psdsf_dist.simulator import (
     SimulationResult,
     Simulator,
 )
-from psdsf_dist.update_rule import RuleState, ServerView
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -6,9 +6,9 @@ import argparse
 
 from psdsf_dist.cli.common import dumps, emit, failed, load
 from psdsf_dist.errors import PsdsfError
+from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.policies import POLICIES
-from psdsf_dist.properties import DEFAULT_TRIALS, PropertyReport, check_properties
-from psdsf_dist.scenario import Scenario
+from psdsf_dist.policies.properties import DEFAULT_TRIALS, PropertyReport, check_properties
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

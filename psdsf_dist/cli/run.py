@@ -20,7 +20,6 @@ from typing import Any
 
 import yaml
 
-from psdsf_dist.certificate import certificate
 from psdsf_dist.cli.common import (
     EXIT_FAILURE,
     CommandError,
@@ -29,12 +28,13 @@ from psdsf_dist.cli.common import (
     emit,
     load,
 )
+from psdsf_dist.core.certificate import certificate
+from psdsf_dist.core.report import allocation_json, allocation_table
 from psdsf_dist.errors import PsdsfError, ScenarioError
-from psdsf_dist.metrics_server import DEFAULT_BIND
-from psdsf_dist.report import allocation_json, allocation_table
-from psdsf_dist.runtime.config import CONVERGENCE_RTOL, RunConfig
+from psdsf_dist.model.scenario import Scenario
+from psdsf_dist.observability.metrics_server import DEFAULT_BIND
+from psdsf_dist.protocol.config import CONVERGENCE_RTOL, RunConfig
 from psdsf_dist.runtime.coordinator import RunResult
-from psdsf_dist.scenario import Scenario
 
 PROGRESS_SECONDS = 1.0  # at most one progress line per this many seconds (plus each event)
 SETTLE_PERIODS = 200  # without --duration: give up this many periods after the last event

@@ -6,7 +6,6 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from psdsf_dist.certificate import certificate
 from psdsf_dist.cli.common import (
     EXIT_FAILURE,
     CommandError,
@@ -15,9 +14,11 @@ from psdsf_dist.cli.common import (
     emit,
     load,
 )
+from psdsf_dist.core.certificate import certificate
+from psdsf_dist.core.report import allocation_json, allocation_table
 from psdsf_dist.errors import PsdsfError
-from psdsf_dist.report import allocation_json, allocation_table
-from psdsf_dist.simulator import (
+from psdsf_dist.protocol.update_rule import make_rule
+from psdsf_dist.simulator.simulation import (
     CONVERGENCE_RTOL,
     FeasibilityError,
     RoundRecord,
@@ -25,7 +26,6 @@ from psdsf_dist.simulator import (
     SimulationResult,
     simulate,
 )
-from psdsf_dist.update_rule import make_rule
 
 PROGRESS_EVERY = 10  # rounds between progress lines (plus every change of the verdict)
 DEFAULT_HOLD = 20  # a certificate that holds for one round may flicker off again

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import argparse
 
-from psdsf_dist.certificate import Certificate, certificate
 from psdsf_dist.cli.common import dumps, emit, failed, load
+from psdsf_dist.core.certificate import Certificate, certificate
+from psdsf_dist.core.report import allocation_json, allocation_table
+from psdsf_dist.core.solver import solve
 from psdsf_dist.errors import PsdsfError
+from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.policies import POLICIES, Allocation, allocate
-from psdsf_dist.report import allocation_json, allocation_table
-from psdsf_dist.scenario import Scenario
-from psdsf_dist.solver import solve
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -20,10 +20,10 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from psdsf_dist.core.water_fill import water_fill
+from psdsf_dist.model.scenario import Mode, Scenario
 from psdsf_dist.policies.feasibility import pooled_model
 from psdsf_dist.policies.progressive import Filling, progressive_fill
-from psdsf_dist.scenario import Mode, Scenario
-from psdsf_dist.water_fill import water_fill
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from psdsf_dist.model.scenario import Mode, Scenario
 from psdsf_dist.policies.feasibility import task_model
 from psdsf_dist.policies.progressive import Filling, progressive_fill
-from psdsf_dist.scenario import Mode, Scenario
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
-from psdsf_dist.scenario import Mode, Scenario
+from psdsf_dist.model.scenario import Mode, Scenario
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]

@@ -1,6 +1,6 @@
 """Every allocation policy by name: ``allocate(scenario, policy, mode) -> Allocation``.
 
-``psdsf`` is the certified exact solver (:func:`psdsf_dist.solver.solve`); the others are the
+``psdsf`` is the certified exact solver (:func:`psdsf_dist.core.solver.solve`); the others are the
 baselines of :mod:`drf`, :mod:`drfh`, :mod:`tsf` and :mod:`tsf_er`.  Only ``tsf-er`` models the
 external resources of a scenario; every other policy allocates as if they did not exist (as the
 mechanisms are defined), so its use of them may exceed their capacity.
@@ -15,14 +15,14 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from psdsf_dist.certificate import Certificate
+from psdsf_dist.core.certificate import Certificate
+from psdsf_dist.core.solver import solve
 from psdsf_dist.errors import PsdsfError
+from psdsf_dist.model.scenario import Mode, Scenario
 from psdsf_dist.policies.drf import drf, per_server_drf
 from psdsf_dist.policies.drfh import drfh
 from psdsf_dist.policies.tsf import tsf
 from psdsf_dist.policies.tsf_er import tsf_er
-from psdsf_dist.scenario import Mode, Scenario
-from psdsf_dist.solver import solve
 
 FloatArray = npt.NDArray[np.float64]
 

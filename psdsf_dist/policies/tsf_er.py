@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from psdsf_dist.model.scenario import Mode, Scenario
 from psdsf_dist.policies.feasibility import task_model
 from psdsf_dist.policies.progressive import Filling, progressive_fill
 from psdsf_dist.policies.tsf import unconstrained_gamma
-from psdsf_dist.scenario import Mode, Scenario
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -11,12 +11,12 @@ Layout
 
 What runs where
     Each server actor loops every period (jittered): the update rule
-    (:mod:`psdsf_dist.update_rule`) on the totals its :class:`~psdsf_dist.gossip.GossipState`
-    gives, then push-pull exchanges with random peers — the simulator's round, over Ray calls.
-    The coordinator keeps membership, hands peers to new servers, applies churn (scenario
-    events at their scaled times, and :meth:`Run.apply <.launcher.Run.apply>`), and once per
-    period reads every column to check feasibility and the PS-DSF certificate.  It never
-    computes an allocation.
+    (:mod:`psdsf_dist.protocol.update_rule`) on the totals its
+    :class:`~psdsf_dist.protocol.gossip.GossipState` gives, then push-pull exchanges with random
+    peers — the simulator's round, over Ray calls. The coordinator keeps membership, hands peers to
+    new servers, applies churn (scenario events at their scaled times, and :meth:`Run.apply
+    <.launcher.Run.apply>`), and once per period reads every column to check feasibility and the
+    PS-DSF certificate.  It never computes an allocation.
 
 Faults
     A crashed server actor is restarted by Ray (``max_restarts``) and started again by the

@@ -3,7 +3,7 @@
 It starts one server actor per present server (placed by :func:`assign_nodes`), hands each a
 few peers to gossip with, and applies churn — the scenario's events at their (scaled) times, and
 changes asked for through :meth:`Coordinator.apply` (the Python API and the CLI) — by making a
-new :class:`~psdsf_dist.runtime.churn.Table` and pushing it to every server.  Once per period
+new :class:`~psdsf_dist.protocol.membership.Table` and pushing it to every server.  Once per period
 it collects the servers' columns, checks feasibility and the PS-DSF certificate on the scenario
 as it stands, and records the observation; per event it reports how long the servers took to
 re-converge.  The columns are the servers' own: the coordinator only reads them.
@@ -42,15 +42,18 @@ import numpy.typing as npt
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from psdsf_dist.certificate import certificate
+from psdsf_dist.core.certificate import certificate
+from psdsf_dist.core.report import utilization
 from psdsf_dist.errors import ScenarioError
-from psdsf_dist.events import Event, ServerFails, ServerJoins
-from psdsf_dist.metrics import AllocatorMetrics, RunMetrics, ServerCounts
-from psdsf_dist.metrics_server import MetricsEndpointError, MetricsServer
-from psdsf_dist.report import utilization
-from psdsf_dist.runtime.churn import ChurnState, Table
-from psdsf_dist.runtime.config import RunConfig
-from psdsf_dist.runtime.convergence import EventConvergence, Observation, event_convergence
+from psdsf_dist.model.events import Event, ServerFails, ServerJoins
+from psdsf_dist.model.scenario import Scenario
+from psdsf_dist.observability.metrics import AllocatorMetrics, RunMetrics, ServerCounts
+from psdsf_dist.observability.metrics_server import MetricsEndpointError, MetricsServer
+from psdsf_dist.protocol.config import RunConfig
+from psdsf_dist.protocol.convergence import EventConvergence, Observation, event_convergence
+from psdsf_dist.protocol.membership import ChurnState, Table
+from psdsf_dist.protocol.node import incarnation_of, origin_name, server_of
+from psdsf_dist.protocol.update_rule import is_feasible_column, server_view
 from psdsf_dist.runtime.names import (
     NAMESPACE,
     server_actor_name,
@@ -58,9 +61,6 @@ from psdsf_dist.runtime.names import (
 )
 from psdsf_dist.runtime.placement import assign_nodes
 from psdsf_dist.runtime.server_actor import RemoteServerActor, ServerReport
-from psdsf_dist.runtime.server_core import incarnation_of, origin_name, server_of
-from psdsf_dist.scenario import Scenario
-from psdsf_dist.update_rule import is_feasible_column, server_view
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -545,8 +545,9 @@ class Coordinator:
 
     # -- metrics ------------------------------------------------------------------------------
     async def serve_metrics(self, port: int, bind: str, per_pair: bool = True) -> str:
-        """Export the run's Prometheus metrics (:mod:`psdsf_dist.metrics`) on one HTTP endpoint
-        served from this process; returns its URL.  Calling it again returns the same URL."""
+        """Export the run's Prometheus metrics (:mod:`psdsf_dist.observability.metrics`) on one
+        HTTP endpoint served from this process; returns its URL.  Calling it again returns the same
+        URL."""
         if self.metrics_server is None:
             metrics = AllocatorMetrics(per_pair=per_pair)
             self.metrics_server = MetricsServer(metrics.registry, port, bind).start()

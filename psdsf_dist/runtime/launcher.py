@@ -30,11 +30,11 @@ import yaml
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from psdsf_dist.errors import ScenarioError, ScenarioWarning
-from psdsf_dist.runtime.config import RunConfig
+from psdsf_dist.model.scenario import Scenario, load_scenario
+from psdsf_dist.protocol.config import RunConfig
 from psdsf_dist.runtime.coordinator import RemoteCoordinator, RunResult
 from psdsf_dist.runtime.from_ray import from_ray_document, is_from_ray, node_entry
 from psdsf_dist.runtime.names import DEFAULT_RUN_ID, NAMESPACE, coordinator_name
-from psdsf_dist.scenario import Scenario, load_scenario
 
 COORDINATOR_RESTART_WAIT = 60.0  # seconds a call waits for a restarting coordinator
 

@@ -29,12 +29,10 @@ import numpy as np
 import numpy.typing as npt
 import ray
 
-from psdsf_dist.gossip import Delta
-from psdsf_dist.runtime.churn import Table
-from psdsf_dist.runtime.clock import Clock, ManualClock
-from psdsf_dist.runtime.config import RunConfig
-from psdsf_dist.runtime.names import NAMESPACE, server_actor_name
-from psdsf_dist.runtime.server_core import (
+from psdsf_dist.protocol.config import RunConfig
+from psdsf_dist.protocol.gossip import Delta
+from psdsf_dist.protocol.membership import Table
+from psdsf_dist.protocol.node import (
     Ack,
     ServerCore,
     Syn,
@@ -43,6 +41,8 @@ from psdsf_dist.runtime.server_core import (
     server_of,
     server_seed,
 )
+from psdsf_dist.runtime.clock import Clock, ManualClock
+from psdsf_dist.runtime.names import NAMESPACE, server_actor_name
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import ray
 
-from psdsf_dist.certificate import certificate
 from psdsf_dist.cli.run import serve_metrics
-from psdsf_dist.runtime.config import RunConfig
+from psdsf_dist.core.certificate import certificate
+from psdsf_dist.protocol.config import RunConfig
 from psdsf_dist.runtime.launcher import ChurnError, Run, launch
 
 pytestmark = pytest.mark.usefixtures("ray_session")

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from psdsf_dist.errors import ScenarioError
+from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.runtime.from_ray import (
     GIB,
     default_resources,
@@ -14,7 +15,6 @@ from psdsf_dist.runtime.from_ray import (
     is_from_ray,
     node_server_name,
 )
-from psdsf_dist.scenario import Scenario
 
 NODES: list[dict[str, Any]] = [
     {"NodeID": "aaaaaaaa1111", "Alive": True, "NodeManagerAddress": "10.0.0.1",

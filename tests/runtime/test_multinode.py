@@ -15,8 +15,8 @@ import pytest
 import ray
 from ray.cluster_utils import Cluster
 
-from psdsf_dist.certificate import certificate
-from psdsf_dist.runtime.config import RunConfig
+from psdsf_dist.core.certificate import certificate
+from psdsf_dist.protocol.config import RunConfig
 from psdsf_dist.runtime.coordinator import RemoteCoordinator
 from psdsf_dist.runtime.launcher import Run, launch, prepare
 from psdsf_dist.runtime.names import NAMESPACE, coordinator_name

@@ -9,8 +9,8 @@ import pytest
 import ray
 import yaml
 
-from psdsf_dist.certificate import certificate
-from psdsf_dist.runtime.config import RunConfig
+from psdsf_dist.core.certificate import certificate
+from psdsf_dist.protocol.config import RunConfig
 from psdsf_dist.runtime.launcher import launch
 
 pytestmark = pytest.mark.usefixtures("ray_session")

@@ -1,0 +1,558 @@
+"""The validated scenario: servers, users, resources as dense numpy arrays.
+
+A scenario is read from YAML or JSON (one schema, see README) or built from Python with
+:meth:`Scenario.from_dict`.  Everything is checked up front; a problem raises
+:class:`~psdsf_dist.errors.ScenarioError` naming the field (``users[2].weight``), so a typo never
+passes silently.
+
+Array conventions (used by every other module):
+
+* ``capacity``  K x M   capacity of resource r on server i
+* ``demand``    N x M   per-task demand of user n
+* ``weight``    N       phi, > 0
+* ``placement`` N x K   delta: user n may run on server i (``servers`` and ``requires``)
+* ``gamma``     N x K   tasks n could run alone on i; 0 where ineligible
+* ``demand_gamma`` N x K  the demand-based gamma before per-user overrides
+* ``max_tasks`` N       finite backlog, ``inf`` when unlimited
+* ``gamma_given`` N x K  per-user gamma overrides (section IV extension), NaN where not given
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+import yaml
+
+from psdsf_dist.errors import ScenarioError, ScenarioWarning
+
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+Mode = Literal["rdm", "tdm"]
+MODES: tuple[Mode, ...] = ("rdm", "tdm")
+
+TOP_KEYS = {"resources", "servers", "users", "external", "events", "name", "description"}
+SERVER_KEYS = {"name", "capacity", "count", "labels"}
+USER_KEYS = {
+    "name",
+    "demand",
+    "weight",
+    "servers",
+    "requires",
+    "max_tasks",
+    "gamma",
+    "external_demand",
+}
+
+
+@dataclass(frozen=True, eq=False)
+class Scenario:
+    """A validated scenario. Arrays are read-only; build variants with :meth:`replace_users`."""
+
+    resources: tuple[str, ...]
+    server_names: tuple[str, ...]
+    server_class: tuple[str, ...]
+    server_labels: tuple[Mapping[str, str], ...]
+    user_names: tuple[str, ...]
+    capacity: FloatArray
+    demand: FloatArray
+    weight: FloatArray
+    placement: BoolArray
+    gamma: FloatArray
+    demand_gamma: FloatArray
+    max_tasks: FloatArray
+    gamma_given: FloatArray
+    external_resources: tuple[str, ...] = ()
+    external_capacity: FloatArray = field(default_factory=lambda: np.zeros(0))
+    external_demand: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
+    events: tuple[Mapping[str, Any], ...] = ()
+    raw: Mapping[str, Any] = field(default_factory=dict)
+
+    # -- sizes -------------------------------------------------------------------------------
+    @property
+    def num_servers(self) -> int:
+        return len(self.server_names)
+
+    @property
+    def num_users(self) -> int:
+        return len(self.user_names)
+
+    @property
+    def num_resources(self) -> int:
+        return len(self.resources)
+
+    @property
+    def eligible(self) -> BoolArray:
+        """N x K: user n can run tasks on server i (gamma > 0)."""
+        return self.gamma > 0
+
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        """Server classes in order of first appearance."""
+        return tuple(dict.fromkeys(self.server_class))
+
+    # -- per-mode resource view --------------------------------------------------------------
+    def check_mode(self, mode: str) -> Mode:
+        if mode not in MODES:
+            raise ScenarioError("mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
+        if mode == "rdm":
+            bad = (self.gamma > 0) & (self.demand_gamma <= 0)
+            if bad.any():
+                n, i = map(int, np.argwhere(bad)[0])
+                raise ScenarioError(
+                    f"users[{n}].gamma.{self.server_names[i]}",
+                    "server lacks a resource the user demands, so a gamma given there is only "
+                    "meaningful when servers are time-shared (use mode tdm)",
+                )
+        return mode
+
+    def server_capacity(self, mode: Mode) -> FloatArray:
+        """K x M' capacities of the resources the server procedure shares (time: M' = 1)."""
+        if mode == "tdm":
+            return np.ones((self.num_servers, 1))
+        return self.capacity
+
+    def consumption(self, server: int, mode: Mode) -> FloatArray:
+        """N x M' per-task consumption at one server.
+
+        RDM: the demand, scaled where gamma was given so that a user alone gets exactly gamma
+        tasks.  TDM: a share ``1/gamma`` of the server's time per task.
+        """
+        g = self.gamma[:, server]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if mode == "tdm":
+                return np.where(g > 0, 1.0 / g, 0.0)[:, None]
+            scale = np.where(g > 0, self.demand_gamma[:, server] / g, 0.0)
+        return self.demand * scale[:, None]
+
+    def consumption_tensor(self, mode: Mode, servers: slice | None = None) -> FloatArray:
+        """K' x N x M' consumption for a block of servers (vectorised :meth:`consumption`)."""
+        sl = servers if servers is not None else slice(None)
+        g = self.gamma[:, sl].T  # K' x N
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if mode == "tdm":
+                return np.where(g > 0, 1.0 / g, 0.0)[:, :, None]
+            scale = np.where(g > 0, self.demand_gamma[:, sl].T / g, 0.0)
+        return scale[:, :, None] * self.demand[None, :, :]
+
+    # -- building ----------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: Any, source: str | None = None) -> Scenario:
+        """Validate a parsed scenario document (the file schema) and build the arrays."""
+        try:
+            return _build(data)
+        except ScenarioError as err:
+            raise err.with_source(source) if source else err from None
+
+    def replace_users(
+        self,
+        *,
+        demand: FloatArray | None = None,
+        weight: FloatArray | None = None,
+        max_tasks: FloatArray | None = None,
+        placement: BoolArray | None = None,
+    ) -> Scenario:
+        """A copy with some user arrays replaced (gamma recomputed). Used by churn and probes."""
+        d = self.demand if demand is None else np.asarray(demand, dtype=float)
+        p = self.placement if placement is None else np.asarray(placement, dtype=bool)
+        dg = demand_gamma(self.capacity, d) * p
+        gam = np.where(np.isnan(self.gamma_given), dg, self.gamma_given) * p
+        return Scenario(
+            resources=self.resources,
+            server_names=self.server_names,
+            server_class=self.server_class,
+            server_labels=self.server_labels,
+            user_names=self.user_names,
+            capacity=self.capacity,
+            demand=_frozen(d),
+            weight=_frozen(self.weight if weight is None else np.asarray(weight, dtype=float)),
+            placement=_frozen(p),
+            gamma=_frozen(gam),
+            demand_gamma=_frozen(dg),
+            max_tasks=_frozen(
+                self.max_tasks if max_tasks is None else np.asarray(max_tasks, dtype=float)
+            ),
+            gamma_given=self.gamma_given,
+            external_resources=self.external_resources,
+            external_capacity=self.external_capacity,
+            external_demand=self.external_demand,
+            events=self.events,
+            raw=self.raw,
+        )
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario file (``.yaml``, ``.yml`` or ``.json``)."""
+    p = Path(path)
+    source = str(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ScenarioError("", "no such file", source) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ScenarioError("", f"cannot read: {err}", source) from None
+    data: Any
+    if p.suffix.lower() == ".json":
+        try:
+            data = json.loads(text, object_pairs_hook=_json_object)
+        except _DuplicateKeyError as err:
+            raise ScenarioError("", f"malformed JSON: duplicate key {err.key!r}", source) from None
+        except json.JSONDecodeError as err:
+            raise ScenarioError(
+                "", f"malformed JSON at line {err.lineno}: {err.msg}", source
+            ) from None
+    else:
+        try:
+            data = yaml.load(text, Loader=_StrictYamlLoader)  # a SafeLoader
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            at = f" at line {mark.line + 1}" if mark is not None else ""
+            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+            raise ScenarioError("", f"malformed YAML{at}: {problem}", source) from None
+    return Scenario.from_dict(data, source)
+
+
+class _DuplicateKeyError(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # json.loads keeps the last of two equal keys: a repeated key is a typo to report.
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKeyError(key)
+        out[key] = value
+    return out
+
+
+class _StrictYamlLoader(yaml.SafeLoader):
+    """The safe loader, refusing a key repeated in one mapping (PyYAML keeps the last)."""
+
+
+def _yaml_mapping(loader: _StrictYamlLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        # merge keys (<<) may be overridden on purpose; only keys written twice are refused
+        if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+            key = loader.construct_object(key_node)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+    return loader.construct_mapping(node)
+
+
+_StrictYamlLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _yaml_mapping)
+
+
+def demand_gamma(capacity: FloatArray, demand: FloatArray) -> FloatArray:
+    """N x K: min over demanded resources of C[i, r] / D[n, r] (0 if a demanded one is missing)."""
+    d = demand[:, None, :]  # N x 1 x M
+    c = capacity[None, :, :]  # 1 x K x M
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(d > 0, c / d, np.inf)
+    g = ratio.min(axis=2)
+    g[~np.isfinite(g)] = 0.0
+    return np.asarray(g, dtype=float)
+
+
+# ---------------------------------------------------------------------------------------------
+# validation
+
+
+def _frozen(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    a = np.array(a, copy=True)
+    a.setflags(write=False)
+    return a
+
+
+def _mapping(value: Any, fld: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ScenarioError(fld, f"must be a mapping, got {_kind(value)}")
+    for k in value:
+        if not isinstance(k, str):
+            raise ScenarioError(fld, f"keys must be strings, got {k!r}")
+    return value
+
+
+def _sequence(value: Any, fld: str) -> Sequence[Any]:
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise ScenarioError(fld, f"must be a list, got {_kind(value)}")
+    return value
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _check_keys(obj: Mapping[str, Any], allowed: set[str], fld: str) -> None:
+    for k in obj:
+        if k not in allowed:
+            hint = ", ".join(sorted(allowed))
+            raise ScenarioError(f"{fld}.{k}" if fld else k, f"unknown key (allowed: {hint})")
+
+
+def _name(value: Any, fld: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ScenarioError(fld, f"must be a non-empty string, got {value!r}")
+    return value
+
+
+def number(value: Any, fld: str, *, positive: bool = False, allow_inf: bool = False) -> float:
+    """A finite (or +inf when allowed) non-negative number; booleans are not numbers."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ScenarioError(fld, f"must be a number, got {_kind(value)} {value!r}")
+    x = float(value)
+    if math.isnan(x):
+        raise ScenarioError(fld, "must be a number, got NaN")
+    if math.isinf(x) and not (allow_inf and x > 0):
+        raise ScenarioError(fld, f"must be finite, got {x}")
+    if x < 0:
+        raise ScenarioError(fld, f"must be >= 0, got {value}")
+    if positive and x == 0:
+        raise ScenarioError(fld, "must be > 0, got 0")
+    return x
+
+
+def resource_vector(value: Any, resources: Sequence[str], fld: str) -> FloatArray:
+    """A ``{resource: amount}`` mapping as a dense vector; left-out resources are 0."""
+    m = _mapping(value, fld)
+    out = np.zeros(len(resources))
+    index = {r: j for j, r in enumerate(resources)}
+    for k, v in m.items():
+        if k not in index:
+            declared = ", ".join(resources)
+            raise ScenarioError(f"{fld}.{k}", f"unknown resource (declared: {declared})")
+        out[index[k]] = number(v, f"{fld}.{k}")
+    return out
+
+
+def _build(data: Any) -> Scenario:
+    if data is None:
+        raise ScenarioError("", "empty scenario")
+    top = _mapping(data, "scenario")
+    _check_keys(top, TOP_KEYS, "")
+    if "resources" not in top:
+        raise ScenarioError("resources", "missing")
+    resources = [
+        _name(r, f"resources[{j}]")
+        for j, r in enumerate(_sequence(top["resources"], "resources"))
+    ]
+    if not resources:
+        raise ScenarioError("resources", "no resource declared")
+    _unique(resources, "resources")
+
+    # servers (classes expanded)
+    if "servers" not in top:
+        raise ScenarioError("servers", "missing")
+    servers_in = top["servers"]
+    names: list[str] = []
+    classes: list[str] = []
+    labels: list[Mapping[str, str]] = []
+    caps: list[FloatArray] = []
+    class_members: dict[str, list[int]] = {}
+    for s, srv in enumerate(_sequence(servers_in, "servers")):
+        fld = f"servers[{s}]"
+        srv = _mapping(srv, fld)
+        _check_keys(srv, SERVER_KEYS, fld)
+        if "name" not in srv:
+            raise ScenarioError(f"{fld}.name", "missing")
+        cname = _name(srv["name"], f"{fld}.name")
+        if cname in class_members:
+            raise ScenarioError(f"{fld}.name", f"duplicate server name {cname!r}")
+        if "capacity" not in srv:
+            raise ScenarioError(f"{fld}.capacity", "missing")
+        cap = resource_vector(srv["capacity"], resources, f"{fld}.capacity")
+        lab_in = _mapping(srv.get("labels", {}) or {}, f"{fld}.labels")
+        lab = {k: _label(v, f"{fld}.labels.{k}") for k, v in lab_in.items()}
+        if "count" in srv:
+            cnt = srv["count"]
+            if isinstance(cnt, bool) or not isinstance(cnt, int) or cnt < 1:
+                raise ScenarioError(f"{fld}.count", f"must be a whole number >= 1, got {cnt!r}")
+            members = [f"{cname}-{k}" for k in range(1, cnt + 1)]
+        else:
+            members = [cname]
+        class_members[cname] = []
+        for m in members:
+            class_members[cname].append(len(names))
+            names.append(m)
+            classes.append(cname)
+            labels.append(lab)
+            caps.append(cap)
+    if not names:
+        raise ScenarioError("servers", "no server declared")
+    dup = _first_duplicate(names)
+    if dup is not None:
+        raise ScenarioError("servers", f"duplicate server name {dup!r} after expanding classes")
+    server_index = {n: i for i, n in enumerate(names)}
+    capacity = np.array(caps, dtype=float)
+    K = len(names)
+
+    # external resources (outside every server; TSF-ER)
+    ext_names: list[str] = []
+    ext_cap = np.zeros(0)
+    if "external" in top and top["external"] is not None:
+        ext = _mapping(top["external"], "external")
+        ext_names = list(ext)
+        for k in ext_names:
+            if k in resources:
+                raise ScenarioError(f"external.{k}", "already declared as a server resource")
+        ext_cap = np.array([number(ext[k], f"external.{k}") for k in ext_names], dtype=float)
+
+    # users
+    if "users" not in top:
+        raise ScenarioError("users", "missing")
+    users_in = _sequence(top["users"], "users")
+    unames: list[str] = []
+    demands: list[FloatArray] = []
+    weights: list[float] = []
+    caps_n: list[float] = []
+    placement_rows: list[BoolArray] = []
+    overrides: list[dict[int, float]] = []
+    ext_dem: list[FloatArray] = []
+    for n, usr in enumerate(users_in):
+        fld = f"users[{n}]"
+        usr = _mapping(usr, fld)
+        _check_keys(usr, USER_KEYS, fld)
+        if "name" not in usr:
+            raise ScenarioError(f"{fld}.name", "missing")
+        uname = _name(usr["name"], f"{fld}.name")
+        if uname in unames:
+            raise ScenarioError(f"{fld}.name", f"duplicate user name {uname!r}")
+        if "demand" not in usr:
+            raise ScenarioError(f"{fld}.demand", "missing")
+        d = resource_vector(usr["demand"], resources, f"{fld}.demand")
+        if not (d > 0).any():
+            raise ScenarioError(f"{fld}.demand", "all zero: a task must need some resource")
+        w = number(usr.get("weight", 1), f"{fld}.weight", positive=True)
+        mt_raw = usr.get("max_tasks")
+        mt = math.inf if mt_raw is None else number(mt_raw, f"{fld}.max_tasks", allow_inf=True)
+        row = np.ones(K, dtype=bool)
+        if "servers" in usr and usr["servers"] is not None:
+            row = np.zeros(K, dtype=bool)
+            for j, sname in enumerate(_sequence(usr["servers"], f"{fld}.servers")):
+                sname = _name(sname, f"{fld}.servers[{j}]")
+                if sname in class_members:
+                    row[class_members[sname]] = True
+                elif sname in server_index:
+                    row[server_index[sname]] = True
+                else:
+                    raise ScenarioError(f"{fld}.servers[{j}]", f"unknown server or class {sname!r}")
+        if "requires" in usr and usr["requires"] is not None:
+            req = _mapping(usr["requires"], f"{fld}.requires")
+            want = {k: _label(v, f"{fld}.requires.{k}") for k, v in req.items()}
+            match = np.array([all(lab.get(k) == v for k, v in want.items()) for lab in labels])
+            row &= match
+        ov: dict[int, float] = {}
+        if "gamma" in usr and usr["gamma"] is not None:
+            gm = _mapping(usr["gamma"], f"{fld}.gamma")
+            # class entries first so that a member named explicitly overrides its class
+            for sname in sorted(gm, key=lambda s: s not in class_members):
+                gval = number(gm[sname], f"{fld}.gamma.{sname}")
+                if sname in class_members:
+                    targets = class_members[sname]
+                elif sname in server_index:
+                    targets = [server_index[sname]]
+                else:
+                    raise ScenarioError(f"{fld}.gamma.{sname}", "unknown server or class")
+                if not row[targets].all():
+                    raise ScenarioError(
+                        f"{fld}.gamma.{sname}", "server is excluded by the user's placement"
+                    )
+                for t in targets:
+                    ov[t] = gval
+        xd = np.zeros(len(ext_names))
+        if "external_demand" in usr and usr["external_demand"] is not None:
+            if not ext_names:
+                raise ScenarioError(f"{fld}.external_demand", "no `external` resource is declared")
+            xd = resource_vector(usr["external_demand"], ext_names, f"{fld}.external_demand")
+        unames.append(uname)
+        demands.append(d)
+        weights.append(w)
+        caps_n.append(mt)
+        placement_rows.append(row)
+        overrides.append(ov)
+        ext_dem.append(xd)
+    if not unames:
+        raise ScenarioError("users", "no user declared")
+
+    demand = np.array(demands, dtype=float)
+    placement = np.array(placement_rows, dtype=bool)
+    dg = demand_gamma(capacity, demand) * placement
+    given = np.full(dg.shape, np.nan)
+    for n, ov in enumerate(overrides):
+        for i, gval in ov.items():
+            given[n, i] = gval
+    gamma = np.where(np.isnan(given), dg, given) * placement
+    for n, uname in enumerate(unames):
+        if not (gamma[n] > 0).any():
+            warnings.warn(
+                f"users[{n}] ({uname}): eligible on no server; it will get no task",
+                ScenarioWarning,
+                stacklevel=3,
+            )
+    events = top.get("events") or ()
+    if events:
+        _sequence(events, "events")
+    from psdsf_dist.model.events import parse_events  # here: events imports this module
+    parse_events(top.get("events"), top, server_names=names, user_names=unames)
+    return Scenario(
+        resources=tuple(resources),
+        server_names=tuple(names),
+        server_class=tuple(classes),
+        server_labels=tuple(labels),
+        user_names=tuple(unames),
+        capacity=_frozen(capacity),
+        demand=_frozen(demand),
+        weight=_frozen(np.array(weights, dtype=float)),
+        placement=_frozen(placement),
+        gamma=_frozen(gamma),
+        demand_gamma=_frozen(dg),
+        max_tasks=_frozen(np.array(caps_n, dtype=float)),
+        gamma_given=_frozen(given),
+        external_resources=tuple(ext_names),
+        external_capacity=_frozen(ext_cap),
+        external_demand=_frozen(
+            np.array(ext_dem, dtype=float).reshape(len(unames), len(ext_names))
+        ),
+        events=tuple(events),
+        raw=dict(top),
+    )
+
+
+def _label(value: Any, fld: str) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float):
+        return str(value)
+    raise ScenarioError(fld, f"label values must be strings, got {_kind(value)}")
+
+
+def _unique(items: Sequence[str], fld: str) -> None:
+    dup = _first_duplicate(items)
+    if dup is not None:
+        raise ScenarioError(fld, f"duplicate name {dup!r}")
+
+
+def _first_duplicate(items: Sequence[str]) -> str | None:
+    seen: set[str] = set()
+    for it in items:
+        if it in seen:
+            return it
+        seen.add(it)
+    return None

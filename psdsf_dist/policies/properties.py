@@ -1,0 +1,505 @@
+"""Fairness properties of an allocation, each checked exactly (LPs) or probed, with a witness.
+
+Definitions follow the PS-DSF paper (sections II-A and III-B), extended to several servers:
+
+* **feasible**: within every server's capacities (and the external resources, for TSF-ER),
+  tasks only on eligible servers, no user above its backlog.
+* **sharing incentive (SI)**: every user runs at least as many tasks as under the uniform split
+  that gives it ``phi[n] / sum(phi)`` of every server (eligible or not) - and of every external
+  resource -, capped by its backlog.
+* **envy-freeness (EF)**: no user could run more tasks with another user's bundle scaled by
+  ``phi[n] / phi[m]``.  Bundles are per server: at server i user m holds ``X[m, i] c[m, i, :]``,
+  worth ``min_r`` of that over ``c[n, i, r]`` tasks to n if n may use server i (TDM: m's time
+  there, ``X[m, i] / gamma[m, i]``, worth ``gamma[n, i]`` tasks per unit).
+* **Pareto optimality (PO)**: an LP - maximise the users' relative gains subject to feasibility
+  and nobody losing; it holds when nothing can be gained.
+* **bottleneck fairness (BF)**: when one resource r* is dominantly requested by every user at
+  every eligible server, the amounts of r* the users hold are weighted max-min fair over the
+  feasible set: no user can get more r* without someone holding no more (per weight) getting
+  less.  Checked with one LP per user.  **single-resource fairness (SRF)** is the same test when
+  the servers have only one resource.
+* **strategy-proofness (SP)**: probed, not proven - seeded random misreports of one user's demand
+  (each entry scaled by a factor in [0.5, 2]) or eligible servers (some flipped); the policy is
+  rerun and the liar's *true* tasks are counted from the resources it received.  The best gain
+  found is reported; a gain above the tolerance is a counterexample.
+
+Pooled DRF (task equivalents, no per-server bundles) is checked on the pooled machine: its
+feasibility and PO against the pooled capacity, EF with whole bundles ``x[m] D[m]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import scipy.sparse as sp
+from scipy.optimize import linprog
+
+from psdsf_dist.errors import PsdsfError
+from psdsf_dist.model.scenario import Mode, Scenario
+from psdsf_dist.policies import Allocation, allocate, models_external, without_external
+from psdsf_dist.policies.feasibility import LinearModel, pooled_model, task_model
+from psdsf_dist.policies.progressive import HIGHS_OPTIONS
+
+FloatArray = npt.NDArray[np.float64]
+
+RTOL = 1e-6  # a property fails only by more than this (relative); LPs are accurate to ~1e-9
+# Slack when requiring users to keep what they hold (round-off of the input).  Small: what the
+# many users may lose within it can add up to a visible gain for one small user.
+KEEP = 1e-12
+DEFAULT_TRIALS = 20
+DEMAND_FACTOR = 2.0  # demand misreports scale each entry by a factor in [1/2, 2]
+
+
+@dataclass(frozen=True)
+class PropertyCheck:
+    """One property: holds (True/False) or not applicable (None), and why."""
+
+    key: str
+    name: str
+    holds: bool | None
+    detail: str
+    witness: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "holds": self.holds, "detail": self.detail,
+                "witness": self.witness}
+
+
+@dataclass(frozen=True)
+class PropertyReport:
+    policy: str
+    mode: Mode
+    totals: FloatArray
+    checks: tuple[PropertyCheck, ...] = field(default=())
+
+    def get(self, key: str) -> PropertyCheck:
+        for c in self.checks:
+            if c.key == key:
+                return c
+        raise KeyError(key)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"policy": self.policy, "mode": self.mode,
+                "properties": {c.key: c.to_json() for c in self.checks}}
+
+
+PROPERTY_NAMES: dict[str, str] = {
+    "feasible": "feasible",
+    "si": "sharing incentive",
+    "ef": "envy-freeness",
+    "po": "Pareto optimality",
+    "bf": "bottleneck fairness",
+    "srf": "single-resource fairness",
+    "sp": "strategy-proofness (probed)",
+}
+
+
+def check_properties(
+    scenario: Scenario,
+    policy: str,
+    mode: Mode = "rdm",
+    *,
+    trials: int = DEFAULT_TRIALS,
+    seed: int = 0,
+    allocation: Allocation | None = None,
+) -> PropertyReport:
+    """Run the policy (unless given its allocation) and check every property."""
+    env = scenario if models_external(policy) else without_external(scenario)
+    alloc = allocation if allocation is not None else allocate(env, policy, mode)
+    X = alloc.allocation
+    checks = [
+        feasible(env, X, mode, pooled=alloc.pooled),
+        sharing_incentive(env, X),
+        envy_freeness(env, X, mode, pooled=alloc.pooled),
+        pareto_optimality(env, X, mode, pooled=alloc.pooled),
+        bottleneck_fairness(env, X, mode, pooled=alloc.pooled),
+        single_resource_fairness(env, X, mode, pooled=alloc.pooled),
+        strategy_proofness(env, policy, mode, X, trials=trials, seed=seed),
+    ]
+    return PropertyReport(policy, alloc.mode, alloc.totals, tuple(checks))
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def _model(scenario: Scenario, mode: Mode, pooled: bool) -> LinearModel:
+    if pooled:
+        return pooled_model(scenario)
+    return task_model(scenario, mode, external=bool(scenario.external_resources))
+
+
+def _user(scenario: Scenario, n: int) -> str:
+    return scenario.user_names[n]
+
+
+def _num(v: float) -> str:
+    return f"{v:.6g}"
+
+
+def _consumption(scenario: Scenario, mode: Mode) -> FloatArray:
+    """K x N x M' per-task consumption, zero where ineligible."""
+    cons = scenario.consumption_tensor(mode)
+    return np.where((scenario.gamma.T > 0)[:, :, None], cons, 0.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# feasibility and sharing incentive
+
+
+def feasible(
+    scenario: Scenario, X: FloatArray, mode: Mode, *, pooled: bool = False
+) -> PropertyCheck:
+    key, name = "feasible", PROPERTY_NAMES["feasible"]
+    x = X.sum(axis=1)
+    caps = scenario.max_tasks
+    over_cap = np.flatnonzero(x > caps * (1 + RTOL) + 1e-12)
+    if len(over_cap):
+        n = int(over_cap[0])
+        return PropertyCheck(key, name, False, f"{_user(scenario, n)} runs {_num(x[n])} tasks, "
+                             f"above its backlog {_num(caps[n])}", {"user": _user(scenario, n)})
+    if (X < -1e-12).any():
+        n, i = map(int, np.argwhere(X < -1e-12)[0])
+        return PropertyCheck(key, name, False, f"negative tasks for {_user(scenario, n)}",
+                             {"user": _user(scenario, n), "server": scenario.server_names[i]})
+    if pooled:
+        use = x @ scenario.demand
+        pool = scenario.capacity.sum(axis=0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(pool > 0, use / pool, np.where(use > 0, np.inf, 0.0))
+        r = int(np.argmax(ratio))
+        if ratio[r] > 1 + RTOL:
+            return PropertyCheck(key, name, False, f"pooled {scenario.resources[r]} used "
+                                 f"{100 * ratio[r]:.4g}% of the cluster", {"resource": r})
+        return PropertyCheck(key, name, True, "within the pooled capacity (server boundaries "
+                             "ignored by this policy)")
+    stray = (scenario.gamma <= 0) & (X > 1e-12)
+    if stray.any():
+        n, i = map(int, np.argwhere(stray)[0])
+        return PropertyCheck(key, name, False, f"{_user(scenario, n)} has tasks on ineligible "
+                             f"server {scenario.server_names[i]}",
+                             {"user": _user(scenario, n), "server": scenario.server_names[i]})
+    model = task_model(scenario, mode, external=bool(scenario.external_resources))
+    z = X[model.user, model.server]
+    load = model.A @ z
+    excess = load - model.b
+    j = int(np.argmax(excess)) if len(excess) else 0
+    if len(excess) and excess[j] > RTOL:
+        return PropertyCheck(key, name, False, f"constraint {_row_name(scenario, mode, j)} at "
+                             f"{_num(load[j])} of 1", {"constraint": _row_name(scenario, mode, j)})
+    return PropertyCheck(key, name, True, "within every capacity, eligibility and backlog")
+
+
+def _row_name(scenario: Scenario, mode: Mode, row: int) -> str:
+    K = scenario.num_servers
+    if mode == "tdm":
+        if row < K:
+            return f"{scenario.server_names[row]} time"
+        row -= K
+    else:
+        M = scenario.num_resources
+        if row < K * M:
+            return f"{scenario.server_names[row // M]} {scenario.resources[row % M]}"
+        row -= K * M
+    return f"external {scenario.external_resources[row]}"
+
+
+def uniform_split_tasks(scenario: Scenario) -> FloatArray:
+    """N: tasks under the uniform split ``phi[n] / sum(phi)`` of everything, capped."""
+    frac = scenario.weight / scenario.weight.sum()
+    tasks = frac * scenario.gamma.sum(axis=1)
+    E = scenario.external_capacity
+    if len(E):
+        e = scenario.external_demand
+        with np.errstate(divide="ignore", invalid="ignore"):
+            limit = np.where(e > 0, frac[:, None] * E[None, :] / e, np.inf).min(axis=1)
+        tasks = np.minimum(tasks, limit)
+    return np.asarray(np.minimum(tasks, scenario.max_tasks))
+
+
+def sharing_incentive(scenario: Scenario, X: FloatArray) -> PropertyCheck:
+    key, name = "si", PROPERTY_NAMES["si"]
+    x = X.sum(axis=1)
+    floor = uniform_split_tasks(scenario)
+    short = (floor - x) / np.maximum(floor, 1e-300)
+    n = int(np.argmax(short))
+    if short[n] > RTOL:
+        return PropertyCheck(key, name, False, f"{_user(scenario, n)} runs {_num(x[n])} tasks, "
+                             f"fewer than the {_num(floor[n])} of the uniform split",
+                             {"user": _user(scenario, n), "tasks": float(x[n]),
+                              "uniform_split": float(floor[n])})
+    return PropertyCheck(key, name, True, "every user runs at least its uniform-split tasks")
+
+
+# ---------------------------------------------------------------------------------------------
+# envy-freeness
+
+
+def envy_matrix(
+    scenario: Scenario, X: FloatArray, mode: Mode, *, pooled: bool = False
+) -> FloatArray:
+    """N x N: ``U[n, m]`` = tasks n could run with m's bundle scaled by phi[n]/phi[m]."""
+    N = scenario.num_users
+    phi = scenario.weight
+    ratio = phi[:, None] / phi[None, :]
+    if pooled:
+        D = scenario.demand
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = np.where(D[:, None, :] > 0, D[None, :, :] / D[:, None, :], np.inf).min(axis=2)
+        return np.asarray(ratio * q * X.sum(axis=1)[None, :])
+    U = np.zeros((N, N))
+    gam = scenario.gamma
+    if mode == "tdm":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            time = np.where(gam > 0, X / np.where(gam > 0, gam, 1.0), 0.0)  # N x K
+        U = gam @ time.T  # U[n, m] = sum_i gamma[n, i] * time[m, i]
+        return np.asarray(ratio * U)
+    cons = _consumption(scenario, mode)  # K x N x M
+    for i in range(scenario.num_servers):
+        c = cons[i]  # N x M
+        with np.errstate(divide="ignore", invalid="ignore"):
+            # q[n, m] = min over r used by n of c[m, r] / c[n, r]
+            q = np.where(c[:, None, :] > 0, c[None, :, :] / c[:, None, :], np.inf).min(axis=2)
+        q = np.where((gam[:, i] > 0)[:, None] & np.isfinite(q), q, 0.0)
+        U += q * X[:, i][None, :]
+    return np.asarray(ratio * U)
+
+
+def envy_freeness(
+    scenario: Scenario, X: FloatArray, mode: Mode, *, pooled: bool = False
+) -> PropertyCheck:
+    key, name = "ef", PROPERTY_NAMES["ef"]
+    x = X.sum(axis=1)
+    U = np.minimum(envy_matrix(scenario, X, mode, pooled=pooled), scenario.max_tasks[:, None])
+    np.fill_diagonal(U, 0.0)
+    gain = (U - x[:, None]) / np.maximum(x[:, None], 1e-12)
+    n, m = map(int, np.unravel_index(np.argmax(gain), gain.shape))
+    if gain[n, m] > RTOL and U[n, m] - x[n] > 1e-9:
+        return PropertyCheck(key, name, False, f"{_user(scenario, n)} ({_num(x[n])} tasks) could "
+                             f"run {_num(U[n, m])} with {_user(scenario, m)}'s bundle",
+                             {"user": _user(scenario, n), "envies": _user(scenario, m),
+                              "tasks": float(x[n]), "with_bundle": float(U[n, m])})
+    return PropertyCheck(key, name, True, "no user prefers another's weight-scaled bundle")
+
+
+# ---------------------------------------------------------------------------------------------
+# Pareto optimality
+
+
+def pareto_optimality(
+    scenario: Scenario, X: FloatArray, mode: Mode, *, pooled: bool = False
+) -> PropertyCheck:
+    key, name = "po", PROPERTY_NAMES["po"]
+    model = _model(scenario, mode, pooled)
+    T = model.totals
+    x = X.sum(axis=1)
+    N = scenario.num_users
+    # gains relative to what the user holds, or to a thousandth of what it could run alone
+    ref = np.maximum(x, 1e-3 * np.maximum(scenario.gamma.sum(axis=1), 1e-9))
+    # maximise sum_n x'[n] / ref[n]  s.t. feasible, x' >= x, x' <= caps
+    A_parts = [model.A, -sp.diags(1.0 / ref) @ T]
+    b_parts = [model.b, -(x / ref) * (1 - KEEP)]
+    finite = np.flatnonzero(np.isfinite(scenario.max_tasks))
+    if len(finite):
+        A_parts.append(T[finite])
+        b_parts.append(scenario.max_tasks[finite])
+    c = -np.asarray((sp.diags(1.0 / ref) @ T).sum(axis=0)).ravel()
+    res = linprog(c, A_ub=sp.vstack(A_parts, format="csr"), b_ub=np.concatenate(b_parts),
+                  bounds=(0.0, None), method="highs", options=HIGHS_OPTIONS)
+    if res.status == 2:
+        return PropertyCheck(key, name, False, "the allocation itself is infeasible")
+    if res.status != 0:
+        return PropertyCheck(key, name, None, f"LP failed: {res.message}")
+    better = np.asarray(T @ res.x)
+    gain = (better - x) / ref
+    n = int(np.argmax(gain))
+    if gain[n] > RTOL:
+        return PropertyCheck(key, name, False, f"{_user(scenario, n)} could run "
+                             f"{_num(better[n])} instead of {_num(x[n])} tasks with nobody "
+                             "running fewer", {"user": _user(scenario, n), "tasks": float(x[n]),
+                                               "improved": float(better[n]),
+                                               "totals": [float(v) for v in better[:N]]})
+    return PropertyCheck(key, name, True, "no user can gain without another losing")
+
+
+# ---------------------------------------------------------------------------------------------
+# bottleneck and single-resource fairness
+
+
+def bottleneck_resource(scenario: Scenario) -> int | None:
+    """The resource every user requests dominantly at every eligible server, if there is one."""
+    cons = _consumption(scenario, "rdm")  # K x N x M
+    cap = scenario.capacity
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(cap[:, None, :] > 0, cons / cap[:, None, :], 0.0)
+    top = share.max(axis=2, keepdims=True)
+    eligible = (scenario.gamma.T > 0)[:, :, None]
+    is_dominant = (share >= top * (1 - 1e-12)) | ~eligible
+    common = np.flatnonzero(is_dominant.all(axis=(0, 1)))
+    if not eligible.any() or not len(common):
+        return None
+    return int(common[0])
+
+
+def bottleneck_fairness(
+    scenario: Scenario, X: FloatArray, mode: Mode, *, pooled: bool = False
+) -> PropertyCheck:
+    key, name = "bf", PROPERTY_NAMES["bf"]
+    r = bottleneck_resource(scenario)
+    if r is None:
+        return PropertyCheck(key, name, None, "not applicable: no resource is dominant for every "
+                             "user at every eligible server")
+    return _max_min_check(key, name, scenario, X, mode, pooled, r)
+
+
+def single_resource_fairness(
+    scenario: Scenario, X: FloatArray, mode: Mode, *, pooled: bool = False
+) -> PropertyCheck:
+    key, name = "srf", PROPERTY_NAMES["srf"]
+    if scenario.num_resources != 1:
+        return PropertyCheck(key, name, None, "not applicable: servers have "
+                             f"{scenario.num_resources} resources")
+    return _max_min_check(key, name, scenario, X, mode, pooled, 0)
+
+
+def _max_min_check(
+    key: str, name: str, scenario: Scenario, X: FloatArray, mode: Mode, pooled: bool, r: int
+) -> PropertyCheck:
+    """Are the amounts of resource r weighted max-min fair over the feasible set?"""
+    model = _model(scenario, mode, pooled)
+    T = model.totals
+    x = X.sum(axis=1)
+    if pooled:
+        G = sp.diags(scenario.demand[:, r]) @ T
+        held = x * scenario.demand[:, r]
+    else:
+        cons = _consumption(scenario, "rdm")[:, :, r]  # K x N
+        per = cons[model.server, model.user]
+        G = sp.csr_matrix((per, (model.user, np.arange(len(per)))), shape=T.shape)
+        held = (X * cons.T).sum(axis=1)
+    level = held / scenario.weight
+    pool = float(scenario.capacity[:, r].sum())
+    finite = np.flatnonzero(np.isfinite(scenario.max_tasks))
+    rname = scenario.resources[r]
+    for n in np.argsort(level, kind="stable").tolist():
+        if x[n] >= scenario.max_tasks[n] * (1 - RTOL):
+            continue
+        poorer = np.flatnonzero(level <= level[n] * (1 + KEEP) + 1e-15)
+        poorer = poorer[poorer != n]
+        norm = max(held[n], RTOL * pool)
+        A_parts = [model.A, -G[poorer]]
+        b_parts = [model.b, -held[poorer] * (1 - KEEP)]
+        if len(finite):
+            A_parts.append(T[finite])
+            b_parts.append(scenario.max_tasks[finite])
+        c = -np.asarray(G[n].todense()).ravel() / norm
+        res = linprog(c, A_ub=sp.vstack(A_parts, format="csr"), b_ub=np.concatenate(b_parts),
+                      bounds=(0.0, None), method="highs", options=HIGHS_OPTIONS)
+        if res.status != 0:
+            return PropertyCheck(key, name, None, f"LP failed: {res.message}")
+        best = -res.fun * norm
+        if (best - held[n]) / norm > RTOL:
+            return PropertyCheck(
+                key, name, False,
+                f"{_user(scenario, n)} could hold {_num(best)} {rname} instead of "
+                f"{_num(held[n])} with no user holding less per weight losing any",
+                {"user": _user(scenario, n), "resource": rname, "held": float(held[n]),
+                 "achievable": float(best)},
+            )
+    return PropertyCheck(key, name, True, f"{rname} (dominant everywhere) is weighted max-min "
+                         "fair")
+
+
+# ---------------------------------------------------------------------------------------------
+# strategy-proofness, probed
+
+
+def strategy_proofness(
+    scenario: Scenario,
+    policy: str,
+    mode: Mode,
+    X: FloatArray,
+    *,
+    trials: int = DEFAULT_TRIALS,
+    seed: int = 0,
+) -> PropertyCheck:
+    key, name = "sp", PROPERTY_NAMES["sp"]
+    if trials <= 0:
+        return PropertyCheck(key, name, None, "not probed (0 trials)")
+    rng = np.random.default_rng(seed)
+    x = X.sum(axis=1)
+    N, K = scenario.num_users, scenario.num_servers
+    best_gain = -np.inf
+    best: dict[str, Any] | None = None
+    failed = 0
+    for _ in range(trials):
+        n = int(rng.integers(N))
+        lie_about_servers = K > 1 and rng.random() < 0.5
+        demand = scenario.demand.copy()
+        placement = scenario.placement.copy()
+        if lie_about_servers:
+            flip = rng.random(K) < 0.3
+            if not flip.any():
+                flip[int(rng.integers(K))] = True
+            placement[n] = placement[n] ^ flip
+            lie: dict[str, Any] = {"servers": [scenario.server_names[i]
+                                               for i in np.flatnonzero(placement[n])]}
+        else:
+            factor = np.exp(rng.uniform(-np.log(DEMAND_FACTOR), np.log(DEMAND_FACTOR),
+                                        scenario.num_resources))
+            demand[n] = demand[n] * factor
+            lie = {"demand": {r: float(demand[n, j]) for j, r in enumerate(scenario.resources)
+                              if demand[n, j] > 0}}
+        liar = scenario.replace_users(demand=demand, placement=placement)
+        if not (liar.gamma[n] > 0).any():
+            continue
+        try:
+            outcome = allocate(liar, policy, mode)
+        except PsdsfError:
+            failed += 1
+            continue
+        true = true_tasks(scenario, liar, outcome, n)
+        gain = (true - x[n]) / max(x[n], 1e-12)
+        if gain > best_gain:
+            best_gain = gain
+            best = {"user": _user(scenario, n), "misreport": lie, "tasks": float(x[n]),
+                    "true_tasks_when_lying": float(true), "gain": float(gain)}
+    tried = f"{trials} seeded misreports (seed {seed})" + (f", {failed} unsolved" if failed else "")
+    if best is None:
+        return PropertyCheck(key, name, None, f"no usable misreport among {tried}")
+    if best_gain > RTOL:
+        return PropertyCheck(key, name, False, f"{best['user']} gains {100 * best_gain:.3g}% by "
+                             f"misreporting its {next(iter(best['misreport']))}; {tried}", best)
+    return PropertyCheck(key, name, True, f"no gain found in {tried} (best "
+                         f"{100 * best_gain:+.3g}%)", best)
+
+
+def true_tasks(truth: Scenario, liar: Scenario, outcome: Allocation, n: int) -> float:
+    """Tasks user n can really run with what it was given after misreporting (capped)."""
+    X = outcome.allocation
+    if outcome.pooled:
+        d_true, d_told = truth.demand[n], liar.demand[n]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = np.where(d_true > 0, d_told / d_true, np.inf).min()
+        # task equivalents drawn from servers the user cannot really use are worth nothing
+        got = float(X[n, truth.gamma[n] > 0].sum() * q)
+    elif outcome.mode == "tdm":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            time = np.where(liar.gamma[n] > 0, X[n] / liar.gamma[n], 0.0)
+        got = float((time * truth.gamma[n]).sum())
+    else:
+        got = 0.0
+        for i in np.flatnonzero((X[n] > 0) & (truth.gamma[n] > 0)):
+            held = X[n, i] * liar.consumption(int(i), "rdm")[n]
+            need = truth.consumption(int(i), "rdm")[n]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                got += float(np.where(need > 0, held / need, np.inf).min())
+    if len(truth.external_resources):
+        e = truth.external_demand[n]
+        held_e = X[n].sum() * liar.external_demand[n]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            got = min(got, float(np.where(e > 0, held_e / e, np.inf).min()))
+    return min(got, float(truth.max_tasks[n]))

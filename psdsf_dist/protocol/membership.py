@@ -1,0 +1,212 @@
+"""Who is present and what they ask for, as churn changes it (the coordinator's user table).
+
+The state starts from the scenario's universe (every server and user its events ever name,
+:func:`psdsf_dist.model.events.universe`) with who is present at time 0, and grows when a user or a
+server unknown so far joins at run time.  Each change makes a new :class:`Table` with a larger
+``epoch``; servers adopt the newest table they hear of.  Indices never move: new users and new
+servers are appended, absent ones are masked out, as in the simulator.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from psdsf_dist.errors import ScenarioError, ScenarioWarning
+from psdsf_dist.model.events import (
+    Event,
+    ServerFails,
+    ServerJoins,
+    SetDemand,
+    SetWeight,
+    UserJoins,
+    UserLeaves,
+    parse_events,
+    universe,
+)
+from psdsf_dist.model.scenario import Scenario
+
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class Table:
+    """Everything a server needs to know about the others' demands, weights and presence."""
+
+    epoch: int
+    scenario: Scenario
+    """The scenario as it stands: absent users and servers left out of ``placement``."""
+    full: Scenario
+    """Every server and user known so far, placement unmasked."""
+    users_present: BoolArray
+    servers_present: BoolArray
+    history: tuple[tuple[str, float], ...]
+    """(description, run time) of every change so far, oldest first."""
+    scenario_events_applied: int
+    """How many of the scenario file's events are in this table (to resume after a restart)."""
+
+    def server_index(self, name: str) -> int:
+        return self.scenario.server_names.index(name)
+
+
+@dataclass
+class ChurnState:
+    """The coordinator's mutable membership and user state (see the module docstring)."""
+
+    full: Scenario
+    users_present: BoolArray
+    servers_present: BoolArray
+    demand: FloatArray
+    weight: FloatArray
+    epoch: int = 0
+    history: tuple[tuple[str, float], ...] = ()
+    scenario_events_applied: int = 0
+
+    @classmethod
+    def start(cls, scenario: Scenario) -> tuple[ChurnState, tuple[Event, ...]]:
+        """The state at time 0 and the scenario's events (typed, in time order)."""
+        u = universe(scenario)
+        state = cls(u.scenario, u.users_present.copy(), u.servers_present.copy(),
+                    np.array(u.scenario.demand, dtype=float),
+                    np.array(u.scenario.weight, dtype=float))
+        return state, u.events
+
+    @classmethod
+    def resume(cls, table: Table) -> ChurnState:
+        """Rebuild the state from a table (a restarted coordinator asks its servers)."""
+        s = table.scenario
+        return cls(table.full, table.users_present.copy(), table.servers_present.copy(),
+                   np.array(s.demand, dtype=float), np.array(s.weight, dtype=float),
+                   table.epoch, table.history, table.scenario_events_applied)
+
+    # -- reading ------------------------------------------------------------------------------
+    def current(self) -> Scenario:
+        placement = (self.full.placement & self.users_present[:, None]
+                     & self.servers_present[None, :])
+        return self.full.replace_users(demand=self.demand, weight=self.weight,
+                                       placement=placement)
+
+    def table(self) -> Table:
+        return Table(self.epoch, self.current(), self.full, self.users_present.copy(),
+                     self.servers_present.copy(), self.history, self.scenario_events_applied)
+
+    def present_servers(self) -> list[str]:
+        return [s for s, up in zip(self.full.server_names, self.servers_present, strict=True)
+                if up]
+
+    # -- changing -----------------------------------------------------------------------------
+    def apply(self, event: Event, now: float, *, from_scenario: bool = False) -> None:
+        """Apply one change at run time ``now``; a change that does not fit the current state
+        (an unknown user, a user leaving twice, ...) raises :class:`ScenarioError`."""
+        names = self.full.user_names
+        fld = "event" if event.index < 0 else f"events[{event.index}]"
+        if isinstance(event, UserLeaves):
+            n = self._user(event.user, f"{fld}.user_leaves")
+            if not self.users_present[n]:
+                raise ScenarioError(f"{fld}.user_leaves", f"user {event.user!r} is absent")
+            self.users_present[n] = False
+        elif isinstance(event, UserJoins):
+            if event.user not in names:
+                if event.spec is None:
+                    raise ScenarioError(f"{fld}.user_joins",
+                                        f"unknown user {event.user!r} (a new user needs a "
+                                        "full entry: {name, demand})")
+                self._grow(users=[dict(event.spec)], fld=f"{fld}.user_joins")
+            n = names.index(event.user) if event.user in names else len(self.full.user_names) - 1
+            if self.users_present[n]:
+                raise ScenarioError(f"{fld}.user_joins", f"user {event.user!r} is present")
+            self.users_present[n] = True
+        elif isinstance(event, SetDemand):
+            n = self._user(event.user, f"{fld}.set_demand")
+            self.demand[n] = [float(event.demand.get(r, 0.0)) for r in self.full.resources]
+        elif isinstance(event, SetWeight):
+            n = self._user(event.user, f"{fld}.set_weight")
+            self.weight[n] = event.weight
+        elif isinstance(event, ServerFails):
+            i = self._server(event.server, f"{fld}.server_fails")
+            if not self.servers_present[i]:
+                raise ScenarioError(f"{fld}.server_fails", f"server {event.server!r} is down")
+            self.servers_present[i] = False
+        elif isinstance(event, ServerJoins):
+            if event.server not in self.full.server_names:
+                if event.spec is None:
+                    raise ScenarioError(f"{fld}.server_joins",
+                                        f"unknown server {event.server!r} (a new server needs "
+                                        "a capacity)")
+                self._grow(servers=[dict(event.spec)], fld=f"{fld}.server_joins")
+            i = self.full.server_names.index(event.server)
+            if self.servers_present[i]:
+                raise ScenarioError(f"{fld}.server_joins", f"server {event.server!r} is up")
+            self.servers_present[i] = True
+        else:  # pragma: no cover - every Event subclass is handled above
+            raise ScenarioError(fld, f"unsupported event {event.kind}")
+        self.epoch += 1
+        self.history = (*self.history, (event.describe(), float(now)))
+        if from_scenario:
+            self.scenario_events_applied += 1
+
+    def parse(self, item: Mapping[str, Any]) -> Event:
+        """One event mapping in the scenario-file syntax (``at`` optional) as a typed event.
+
+        Only the syntax is checked here; :meth:`apply` checks it against the present state.
+        """
+        ev = dict(item)
+        ev.setdefault("at", 0.0)
+        kinds = [k for k in ev if k != "at"]
+        if len(kinds) == 1 and kinds[0] in ("user_joins", "server_joins"):
+            body = ev[kinds[0]]
+            name = body.get("name") if isinstance(body, Mapping) else body
+            known = (self.full.user_names if kinds[0] == "user_joins"
+                     else self.full.server_names)
+            if isinstance(name, str) and name in known:
+                if kinds[0] == "user_joins":
+                    return UserJoins(float(ev["at"]), -1, name, None)
+                return ServerJoins(float(ev["at"]), -1, name, None)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ScenarioWarning)
+            parsed = parse_events([ev], self.full.raw, server_names=self.full.server_names,
+                                  user_names=self.full.user_names)
+        return _with_index(parsed[0], -1)
+
+    # -- internals ----------------------------------------------------------------------------
+    def _user(self, name: str, fld: str) -> int:
+        if name not in self.full.user_names:
+            raise ScenarioError(fld, f"unknown user {name!r}")
+        return self.full.user_names.index(name)
+
+    def _server(self, name: str, fld: str) -> int:
+        if name not in self.full.server_names:
+            raise ScenarioError(fld, f"unknown server {name!r}")
+        return self.full.server_names.index(name)
+
+    def _grow(self, *, users: list[dict[str, Any]] | None = None,
+              servers: list[dict[str, Any]] | None = None, fld: str) -> None:
+        doc = {k: v for k, v in self.full.raw.items() if k != "events"}
+        doc["users"] = [*list(doc.get("users") or []), *(users or [])]
+        doc["servers"] = [*list(doc.get("servers") or []), *(servers or [])]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ScenarioWarning)
+            try:
+                grown = Scenario.from_dict(doc)
+            except ScenarioError as err:
+                raise ScenarioError(fld, f"{err.field}: {err.message}") from None
+        added_users = grown.num_users - self.full.num_users
+        added_servers = grown.num_servers - self.full.num_servers
+        self.users_present = np.concatenate([self.users_present, np.zeros(added_users, bool)])
+        self.servers_present = np.concatenate(
+            [self.servers_present, np.zeros(added_servers, bool)])
+        self.demand = np.concatenate([self.demand, np.asarray(grown.demand)[-added_users:]
+                                      if added_users else np.zeros((0, grown.num_resources))])
+        self.weight = np.concatenate([self.weight, np.asarray(grown.weight)[-added_users:]
+                                      if added_users else np.zeros(0)])
+        self.full = grown
+
+
+def _with_index(event: Event, index: int) -> Event:
+    return replace(event, index=index)

@@ -1,0 +1,95 @@
+"""Churn state: presence, tables, growth with new users and servers, resuming from a table."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from psdsf_dist.errors import ScenarioError
+from psdsf_dist.model.scenario import Scenario, load_scenario
+from psdsf_dist.protocol.membership import ChurnState
+from tests.conftest import EXAMPLES
+
+
+def paper() -> Scenario:
+    return load_scenario(EXAMPLES / "paper_cluster.yaml")
+
+
+def test_start_gives_presence_and_typed_events() -> None:
+    state, events = ChurnState.start(paper())
+    assert state.epoch == 0
+    assert state.users_present.all() and state.servers_present.all()
+    assert [e.describe() for e in events] == ["user u4 leaves", "user u4 joins"]
+    assert len(state.present_servers()) == 120
+
+
+def test_leave_masks_the_user_everywhere_and_join_restores_it() -> None:
+    state, events = ChurnState.start(paper())
+    before = state.current().gamma.copy()
+    state.apply(events[0], 100.0, from_scenario=True)
+    t = state.table()
+    assert t.epoch == 1 and t.scenario_events_applied == 1
+    assert not t.scenario.eligible[3].any()
+    assert np.array_equal(t.scenario.gamma[:3], before[:3])
+    state.apply(events[1], 250.0, from_scenario=True)
+    assert np.array_equal(state.current().gamma, before)
+    assert [h[0] for h in state.history] == ["user u4 leaves", "user u4 joins"]
+
+
+def test_changes_that_do_not_fit_the_state_are_errors() -> None:
+    state, _ = ChurnState.start(paper())
+    with pytest.raises(ScenarioError, match="is present"):
+        state.apply(state.parse({"user_joins": "u1"}), 1.0)
+    with pytest.raises(ScenarioError, match="unknown user"):
+        state.parse({"set_weight": {"user": "nobody", "weight": 2}})
+    state.apply(state.parse({"user_leaves": "u2"}), 1.0)
+    with pytest.raises(ScenarioError, match="absent"):
+        state.apply(state.parse({"user_leaves": "u2"}), 2.0)
+    assert state.epoch == 1  # refused changes leave no trace
+
+
+def test_demand_and_weight_changes_reach_the_table() -> None:
+    state, _ = ChurnState.start(paper())
+    state.apply(state.parse({"set_demand": {"user": "u1", "demand": {"cpu": 0.2, "mem": 0.1}}}),
+                5.0)
+    state.apply(state.parse({"set_weight": {"user": "u2", "weight": 5}}), 6.0)
+    cur = state.table().scenario
+    assert list(cur.demand[0]) == [0.2, 0.1]
+    assert cur.weight[1] == 5
+    assert cur.gamma[0, 0] == pytest.approx(5.0)  # class A: min(1/0.2, 1/0.1)
+
+
+def test_new_users_and_servers_are_appended() -> None:
+    state, _ = ChurnState.start(paper())
+    state.apply(state.parse({"user_joins": {"name": "u9", "demand": {"cpu": 0.1}}}), 1.0)
+    state.apply(state.parse({"server_joins": {"name": "E", "capacity": {"cpu": 2, "mem": 2}}}),
+                2.0)
+    cur = state.current()
+    assert cur.user_names[-1] == "u9" and cur.server_names[-1] == "E"
+    assert cur.num_users == 5 and cur.num_servers == 121
+    assert cur.eligible[4].all()  # the new user may run anywhere, the new server included
+    state.apply(state.parse({"server_fails": "E"}), 3.0)
+    assert not state.current().eligible[:, -1].any()
+    state.apply(state.parse({"server_joins": {"name": "E"}}), 4.0)  # comes back
+    assert state.current().eligible[:, -1].any()
+
+
+def test_a_bad_new_server_names_the_field() -> None:
+    state, _ = ChurnState.start(paper())
+    with pytest.raises(ScenarioError) as err:
+        state.apply(state.parse({"server_joins": {"name": "E", "capacity": {"gpu": 1}}}), 1.0)
+    assert "server_joins" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_resume_from_a_table_gives_the_same_state() -> None:
+    state, events = ChurnState.start(paper())
+    state.apply(events[0], 100.0, from_scenario=True)
+    state.apply(state.parse({"user_joins": {"name": "u9", "demand": {"cpu": 0.1}}}), 101.0)
+    back = ChurnState.resume(state.table())
+    assert back.epoch == state.epoch and back.history == state.history
+    assert back.scenario_events_applied == 1
+    a, b = back.current(), state.current()
+    assert a.user_names == b.user_names
+    assert np.array_equal(a.gamma, b.gamma) and np.array_equal(a.weight, b.weight)
+    back.apply(events[1], 250.0, from_scenario=True)  # and it carries on
+    assert back.current().eligible[3].any()

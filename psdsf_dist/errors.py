@@ -39,3 +39,7 @@ class SolverError(PsdsfError, RuntimeError):
 
 class ScenarioWarning(UserWarning):
     """Something in a scenario is legal but probably not what was meant."""
+
+
+class FeasibilityError(PsdsfError, AssertionError):
+    """A server adopted a column exceeding one of its capacities (a bug, never bad input)."""

@@ -13,7 +13,8 @@ from typing import Any
 
 from psdsf_dist.errors import PsdsfError, ScenarioError, ScenarioWarning
 from psdsf_dist.model.scenario import Scenario, load_scenario
-from psdsf_dist.protocol.update_rule import DEFAULT_RULE, RULES
+from psdsf_dist.protocol.config import ProtocolConfig
+from psdsf_dist.protocol.update_rule import RULES
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -87,10 +88,66 @@ def _default(obj: Any) -> Any:
 
 
 def add_protocol_options(p: argparse.ArgumentParser) -> None:
-    """``--mode``, ``--rule`` and ``--seed``: how the distributed protocol runs (the commands
-    that run it: ``simulate``, ``observe``, ``run``)."""
-    p.add_argument("--mode", choices=["rdm", "tdm"], default="rdm",
+    """The distributed protocol's options (:class:`ProtocolConfig`), with the same names,
+    units and defaults in every command that runs it: ``simulate``, ``observe``, ``run``."""
+    d = ProtocolConfig()
+    g = p.add_argument_group("protocol (the same in simulate, observe and run)")
+    g.add_argument("--period", type=float, default=d.period, metavar="T",
+                   help=f"seconds between two updates of a server (default {d.period:g})")
+    timing = g.add_mutually_exclusive_group()
+    timing.add_argument("--jitter", type=float, default=d.jitter, metavar="J",
+                        help="random spread of each wait, as a fraction of it; servers start at "
+                             f"random phases (default {d.jitter:g})")
+    timing.add_argument("--lockstep", action="store_const", const=0.0, dest="jitter",
+                        help="jitter 0: every server wakes at the same instants (the hard "
+                             "case: all act on the same stale totals)")
+    g.add_argument("--delay", default=f"{d.delay:g}", metavar="D",
+                   help="seconds the transport holds each message, or rounds with a trailing r "
+                        f"(e.g. 1r; default {d.delay:g}; on Ray, on top of Ray's own latency)")
+    g.add_argument("--loss", type=float, default=d.loss, metavar="P",
+                   help=f"probability that the transport drops a message (default {d.loss:g})")
+    g.add_argument("--fanout", type=int, default=d.fanout, metavar="F",
+                   help=f"peers per gossip round (default {d.fanout})")
+    g.add_argument("--gossip-rate", type=int, default=d.gossip_rate, metavar="G",
+                   help=f"gossip rounds per period (default {d.gossip_rate})")
+    g.add_argument("--rule", choices=RULES, default=d.rule,
+                   help=f"update rule (default {d.rule})")
+    g.add_argument("--mode", choices=["rdm", "tdm"], default=d.mode,
                    help="rdm: divisible resources (Theorem 1); tdm: time-shared servers")
-    p.add_argument("--rule", choices=RULES, default=DEFAULT_RULE,
-                   help=f"update rule (default {DEFAULT_RULE})")
-    p.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
+    g.add_argument("--seed", type=int, default=d.seed, metavar="S",
+                   help=f"random seed (default {d.seed})")
+    g.add_argument("--rtol", type=float, default=d.rtol,
+                   help=f"certificate tolerance for convergence (default {d.rtol:g})")
+    g.add_argument("--hold", type=int, default=d.hold, metavar="H",
+                   help="rounds in a row the certificate must hold for an event's convergence "
+                        f"to count, unless the next event comes first (default {d.hold})")
+
+
+def parse_delay(text: str, period: float) -> float:
+    """Seconds from ``"0.5"`` (seconds) or ``"2r"`` (rounds of ``period``)."""
+    raw = text.strip().lower()
+    rounds = raw.endswith("r")
+    try:
+        value = float(raw[:-1] if rounds else raw)
+    except ValueError:
+        raise CommandError(
+            f"--delay: expected seconds or rounds (e.g. 0.5 or 1r), got {text!r}"
+        ) from None
+    if not value >= 0 or value == float("inf"):
+        raise CommandError(f"--delay: must be a finite number >= 0, got {text!r}")
+    return value * period if rounds else value
+
+
+def protocol_config(args: argparse.Namespace) -> ProtocolConfig:
+    """The :class:`ProtocolConfig` the options of :func:`add_protocol_options` ask for."""
+    if not (args.period > 0 and args.period != float("inf")):
+        raise CommandError(f"--period: must be a positive number of seconds, got {args.period}")
+    cfg = ProtocolConfig(
+        period=args.period, jitter=args.jitter, delay=parse_delay(args.delay, args.period),
+        loss=args.loss, fanout=args.fanout, gossip_rate=args.gossip_rate, rule=args.rule,
+        mode=args.mode, seed=args.seed, rtol=args.rtol, hold=args.hold)
+    try:
+        cfg.check()
+    except ValueError as err:
+        raise CommandError(str(err)) from None
+    return cfg

@@ -4,7 +4,8 @@ The simulated allocator is exported exactly as a running one is
 (:mod:`psdsf_dist.observability.metrics` on one endpoint,
 :mod:`psdsf_dist.observability.metrics_server`), so a simulated run can be watched in Prometheus
 and Grafana.  Each simulated round takes ``--pace`` seconds of wall-clock time (default: the
-period, i.e. real time), so scrapes see the run unfold; ``--hold`` keeps serving the final state.
+period, i.e. real time), so scrapes see the run unfold; ``--keep-serving`` keeps serving the final
+state.
 
 Times in the metrics are the simulation's own (a round is ``--period`` seconds), except the
 server-procedure latency, which is the wall-clock time each server's update took.  Every server
@@ -26,21 +27,21 @@ from types import FrameType
 import numpy as np
 import numpy.typing as npt
 
-from psdsf_dist.cli.common import EXIT_FAILURE, CommandError, add_protocol_options, emit, load
+from psdsf_dist.cli.common import (
+    EXIT_FAILURE,
+    CommandError,
+    add_protocol_options,
+    emit,
+    load,
+    protocol_config,
+)
 from psdsf_dist.cli.simulate import render
-from psdsf_dist.errors import PsdsfError
-from psdsf_dist.model.events import Event, ServerJoins, universe
+from psdsf_dist.errors import FeasibilityError, PsdsfError
+from psdsf_dist.model.events import Event, ServerJoins
 from psdsf_dist.observability.metrics import AllocatorMetrics, RunMetrics, allocation_state
 from psdsf_dist.observability.metrics_server import DEFAULT_BIND, DEFAULT_PORT, MetricsServer
-from psdsf_dist.protocol.update_rule import RuleState, ServerView
-from psdsf_dist.simulator.simulation import (
-    CONVERGENCE_RTOL,
-    FeasibilityError,
-    RoundRecord,
-    SimConfig,
-    SimulationResult,
-    Simulator,
-)
+from psdsf_dist.protocol.convergence import Observation
+from psdsf_dist.simulator.simulation import SimConfig, SimulationResult, Simulator
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -58,20 +59,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help=f"metrics port (default {DEFAULT_PORT}; 0 picks a free one, printed)")
     p.add_argument("--bind", default=DEFAULT_BIND, metavar="A",
                    help=f"address to serve metrics on (default {DEFAULT_BIND}; 0.0.0.0 for all)")
-    p.add_argument("--rounds", type=int, default=300, metavar="R",
-                   help="rounds (periods) to simulate (default 300)")
-    p.add_argument("--period", type=float, default=1.0, metavar="T",
-                   help="simulated seconds between two updates of a server (default 1)")
+    p.add_argument("--rounds", type=int, default=SimConfig.rounds, metavar="R",
+                   help=f"rounds (periods) to simulate (default {SimConfig.rounds})")
     p.add_argument("--pace", type=float, metavar="S",
                    help="wall-clock seconds per simulated round (default: the period, i.e. "
                         "real time; 0 = as fast as possible)")
-    p.add_argument("--hold", type=float, default=0.0, metavar="S",
+    p.add_argument("--keep-serving", type=float, default=0.0, metavar="S",
                    help="keep serving the final state for S seconds after the run (default 0)")
-    p.add_argument("--delay", type=float, metavar="D",
-                   help="message delay in simulated seconds (default: one period)")
-    p.add_argument("--jitter", type=float, metavar="J",
-                   help="random phases, each update within +-J/2 seconds of its phase "
-                        "(default: all servers in lock-step)")
     add_protocol_options(p)
     p.add_argument("--gossip", choices=["auto", "scuttlebutt", "snapshot"], default="auto",
                    help="gossip model of the simulator (default auto)")
@@ -86,62 +80,53 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(run=run)
 
 
-class TimedSimulator(Simulator):
-    """The simulator, timing each server's update: the server-procedure latency.
-
-    Wraps ``Simulator._update``, the one place a server's update runs (with the server's
-    index); ``tests/test_cli_observe.py`` counts the timed updates, so a change there shows.
-    """
-
-    def __post_init__(self) -> None:
-        self.updates: list[tuple[int, float]] = []
-        super().__post_init__()
-
-    def _update(self, i: int, view: ServerView, totals: FloatArray, column: FloatArray,
-                state: RuleState) -> tuple[FloatArray, RuleState]:
-        started = time.perf_counter()
-        out = super()._update(i, view, totals, column, state)
-        self.updates.append((i, time.perf_counter() - started))
-        return out
-
-
 class SimulationExporter:
     """Translates the simulator's state after each round into :class:`AllocatorMetrics`, the
     way a coordinator feeds them (:class:`RunMetrics`), plus what only the simulator knows per
     server: each update's duration and its view's staleness."""
 
-    def __init__(self, sim: TimedSimulator, metrics: AllocatorMetrics) -> None:
+    def __init__(self, sim: Simulator, metrics: AllocatorMetrics) -> None:
         self.sim = sim
         self.metrics = metrics
         self.run = RunMetrics(metrics)
-        full = universe(sim.scenario)
-        self.events: tuple[Event, ...] = tuple(sorted(full.events, key=lambda e: (e.at, e.index)))
-        self.server_names = full.scenario.server_names
+        self.events: tuple[Event, ...] = tuple(sorted(sim.events, key=lambda e: (e.at, e.index)))
         self._next_event = 0
-        self._ever_up = {self.server_names[int(i)] for i in np.flatnonzero(sim.servers_up)}
+        self._ever_up = set(sim.churn.present_servers())
+        self._timed: dict[str, int] = {}
+        """Per server incarnation (origin): updates already exported."""
 
     def start(self) -> None:
         """Membership and the (empty) allocation before the first round."""
         sim = self.sim
-        self.metrics.set_state(allocation_state(sim.current, sim.X, users=sim.users_active,
-                                                servers=sim.servers_up))
-        self.metrics.set_membership(int(sim.servers_up.sum()), int(sim.users_active.sum()))
+        churn = sim.churn
+        self.metrics.set_state(allocation_state(churn.current(), sim.allocation(),
+                                                users=churn.users_present,
+                                                servers=churn.servers_present))
+        self.metrics.set_membership(int(churn.servers_present.sum()),
+                                    int(churn.users_present.sum()))
 
-    def round(self, rec: RoundRecord) -> None:
+    def round(self, rec: Observation) -> None:
         sim, m = self.sim, self.metrics
-        # the clock runs every action strictly before the end of the round
-        while self._next_event < len(self.events) and self.events[self._next_event].at < rec.time:
+        churn = sim.churn
+        # events due by the observation's instant are applied before it
+        while (self._next_event < len(self.events)
+               and self.events[self._next_event].at <= rec.time):
             self._event(self.events[self._next_event])
             self._next_event += 1
-        for i, seconds in sim.updates:
-            m.observe_server_round(self.server_names[i], seconds)
-        sim.updates.clear()
-        now = rec.time
-        for up in np.flatnonzero(sim.servers_up):
-            m.observe_gossip(self.server_names[int(up)], float(sim.acct.messages[up]),
-                             float(sim.acct.bytes[up]), self._staleness(int(up), now))
-        self.run.observe(sim.current, sim.X, users=sim.users_active, servers=sim.servers_up,
-                         residual=rec.residual, holds=rec.holds, now=now)
+        names = churn.full.server_names
+        for name, node in sim.nodes.items():
+            done = self._timed.get(node.origin, 0)
+            fresh = min(node.rounds - done, len(node.round_seconds))
+            for seconds in list(node.round_seconds)[len(node.round_seconds) - fresh:]:
+                m.observe_server_round(name, seconds)
+            self._timed[node.origin] = node.rounds
+        for i in np.flatnonzero(churn.servers_present):
+            name = names[int(i)]
+            m.observe_gossip(name, float(sim.traffic.messages[i]), float(sim.traffic.bytes[i]),
+                             self._staleness(name))
+        self.run.observe(churn.current(), sim.allocation(), users=churn.users_present,
+                         servers=churn.servers_present, residual=rec.residual,
+                         holds=rec.holds, now=rec.time)
 
     def _event(self, event: Event) -> None:
         self.run.event(event, event.at)
@@ -150,15 +135,15 @@ class SimulationExporter:
                 self.run.restart(event.server)
             self._ever_up.add(event.server)
 
-    def _staleness(self, i: int, now: float) -> float:
-        """Median age of the other servers' heartbeats in server i's view (scuttlebutt), or the
-        snapshot model's fixed lag."""
-        gossip = self.sim.servers[i].gossip
-        if gossip is None:
-            cfg = self.sim.config
+    def _staleness(self, name: str) -> float:
+        """Median age of the other servers' columns at the server's latest update (the
+        protocol), or the snapshot model's fixed lag."""
+        cfg = self.sim.config.protocol
+        if self.sim.model == "snapshot":
             return (1 + round(cfg.delay / cfg.period)) * cfg.period
-        ages = gossip.ages(now)
-        return float(np.median(ages)) if len(ages) else 0.0
+        node = self.sim.nodes.get(name)
+        age = None if node is None else node.staleness_seconds
+        return 0.0 if age is None else age
 
 
 class _TerminatedError(Exception):
@@ -184,25 +169,16 @@ def _terminate_on_sigterm(stop: threading.Event) -> Iterator[None]:
 
 
 def config_from(args: argparse.Namespace) -> SimConfig:
-    for name in ("period", "pace", "hold", "delay"):
+    for name in ("pace", "keep_serving"):
         value = getattr(args, name)
         if value is not None and not 0 <= value < float("inf"):
-            raise CommandError(f"--{name}: must be a finite number >= 0, got {value}")
+            raise CommandError(f"--{name.replace('_', '-')}: must be a finite number >= 0, "
+                               f"got {value}")
     if not 0 <= args.port <= 65535:
         raise CommandError(f"--port: must be in 0..65535, got {args.port}")
-    cfg = SimConfig(
-        rounds=args.rounds,
-        period=args.period,
-        lockstep=args.jitter is None,
-        jitter=0.0 if args.jitter is None else args.jitter,
-        delay=args.period if args.delay is None else args.delay,
-        seed=args.seed,
-        rule=args.rule,
-        mode=args.mode,
-        rtol=CONVERGENCE_RTOL,
-        gossip=args.gossip,
-        memoize=False,
-    )
+    # every server computes its own update, so each is timed and counted
+    cfg = SimConfig(protocol=protocol_config(args), rounds=args.rounds, gossip=args.gossip,
+                    memoize=False)
     try:
         cfg.check()
     except ValueError as err:
@@ -213,10 +189,10 @@ def config_from(args: argparse.Namespace) -> SimConfig:
 def run(args: argparse.Namespace) -> int:
     scenario = load(args.scenario)
     cfg = config_from(args)
-    pace = cfg.period if args.pace is None else args.pace
+    pace = cfg.protocol.period if args.pace is None else args.pace
     metrics = AllocatorMetrics(per_pair=args.per_pair)
     try:
-        sim = TimedSimulator(scenario, cfg)
+        sim = Simulator(scenario, cfg)
     except PsdsfError as err:
         raise CommandError(f"{args.scenario}: {err}") from None
     server = MetricsServer(metrics.registry, args.port, args.bind)
@@ -236,23 +212,23 @@ def run(args: argparse.Namespace) -> int:
                 print("psdsf-dist: observe: terminated", file=sys.stderr)
                 return EXIT_TERMINATED
             emit(render(result, json_output=args.json), args.output)
-            if args.hold > 0:
+            if args.keep_serving > 0:
                 if not args.quiet:
-                    print(f"psdsf-dist: observe: run finished; serving for {args.hold:g} s",
+                    print(f"psdsf-dist: observe: run finished; serving for {args.keep_serving:g} s",
                           file=sys.stderr, flush=True)
-                stop.wait(args.hold)
+                stop.wait(args.keep_serving)
     finally:
         server.stop()
     return 0
 
 
-def _simulate(sim: TimedSimulator, metrics: AllocatorMetrics, pace: float,
+def _simulate(sim: Simulator, metrics: AllocatorMetrics, pace: float,
               stop: threading.Event, *, quiet: bool, source: str) -> SimulationResult:
     exporter = SimulationExporter(sim, metrics)
     exporter.start()
     deadline = time.monotonic()
 
-    def progress(rec: RoundRecord) -> None:
+    def progress(rec: Observation) -> None:
         nonlocal deadline
         exporter.round(rec)
         if not quiet and rec.round % PROGRESS_EVERY == 0:

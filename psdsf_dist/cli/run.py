@@ -27,14 +27,15 @@ from psdsf_dist.cli.common import (
     dumps,
     emit,
     load,
+    protocol_config,
 )
 from psdsf_dist.core.certificate import certificate
 from psdsf_dist.core.report import allocation_json, allocation_table
 from psdsf_dist.errors import PsdsfError, ScenarioError
 from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.observability.metrics_server import DEFAULT_BIND
-from psdsf_dist.protocol.config import CONVERGENCE_RTOL, RunConfig
 from psdsf_dist.runtime.coordinator import RunResult
+from psdsf_dist.runtime.settings import RunConfig
 
 PROGRESS_SECONDS = 1.0  # at most one progress line per this many seconds (plus each event)
 SETTLE_PERIODS = 200  # without --duration: give up this many periods after the last event
@@ -46,8 +47,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                     "servers from the Ray cluster's nodes")
     p.add_argument("--address", metavar="ADDR",
                    help="Ray cluster to join (`auto` or host:port); default: start a local Ray")
-    p.add_argument("--period", type=float, default=1.0, metavar="T",
-                   help="seconds between two updates of a server (default 1)")
     p.add_argument("--time-scale", type=float, default=None, metavar="F",
                    help="wall-clock seconds per second of the scenario's event times "
                         "(default: the period, i.e. event times count in rounds)")
@@ -56,20 +55,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         f"or {SETTLE_PERIODS} periods after it)")
     p.add_argument("--until-converged", action="store_true",
                    help="stop as soon as the last event has passed and the certificate has held "
-                        f"{RunConfig.hold} observations in a row (at most --duration)")
+                        "--hold rounds in a row (at most --duration)")
     p.add_argument("--event", action="append", default=[], metavar="YAML",
                    help="an extra churn event in the scenario syntax, e.g. "
                         "'{at: 30, set_weight: {user: u1, weight: 3}}' (repeatable)")
     add_protocol_options(p)
-    p.add_argument("--jitter", type=float, default=0.2, metavar="J",
-                   help="random spread of each wait, as a fraction of the period (default 0.2)")
-    p.add_argument("--fanout", type=int, default=RunConfig.fanout, metavar="F",
-                   help=f"peers per gossip round (default {RunConfig.fanout})")
-    p.add_argument("--gossip-rate", type=int, default=RunConfig.gossip_rate, metavar="G",
-                   help=f"gossip rounds per period (default {RunConfig.gossip_rate})")
-    p.add_argument("--no-signed-moves", dest="signed_moves", action="store_false",
-                   help="gossip does not tell the rule how many servers raised / lowered each "
-                        "user (holder counts only; an ablation: slower to converge)")
     p.add_argument("--paced", action="store_true",
                    help="time moves one period on as soon as every server has done its part "
                         "(a compressed replay whose rounds do not depend on the machine's "
@@ -77,8 +67,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--servers-per-actor", type=int, default=1, metavar="P",
                    help="servers hosted by one actor process (default 1: one actor per server; "
                         "more saves memory and start-up on a small machine)")
-    p.add_argument("--rtol", type=float, default=CONVERGENCE_RTOL,
-                   help=f"certificate tolerance (default {CONVERGENCE_RTOL:g})")
     p.add_argument("--num-cpus", type=int, metavar="C",
                    help="CPUs of the embedded local Ray (default: all)")
     p.add_argument("--metrics-port", type=int, metavar="P",
@@ -98,12 +86,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def config_from(args: argparse.Namespace) -> RunConfig:
-    cfg = RunConfig(period=args.period, jitter=args.jitter, fanout=args.fanout,
-                    gossip_rate=args.gossip_rate, rule=args.rule, mode=args.mode,
-                    seed=args.seed, rtol=args.rtol, servers_per_actor=args.servers_per_actor,
-                    signed_moves=args.signed_moves,
+    protocol = protocol_config(args)
+    cfg = RunConfig(protocol=protocol, servers_per_actor=args.servers_per_actor,
                     clock="manual" if args.paced else "real",
-                    time_scale=args.period if args.time_scale is None else args.time_scale)
+                    time_scale=protocol.period if args.time_scale is None else args.time_scale)
     try:
         cfg.check()
     except ValueError as err:
@@ -163,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
     source = source_of(args.scenario, extra_events(args.event))
     if isinstance(source, Scenario):
         try:
-            source.check_mode(cfg.mode)
+            source.check_mode(cfg.protocol.mode)
         except ScenarioError as err:
             raise CommandError(f"{args.scenario}: {err}") from None
     began = time.monotonic()
@@ -260,17 +246,18 @@ def _progress(quiet: bool, cfg: RunConfig) -> Any:
 
 
 def render(result: RunResult, *, json_output: bool, seconds: float) -> str:
-    cfg = result.config
+    cfg = result.config.protocol
     final = certificate(result.scenario, result.allocation, mode=cfg.mode, rtol=cfg.rtol,
                         explain=not json_output)
     policy = f"psdsf-ray/{cfg.rule}"
     if json_output:
         extra = {
-            "run": {"period": cfg.period, "time_scale": cfg.time_scale, "jitter": cfg.jitter,
+            "run": {"period": cfg.period, "time_scale": result.config.time_scale,
+                    "jitter": cfg.jitter, "delay": cfg.delay, "loss": cfg.loss,
                     "fanout": cfg.fanout, "gossip_rate": cfg.gossip_rate, "seed": cfg.seed,
-                    "rule": cfg.rule, "rtol": cfg.rtol, "signed_moves": cfg.signed_moves,
+                    "rule": cfg.rule, "rtol": cfg.rtol, "hold": cfg.hold,
                     "servers": result.servers,
-                    "servers_per_actor": cfg.servers_per_actor,
+                    "servers_per_actor": result.config.servers_per_actor,
                     "restarts": result.restarts, "seconds": seconds,
                     "rounds": len(result.observations)},
             "events": [e.to_json() for e in result.events],
@@ -279,7 +266,8 @@ def render(result: RunResult, *, json_output: bool, seconds: float) -> str:
         return dumps(allocation_json(result.scenario, result.allocation, policy=policy,
                                      mode=cfg.mode, certificate=final, extra=extra))
     lines = [allocation_table(result.scenario, result.allocation, policy=policy, mode=cfg.mode,
-                              certificate=final), "", "convergence (certificate held for good)"]
+                              certificate=final), "",
+             f"convergence (certificate held {cfg.hold} rounds in a row, or until the next event)"]
     for e in result.events:
         when = ("not yet" if e.seconds is None
                 else f"after {e.seconds:.1f} s ({e.rounds} rounds)")

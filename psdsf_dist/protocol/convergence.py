@@ -1,20 +1,32 @@
-"""Convergence bookkeeping of a run: observations of the certificate and churn events.
+"""Observing a run: one record per period, and per event how long the servers took to
+re-converge.  The simulator and the coordinator observe the same way (:func:`observe`) and
+judge convergence the same way (:func:`event_convergence`).
 
-The coordinator observes the allocation once per period (the columns the servers report) and
-records whether the PS-DSF certificate holds.  For every event (and the start) the
+Once per period (at ``t = r T``, after the events due by then and before any server acts at
+that instant) the true allocation — every present server's current column — is checked with
+the PS-DSF certificate on the scenario as it stands.  For every event (and the start) the
 re-convergence time is the time from the event to the first observation from which the
-certificate held until the next event, or until now if that is at least ``hold`` observations:
-a flicker back off does not count as converged.  Rounds are that time divided by the period,
-rounded up.
+certificate held until the next event, or until the end if that is at least ``hold``
+observations: a flicker back off does not count as converged.  Rounds are that time divided by
+the period, rounded up: 1 means the certificate held after the first round of updates.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from psdsf_dist.simulator.simulation import final_run_of_holds
+import numpy as np
+import numpy.typing as npt
+
+from psdsf_dist.core.certificate import certificate
+from psdsf_dist.core.report import utilization
+from psdsf_dist.model.scenario import Mode, Scenario
+
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
 
 
 @dataclass(frozen=True)
@@ -24,21 +36,68 @@ class Observation:
     """Run time (seconds since the start) of the observation."""
     residual: float
     holds: bool
+    """The certificate holds (and every server answered on the current table)."""
     feasible: bool
     """Every column fits its server's capacities (under the table the server had)."""
     utilization: float
+    """Mean over present servers and their resources of the fraction in use."""
+    max_relative_change: float
+    """Largest relative change of a user's total since the previous observation."""
     messages: float
-    """Messages sent per live server since the previous observation."""
+    """Messages sent per present server since the previous observation."""
     bytes: float
-    """Bytes sent per live server since the previous observation."""
+    """Bytes sent per present server since the previous observation."""
+    max_bytes: float
+    """Bytes sent by the busiest server since the previous observation."""
     servers: int
-    """Servers that answered."""
+    """Servers whose columns were read."""
+    seconds: float = 0.0
+    """Wall-clock seconds the driver spent on this round."""
 
     def to_json(self) -> dict[str, Any]:
         return {"round": self.round, "time": self.time, "residual": self.residual,
                 "holds": self.holds, "feasible": self.feasible,
-                "utilization": self.utilization, "messages": self.messages,
-                "bytes": self.bytes, "servers": self.servers}
+                "utilization": self.utilization,
+                "max_relative_change": self.max_relative_change, "messages": self.messages,
+                "bytes": self.bytes, "max_bytes": self.max_bytes, "servers": self.servers,
+                "seconds": self.seconds}
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Messages and bytes sent since the previous observation, per present server."""
+
+    messages: FloatArray
+    bytes: FloatArray
+
+
+def observe(scenario: Scenario, allocation: FloatArray, servers_present: BoolArray, *,
+            round: int, time: float, mode: Mode, rtol: float, traffic: Traffic,
+            previous_totals: FloatArray | None, answered: bool = True, feasible: bool = True,
+            seconds: float = 0.0) -> Observation:
+    """The observation of one allocation (``answered``: every present server's column is
+    current; a missing one keeps the certificate from counting as held)."""
+    # explain=True: the residual must not depend on whether words are wanted
+    cert = certificate(scenario, allocation, mode=mode, rtol=rtol, explain=True)
+    up = np.asarray(servers_present, dtype=bool)
+    util = utilization(scenario, allocation)[up]
+    has = scenario.capacity[up] > 0
+    totals = allocation.sum(axis=1)
+    change = 0.0
+    if previous_totals is not None and previous_totals.shape == totals.shape:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel = np.abs(totals - previous_totals) / np.maximum(
+                np.maximum(np.abs(previous_totals), np.abs(totals)), 1e-12)
+        change = float(rel.max(initial=0.0))
+    live = max(int(up.sum()), 1)
+    return Observation(
+        round=round, time=time, residual=float(cert.residual),
+        holds=bool(cert.holds and answered), feasible=feasible,
+        utilization=float(util[has].mean()) if has.any() else 0.0,
+        max_relative_change=change,
+        messages=float(traffic.messages.sum() / live), bytes=float(traffic.bytes.sum() / live),
+        max_bytes=float(traffic.bytes.max(initial=0.0)), servers=int(up.sum()),
+        seconds=seconds)
 
 
 @dataclass(frozen=True)
@@ -55,14 +114,27 @@ class EventConvergence:
                 "seconds": self.seconds, "rounds_to_converge": self.rounds}
 
 
-def event_convergence(events: list[tuple[str, float]], observations: list[Observation],
+def final_run_of_holds(holds: Sequence[bool], hold: int, *, open_ended: bool) -> int | None:
+    """Index from which every entry of ``holds`` is true, or None if the last is false — or if
+    ``open_ended`` (no later event has cut the run short) and that run is shorter than
+    ``hold``."""
+    start = len(holds)
+    while start > 0 and holds[start - 1]:
+        start -= 1
+    if start == len(holds) or (open_ended and len(holds) - start < hold):
+        return None
+    return start
+
+
+def event_convergence(events: Sequence[tuple[str, float]], observations: Sequence[Observation],
                       period: float, hold: int = 1) -> list[EventConvergence]:
     """Per event (in time order, the start first), when the certificate held for good: until
-    the next event, or (the last) for at least ``hold`` observations up to now."""
+    the next event, or (the last) for at least ``hold`` observations up to now.  An
+    observation at an event's instant comes after it (see the module docstring)."""
     marks = [("start", 0.0), *sorted(events, key=lambda e: e[1])]
     out: list[EventConvergence] = []
     for j, (desc, at) in enumerate(marks):
-        end = marks[j + 1][1] if j + 1 < len(marks) else math.inf
+        end = min((t for _, t in marks[j + 1:] if t > at), default=math.inf)
         window = [o for o in observations if at <= o.time < end]
         settled = final_run_of_holds([o.holds for o in window], hold,
                                      open_ended=end == math.inf)

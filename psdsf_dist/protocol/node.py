@@ -1,15 +1,32 @@
-"""What one server does, without transport: the update rule on gossiped totals, and gossip.
+"""One server of the protocol, as a state machine: what it does when it wakes, and when a
+message reaches it.  Every driver runs this code; none has a copy of any step.
 
-A :class:`ServerCore` is the state a server actor holds — its view of the scenario (from the
-coordinator's :class:`~psdsf_dist.protocol.membership.Table`), the update rule's state and a
-:class:`~psdsf_dist.protocol.gossip.GossipState` — and the steps of its loop, each a plain function
-of the time passed in.  The server actor only moves messages and sleeps; the same steps as in
-:mod:`psdsf_dist.simulator.simulation`: expire silent peers, run the rule on the gossiped totals
-(with the holder counts and the staleness gossip reports), publish the column, start push-pull
-exchanges (syn -> ack -> ack2) with random peers.  What the rule is given is what the simulator's
-gossip model gives it: membership size, holder counts, the servers that raised / lowered each
-user in their latest changes (``RunConfig.signed_moves``), the staleness of the others' columns
-in rounds, and totals that include the server's own current column.
+A :class:`ServerNode` holds one server's view of the scenario (from the membership
+:class:`~psdsf_dist.protocol.membership.Table` it adopted), the update rule's state, a
+:class:`~psdsf_dist.protocol.gossip.GossipState`, and its own random stream (seeded by the run's
+seed, its name and its incarnation).  The driver owns the clock and the transport:
+
+* it calls :meth:`ServerNode.first_wake` once, then :meth:`ServerNode.wake` at each time the
+  previous wake asked for.  A wake is a gossip round: every ``gossip_rate``-th one first runs the
+  update rule on the gossiped totals and publishes the new column; every one starts a push-pull
+  exchange with ``fanout`` random live peers, i.e. returns a :class:`Syn` per peer for the
+  transport to deliver;
+* it hands every message that reaches the server to :meth:`ServerNode.receive`, and sends the
+  reply (if any) back to the message's sender: :class:`Syn` -> :class:`Ack` -> :class:`Ack2`.
+
+Wake-ups are scheduled on absolute times, so the period does not drift with the work done, and
+a server that fell more than a period behind skips what it missed.  Each wait is
+``(T / gossip_rate) * (1 + jitter * (u - 1/2))`` and the first wake comes at a random phase
+within a period; with jitter 0 every server wakes at the same instants (lock-step).
+
+What the rule is given (:func:`knowledge_view`): membership size, how many servers hold each
+user, how many raised and lowered it in their latest changes, by how many rounds beyond one
+the others' columns lag, and totals that include the server's own current column.  Every
+column the server adopts is checked against its capacities on the spot
+(:class:`~psdsf_dist.errors.FeasibilityError` otherwise).
+
+A restarted server is a new *incarnation* with a new gossip origin (``s3#1``), so that the
+column of its crashed predecessor expires from everyone's totals instead of being revived.
 """
 
 from __future__ import annotations
@@ -21,7 +38,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import numpy.typing as npt
 
-from psdsf_dist.protocol.config import TOMBSTONE_PERIODS, RunConfig
+from psdsf_dist.errors import FeasibilityError
+from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.protocol.gossip import Delta, Digest, GossipState
 from psdsf_dist.protocol.membership import Table
 from psdsf_dist.protocol.update_rule import (
@@ -30,22 +48,19 @@ from psdsf_dist.protocol.update_rule import (
     UpdateRule,
     feasible_column,
     is_feasible_column,
-    make_rule,
-    resize_state,
     server_view,
     staleness_rounds,
 )
-from psdsf_dist.simulator.simulation import FeasibilityError
 
 FloatArray = npt.NDArray[np.float64]
 
 INCARNATION_MARK = "#"
-TIMED_ROUNDS = 64  # durations of the latest rounds a server keeps for its reports
+TIMED_ROUNDS = 64  # durations of the latest updates a server keeps for its reports
+SEED_PEERS = 8  # peers handed to a server joining or restarting (a starting cluster: all)
 
 
 def origin_name(server: str, incarnation: int) -> str:
-    """The gossip origin of one incarnation of a server: a restarted server is a new origin,
-    so that the column of its crashed predecessor expires from everyone's totals."""
+    """The gossip origin of one incarnation of a server."""
     return server if incarnation == 0 else f"{server}{INCARNATION_MARK}{incarnation}"
 
 
@@ -59,8 +74,108 @@ def incarnation_of(origin: str) -> int:
     return int(number) if mark and number.isdigit() else 0
 
 
-Syn = tuple[Digest, Delta]
-Ack = tuple[Delta, Digest]
+def server_seed(seed: int, name: str, incarnation: int) -> int:
+    """A seed per server incarnation, stable across processes (no Python string hashing)."""
+    h = 0
+    for ch in name:
+        h = (h * 131 + ord(ch)) % (2**31 - 1)
+    return int((seed * 1_000_003 + h * 7919 + incarnation) % (2**63 - 1))
+
+
+def seed_peers(others: list[str], seed: int, *, everyone: bool) -> list[str]:
+    """The peers a starting server is introduced to: all of ``others`` when the whole cluster
+    starts together (in their order), else ``SEED_PEERS`` of them at random."""
+    if everyone:
+        return list(others)
+    rng = np.random.default_rng(seed)
+    return [others[int(j)] for j in rng.permutation(len(others))[:SEED_PEERS]]
+
+
+# -- messages -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Syn:
+    """First message of an exchange: the starter's digest and its own (freshest) entry."""
+
+    digest: Digest
+    delta: Delta
+
+    @property
+    def sender(self) -> str:
+        return self.digest.sender
+
+    def size_bytes(self) -> int:
+        return self.digest.size_bytes() + self.delta.size_bytes()
+
+
+@dataclass(frozen=True)
+class Ack:
+    """The peer's answer: what the starter lacks, and the peer's digest."""
+
+    delta: Delta
+    digest: Digest
+
+    @property
+    def sender(self) -> str:
+        return self.digest.sender
+
+    def size_bytes(self) -> int:
+        return self.delta.size_bytes() + self.digest.size_bytes()
+
+
+@dataclass(frozen=True)
+class Ack2:
+    """The exchange's last message: what the peer lacks."""
+
+    delta: Delta
+
+    @property
+    def sender(self) -> str:
+        return self.delta.sender
+
+    def size_bytes(self) -> int:
+        return self.delta.size_bytes()
+
+
+Message = Syn | Ack | Ack2
+
+
+# -- the update step ----------------------------------------------------------------------------
+def knowledge_view(view: ServerView, *, members: int, holders: npt.NDArray[np.generic],
+                   raising: npt.NDArray[np.generic] | None,
+                   lowering: npt.NDArray[np.generic] | None, staleness: float) -> ServerView:
+    """The view with what gossip (or a model of it) says now: membership size, holders per
+    user, servers that raised / lowered each user in their latest changes, and by how many
+    rounds beyond one the others' columns lag."""
+    return replace(
+        view, num_servers=members, holders=np.asarray(holders, dtype=float),
+        raising=None if raising is None else np.asarray(raising, dtype=float),
+        lowering=None if lowering is None else np.asarray(lowering, dtype=float),
+        staleness=float(staleness))
+
+
+def checked_update(rule: UpdateRule, state: RuleState, view: ServerView, totals: FloatArray,
+                   column: FloatArray, where: str) -> tuple[FloatArray, RuleState]:
+    """One application of the update rule; the new column must fit the server."""
+    new, state = rule.update(state, view, totals, column)
+    new = np.asarray(new, dtype=float)
+    check_column(view, new, where)
+    return new, state
+
+
+def check_column(view: ServerView, column: FloatArray, where: str) -> None:
+    if not is_feasible_column(view, column):
+        raise FeasibilityError(f"{where}: column exceeds a capacity or gives tasks to an "
+                               "ineligible user")
+
+
+@dataclass(frozen=True)
+class Wake:
+    """What a wake-up produced: the exchanges to start and when to wake next."""
+
+    exchanges: tuple[tuple[str, Syn], ...]
+    """(peer origin, message) per exchange started."""
+    next_at: float
+    updated: bool
 
 
 @dataclass
@@ -76,29 +191,37 @@ class Traffic:
 
 
 @dataclass
-class ServerCore:
+class ServerNode:
     name: str
     incarnation: int
     table: Table
-    config: RunConfig
-    rule: UpdateRule = field(init=False)
+    config: ProtocolConfig
+    rule: UpdateRule
+    """Shared by the servers of one driver: rules are stateless (their state is per server)."""
+    rng: np.random.Generator = field(init=False)
     state: RuleState = field(init=False)
     gossip: GossipState = field(init=False)
     view: ServerView = field(init=False)
     traffic: Traffic = field(default_factory=Traffic)
     rounds: int = 0
+    """Updates done."""
+    wakes: int = 0
+    target: float = 0.0
+    """The time of the current (or next) wake-up."""
     round_seconds: deque[float] = field(default_factory=lambda: deque(maxlen=TIMED_ROUNDS))
-    """Wall-clock seconds the update rule took in each of the latest rounds, oldest first."""
+    """Wall-clock seconds the update rule took in each of the latest updates, oldest first."""
     staleness_seconds: float | None = None
-    """Median age of the other servers' columns in the totals at the latest round."""
+    """Median age of the other servers' columns in the totals at the latest update."""
+    seeds: list[str] = field(default_factory=list)
+    """The peers it was introduced to: whom to gossip with while it knows no live member."""
 
     def __post_init__(self) -> None:
-        self.rule = make_rule(self.config.rule)
+        self.rng = np.random.default_rng(server_seed(self.config.seed, self.name,
+                                                     self.incarnation))
         n = self.table.scenario.num_users
         self.state = self.rule.initial_state(n)
         self.gossip = GossipState(origin_name(self.name, self.incarnation), n,
-                                  ttl=self.config.ttl,
-                                  tombstone_ttl=TOMBSTONE_PERIODS * self.config.period)
+                                  ttl=self.config.ttl, tombstone_ttl=self.config.tombstone_ttl)
         self.view = self._view(self.table)
 
     @property
@@ -114,12 +237,16 @@ class ServerCore:
         return server_view(table.scenario, i, self.config.mode, None,
                            int(table.servers_present.sum()))
 
-    # -- membership and churn -----------------------------------------------------------------
+    def _where(self, now: float) -> str:
+        return f"server {self.name} at t={now:g}"
+
+    # -- membership and churn -------------------------------------------------------------------
     def introduce(self, origins: list[str], now: float) -> None:
-        """Peers handed out by the coordinator (known to exist, columns not heard yet)."""
+        """Peers known to exist (columns not heard yet): a starting server's membership."""
         for o in origins:
             if o != self.origin:
                 self.gossip.introduce(o, now)
+                self.seeds.append(o)
 
     def adopt(self, table: Table, now: float) -> bool:
         """Take a newer table: rebuild the view, grow for new users, and drop at once what no
@@ -129,96 +256,86 @@ class ServerCore:
         n = table.scenario.num_users
         if n > self.gossip.num_users:
             self.gossip.resize(n)
-            self.state = resize_state(self.state, n)
+            self.state = self.state.resized(n)
         self.table = table
         self.view = self._view(table)
         col = feasible_column(self.view, self.gossip.column)
-        self._check(col, now)
+        check_column(self.view, col, self._where(now))
         self.gossip.set_column(col, now)
         return True
 
-    # -- one update -----------------------------------------------------------------------------
+    # -- the loop ---------------------------------------------------------------------------------
+    def first_wake(self, now: float) -> float:
+        """When to wake first: at a random phase within one period (now, in lock-step)."""
+        phase = float(self.rng.random()) * self.config.period if self.config.jitter > 0 else 0.0
+        self.target = now + phase
+        return self.target
+
+    def wake(self, now: float) -> Wake:
+        """One gossip round: the update if one is due, then exchanges with random peers."""
+        cfg = self.config
+        updated = self.wakes % cfg.gossip_rate == 0
+        if updated:
+            self.update(now)
+        exchanges = self.exchanges()
+        self.wakes += 1
+        wait = (cfg.period / cfg.gossip_rate) * (1.0 + cfg.jitter * (float(self.rng.random())
+                                                                     - 0.5))
+        self.target = max(self.target + wait, now - cfg.period)
+        return Wake(exchanges, self.target, updated)
+
     def update(self, now: float) -> FloatArray:
         """Expire silent peers, run the update rule on the gossiped totals, publish the column."""
         g = self.gossip
         g.expire(now)
         age = g.median_age(now)
-        view = replace(self.view, num_servers=len(g.members()),
-                       holders=np.asarray(g.holders(), dtype=float),
-                       staleness=staleness_rounds(age, self.config.period))
-        if self.config.signed_moves:  # as the simulator's gossip model gives them
-            view = replace(view, raising=g.raising().astype(float),
-                           lowering=g.lowering().astype(float))
+        view = knowledge_view(self.view, members=len(g.members()), holders=g.holders(),
+                              raising=g.raising(), lowering=g.lowering(),
+                              staleness=staleness_rounds(age, self.config.period))
         began = time.perf_counter()
-        new, self.state = self.rule.update(self.state, view, g.totals(), g.column)
+        new, self.state = checked_update(self.rule, self.state, view, g.totals(), g.column,
+                                         self._where(now))
         self.round_seconds.append(time.perf_counter() - began)
         self.staleness_seconds = age
-        new = np.asarray(new, dtype=float)
-        self._check(new, now)
         g.set_column(new, now)
         self.rounds += 1
         return new
 
-    def leave(self, now: float) -> None:
-        """Leave gracefully: a tombstone tells everyone to stop counting this column."""
+    def leave(self, now: float) -> tuple[tuple[str, Syn], ...]:
+        """Leave gracefully: a tombstone, and one more round of exchanges to spread it."""
         self.gossip.leave(now)
+        return self.exchanges()
 
-    def _check(self, column: FloatArray, now: float) -> None:
-        if not is_feasible_column(self.view, column):
-            raise FeasibilityError(f"server {self.name} at t={now:g}: column exceeds a capacity "
-                                   "or gives tasks to an ineligible user")
-
-    # -- gossip ---------------------------------------------------------------------------------
-    def peers(self, rng: np.random.Generator, seeds: list[str]) -> list[str]:
-        """Up to ``fanout`` random live peers (origins); the coordinator's list when gossip
-        knows no one yet."""
+    # -- gossip -----------------------------------------------------------------------------------
+    def exchanges(self) -> tuple[tuple[str, Syn], ...]:
+        """A syn for each of up to ``fanout`` random live peers."""
         members = [o for o in self.gossip.members() if o != self.origin]
         if not members:
-            members = [o for o in seeds if o != self.origin]
+            members = self.seeds
         if not members:
-            return []
+            return ()
         k = min(self.config.fanout, len(members))
-        return [members[int(j)] for j in rng.choice(len(members), size=k, replace=False)]
-
-    def syn(self) -> Syn:
-        """The first message of an exchange this server starts: its digest and own entry."""
+        chosen = self.rng.choice(len(members), size=k, replace=False)
         g = self.gossip
-        msg = (g.digest(), Delta(self.origin, (g.own_entry(),)))
-        self.traffic.sent(msg[0].size_bytes() + msg[1].size_bytes())
-        return msg
+        out = []
+        for j in chosen:
+            syn = Syn(g.digest(), Delta(self.origin, (g.own_entry(),)))
+            self.traffic.sent(syn.size_bytes())
+            out.append((members[int(j)], syn))
+        return tuple(out)
 
-    def on_syn(self, syn: Syn, now: float) -> Ack:
-        digest, delta = syn
-        self.gossip.merge(delta, now)
-        ack = (self.gossip.delta_for(digest), self.gossip.digest())
-        self.traffic.sent(ack[0].size_bytes() + ack[1].size_bytes())
-        return ack
-
-    def on_ack(self, ack: Ack, now: float) -> Delta:
-        delta, digest = ack
-        self.gossip.merge(delta, now)
-        ack2 = self.gossip.delta_for(digest)
-        self.traffic.sent(ack2.size_bytes())
-        return ack2
-
-    def on_ack2(self, ack2: Delta, now: float) -> None:
-        self.gossip.merge(ack2, now)
-
-
-def next_wait(rng: np.random.Generator, config: RunConfig) -> float:
-    """Seconds until the next gossip round: ``period / gossip_rate``, jittered."""
-    base = config.period / config.gossip_rate
-    return base * (1.0 + config.jitter * (float(rng.random()) - 0.5))
-
-
-def server_seed(config: RunConfig, name: str, incarnation: int) -> int:
-    """A seed per server incarnation, stable across processes (no Python string hashing)."""
-    h = 0
-    for ch in name:
-        h = (h * 131 + ord(ch)) % (2**31 - 1)
-    return int((config.seed * 1_000_003 + h * 7919 + incarnation) % (2**63 - 1))
-
-
-def initial_phase(rng: np.random.Generator, config: RunConfig) -> float:
-    """Servers start at random phases within one period: they do not act in lock-step."""
-    return float(rng.random()) * config.period if config.jitter > 0 else 0.0
+    def receive(self, message: Message, now: float) -> Message | None:
+        """Merge what a message brings; the reply to send back to its sender, if any."""
+        g = self.gossip
+        reply: Message | None
+        if isinstance(message, Syn):
+            g.merge(message.delta, now)
+            reply = Ack(g.delta_for(message.digest), g.digest())
+        elif isinstance(message, Ack):
+            g.merge(message.delta, now)
+            reply = Ack2(g.delta_for(message.digest))
+        else:
+            g.merge(message.delta, now)
+            return None
+        self.traffic.sent(reply.size_bytes())
+        return reply

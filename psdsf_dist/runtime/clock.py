@@ -1,14 +1,26 @@
-"""Clocks a server's loop runs on: the real one, and a manual one that tests move by hand.
+"""Clocks a server actor runs on: the wall clock, and a manual one that paced runs and tests
+move by hand.
 
-A server reads ``now()`` and waits with ``await sleep(seconds)``; nothing else in the runtime
-touches time, so a test can run many periods without waiting for them.
+A server reads ``now()``, waits with ``await sleep(seconds)`` and starts background work (its
+exchanges) with ``spawn``; nothing else in the runtime touches time.
+
+The manual clock is a discrete-event clock for asyncio tasks: :meth:`ManualClock.advance_to`
+wakes the sleepers due before the target one at a time, in order of their wake-up time (ties in
+the order they went to sleep), sets the time to each one's wake-up time, and lets it — and
+whatever it spawned — run until all are asleep or done before waking the next.  Within one
+actor a paced run is thereby the simulator's event order exactly (``tests/simulator``'s
+equivalence test holds the two together); across actors only the calls between them are
+unordered.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import time
-from typing import Protocol
+from collections.abc import Coroutine
+from typing import Any, Protocol
 
 
 class Clock(Protocol):
@@ -16,73 +28,89 @@ class Clock(Protocol):
 
     async def sleep(self, seconds: float) -> None: ...
 
+    def spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]: ...
 
-class RealClock:
-    """Monotonic seconds since the clock was made (wall-clock waits)."""
 
-    def __init__(self) -> None:
-        self._origin = time.monotonic()
+class WallClock:
+    """Seconds since the run started, by the wall clock: comparable across processes and
+    nodes (gossip ages compare one server's clock with another's)."""
+
+    def __init__(self, started_at: float) -> None:
+        self._origin = started_at
 
     def now(self) -> float:
-        return time.monotonic() - self._origin
+        return time.time() - self._origin
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(seconds, 0.0))
 
+    def spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        return asyncio.get_running_loop().create_task(work)
+
 
 class ManualClock:
-    """Time moves only through :meth:`advance_to`; sleepers wake when it passes their target.
-
-    :meth:`idle_after` lets the driver wait until every sleeper has gone back to sleep past the
-    current time, i.e. until the work due by now is done.
-    """
+    """Time moves only through :meth:`advance_to` (see the module docstring)."""
 
     def __init__(self, start: float = 0.0) -> None:
         self._now = start
-        self._changed: asyncio.Condition | None = None
-        self._sleeping: dict[int, float] = {}
-        self._next_id = 0
+        self._sleepers: list[tuple[float, int, asyncio.Future[None], asyncio.Task[Any]]] = []
+        self._seq = itertools.count()
+        self._busy: set[asyncio.Task[Any]] = set()
+        """Tasks woken or spawned that have not gone (back) to sleep or finished."""
+        self._quiet: asyncio.Event | None = None
 
-    def _condition(self) -> asyncio.Condition:
-        if self._changed is None:  # made lazily: it must belong to the running event loop
-            self._changed = asyncio.Condition()
-        return self._changed
+    def _event(self) -> asyncio.Event:
+        if self._quiet is None:  # made lazily: it must belong to the running event loop
+            self._quiet = asyncio.Event()
+        return self._quiet
 
     def now(self) -> float:
         return self._now
 
+    def pending(self) -> int:
+        """Tasks asleep on this clock."""
+        return len(self._sleepers)
+
     async def sleep(self, seconds: float) -> None:
-        target = self._now + max(seconds, 0.0)
-        cond = self._condition()
-        me = self._next_id
-        self._next_id += 1
-        async with cond:
-            self._sleeping[me] = target
-            cond.notify_all()
+        task = asyncio.current_task()
+        assert task is not None
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._sleepers,
+                       (self._now + max(seconds, 0.0), next(self._seq), future, task))
+        self._settle(task)
+        try:
+            await future
+        finally:
+            if not future.done():
+                future.cancel()
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Start ``work`` as a task the clock waits for (busy until it sleeps or ends)."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._busy.add(task)
+        task.add_done_callback(self._settle)
+        return task
+
+    def _settle(self, task: asyncio.Task[Any]) -> None:
+        self._busy.discard(task)
+        if not self._busy:
+            self._event().set()
+
+    async def advance_to(self, t: float, timeout: float = 60.0) -> bool:
+        """Wake every sleeper due strictly before ``t`` in order (each at its own time), then
+        set the time to ``t``.  False if the woken work did not settle within ``timeout``."""
+        while self._sleepers and self._sleepers[0][0] < t:
+            due, _, future, task = heapq.heappop(self._sleepers)
+            if future.done() or task.done():
+                continue  # cancelled meanwhile
+            self._now = max(self._now, due)
+            self._busy.add(task)
+            quiet = self._event()
+            quiet.clear()
+            future.set_result(None)
             try:
-                await cond.wait_for(lambda: self._now >= target)
-            finally:
-                del self._sleeping[me]
-                cond.notify_all()
-
-    async def advance_to(self, t: float) -> None:
-        cond = self._condition()
-        async with cond:
-            self._now = max(self._now, t)
-            cond.notify_all()
-
-    async def idle_after(self, sleepers: int, timeout: float) -> bool:
-        """Wait until ``sleepers`` tasks sleep, all with targets beyond now: everything due by
-        now has run (False on timeout)."""
-        cond = self._condition()
-
-        def idle() -> bool:
-            targets = list(self._sleeping.values())
-            return len(targets) >= sleepers and all(t > self._now for t in targets)
-
-        async with cond:
-            try:
-                await asyncio.wait_for(cond.wait_for(idle), timeout)
+                await asyncio.wait_for(quiet.wait(), timeout)
             except TimeoutError:
                 return False
+        self._now = max(self._now, t)
         return True

@@ -42,30 +42,40 @@ import numpy.typing as npt
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from psdsf_dist.core.certificate import certificate
-from psdsf_dist.core.report import utilization
 from psdsf_dist.errors import ScenarioError
 from psdsf_dist.model.events import Event, ServerFails, ServerJoins
 from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.observability.metrics import AllocatorMetrics, RunMetrics, ServerCounts
 from psdsf_dist.observability.metrics_server import MetricsEndpointError, MetricsServer
-from psdsf_dist.protocol.config import RunConfig
-from psdsf_dist.protocol.convergence import EventConvergence, Observation, event_convergence
+from psdsf_dist.protocol.convergence import (
+    EventConvergence,
+    Observation,
+    event_convergence,
+)
 from psdsf_dist.protocol.membership import ChurnState, Table
-from psdsf_dist.protocol.node import incarnation_of, origin_name, server_of
-from psdsf_dist.protocol.update_rule import is_feasible_column, server_view
+from psdsf_dist.protocol.node import (
+    incarnation_of,
+    origin_name,
+    seed_peers,
+    server_of,
+    server_seed,
+)
 from psdsf_dist.runtime.names import (
     NAMESPACE,
     server_actor_name,
     server_from_actor_name,
 )
+from psdsf_dist.runtime.observation import (
+    ObservationRequest,
+    ServerReport,
+    observe_reports,
+)
 from psdsf_dist.runtime.placement import assign_nodes
-from psdsf_dist.runtime.server_actor import RemoteServerActor, ServerReport
+from psdsf_dist.runtime.server_actor import RemoteServerActor
+from psdsf_dist.runtime.settings import RunConfig
 
 FloatArray = npt.NDArray[np.float64]
 
-SEED_PEERS = 8  # peers handed to a server joining or restarting (the first start: all)
-MISSES_BEFORE_FAILED = 3  # reports a gone-for-good actor may miss before it is a failed server
 NODE_CHECK_PERIODS = 5  # from-ray runs: look for new nodes this often
 START_TIMEOUT = 900.0  # seconds for a new actor to come up (120 at once on 2 busy cores: slow)
 
@@ -258,21 +268,25 @@ class Coordinator:
         return time.time() - self.started_at
 
     async def advance(self, periods: int = 1) -> list[dict[str, Any]]:
-        """Manual clock: move the run ``periods`` periods on and observe after each."""
+        """Manual clock: move the run ``periods`` periods on and observe after each.
+
+        A period goes in ``gossip_rate`` steps.  At each step the events due by the current
+        time are applied first, then every actor runs the wake-ups due before the step's end;
+        after the last step the events due at the period's end are applied and the run is
+        observed — the simulator's order of events, wake-ups and observations."""
         await self._ensure()
         out: list[dict[str, Any]] = []
-        steps = self.config.gossip_rate
+        T = self.config.period
+        steps = self.config.protocol.gossip_rate
         for _ in range(periods):
             start = self.now_manual
-            self.now_manual = start + self.config.period
-            await self._due_events()
-            # One step per gossip round: a server's wake-ups in a period happen in their order
-            # relative to the others' (to 1/gossip_rate of a period), as on a real clock; in
-            # one step of a whole period an update could run before exchanges that precede it.
             for j in range(1, steps + 1):
-                t = start + self.config.period * j / steps if j < steps else self.now_manual
+                await self._due_events()
+                t = start + T * j / steps
                 await asyncio.gather(*(self._call(h.advance_to.remote(t), 60.0)
                                        for h in self.actors.values()), return_exceptions=True)
+                self.now_manual = t
+            await self._due_events()
             out.append((await self._observe()).to_json())
             if self.node_spec is not None and len(self.observations) % NODE_CHECK_PERIODS == 0:
                 await self._check_nodes()
@@ -392,10 +406,9 @@ class Coordinator:
                              return_exceptions=True)
 
     async def _start_member(self, m: Member, table: Table, everyone: bool = False) -> None:
-        rng = np.random.default_rng(self.config.seed + len(self.observations) + m.incarnation)
         others = [origin_name(n, o.incarnation) for n, o in self.members.items() if n != m.name]
-        seeds = [others[int(j)]
-                 for j in rng.permutation(len(others))[:len(others) if everyone else SEED_PEERS]]
+        seeds = seed_peers(others, server_seed(self.config.protocol.seed, m.name, m.incarnation),
+                           everyone=everyone)
         handles = {n: o.handle for n, o in self.members.items()}
         now = self.now() if self.config.clock == "manual" else None
         await self._call(m.handle.start.remote(m.name, table, m.incarnation, self.started_at,
@@ -477,70 +490,48 @@ class Coordinator:
             for r in reps or []:
                 by_server[r.name] = r
         members = list(self.members.values())
-        reports = [by_server.get(m.name) for m in members]
         current = churn.current()
-        N, K = current.num_users, current.num_servers
-        X = np.zeros((N, K))
-        answered = 0
-        feasible = True
-        fresh = True
-        messages = bytes_ = 0
-        for m, rep in zip(members, reports, strict=True):
-            if rep is None:
-                fresh = False
-                if m.gone >= MISSES_BEFORE_FAILED and self.members.get(m.name) is m:
-                    if not m.pinned and m.node is not None and m.node not in await alive():
-                        await self._relocate(m.actor)  # its node is gone: place it again
-                    else:
-                        await self._apply(ServerFails(self.now(), -1, m.name),
-                                          from_scenario=False)
+        previous = self.last_allocation
+        reply = observe_reports(ObservationRequest(
+            round=len(self.observations), time=self.now(), scenario=current,
+            servers_present=churn.servers_present, epoch=churn.epoch, tables=self.tables,
+            members=tuple(m.name for m in members), reports=by_server,
+            gone={m.name: m.gone for m in members}, sent=self.traffic,
+            previous_totals=(None if previous is None or previous.shape[0] != current.num_users
+                             else previous.sum(axis=1)),
+            config=self.config))
+        self.traffic = reply.sent
+        for name, error in reply.errors.items():
+            self.failure = f"server {name}: {error}"
+        for name, rep in by_server.items():
+            self.pids[name] = rep.pid
+        for name in reply.restart:  # Ray restarted a crashed actor: a new incarnation
+            m = self.members[name]
+            m.incarnation = self.incarnations.get(m.name, m.incarnation) + 1
+            self.incarnations[m.name] = m.incarnation
+            self.restarts += 1
+            if self.metrics is not None:
+                self.metrics.restart(m.name)
+            await self._start_member(m, churn.table())
+        for name in reply.failed:
+            gone = self.members.get(name)
+            if gone is None:
                 continue
-            if not rep.running:
-                fresh = False
-                if rep.error is not None:
-                    self.failure = f"server {m.name}: {rep.error}"
-                else:  # Ray restarted a crashed actor: start it again, a new incarnation
-                    m.incarnation = self.incarnations.get(m.name, m.incarnation) + 1
-                    self.incarnations[m.name] = m.incarnation
-                    self.restarts += 1
-                    if self.metrics is not None:
-                        self.metrics.restart(m.name)
-                    await self._start_member(m, churn.table())
-                continue
-            answered += 1
-            self.pids[m.name] = rep.pid
-            i = current.server_names.index(m.name)
-            col = np.zeros(N)
-            col[: len(rep.column)] = rep.column[:N]
-            X[:, i] = col
-            if rep.epoch != churn.epoch:
-                fresh = False
-            feasible &= _fits(self.tables.get(rep.epoch, current), i, col, self.config)
-            before = self.traffic.get(m.name, (0, 0))
-            messages += rep.messages - before[0]
-            bytes_ += rep.bytes - before[1]
-            self.traffic[m.name] = (rep.messages, rep.bytes)
-        cert = certificate(current, X, mode=self.config.mode, rtol=self.config.rtol,
-                           explain=True)
-        up = churn.servers_present
-        util = utilization(current, X)[up]
-        has = current.capacity[up] > 0
-        live = max(answered, 1)
-        obs = Observation(
-            round=len(self.observations), time=self.now(), residual=float(cert.residual),
-            holds=bool(cert.holds and fresh), feasible=bool(feasible),
-            utilization=float(util[has].mean()) if has.any() else 0.0,
-            messages=messages / live, bytes=bytes_ / live, servers=answered,
-        )
+            if not gone.pinned and gone.node is not None and gone.node not in await alive():
+                await self._relocate(gone.actor)  # its node is gone: place it again
+            else:
+                await self._apply(ServerFails(self.now(), -1, name), from_scenario=False)
+        obs = reply.observation
         self.observations.append(obs)
-        self.last_allocation = X
+        self.last_allocation = reply.allocation
         if self.metrics is not None:
             self.metrics.observe(
-                current, X, users=churn.users_present, servers=up, residual=obs.residual,
-                holds=obs.holds, now=obs.time,
+                current, reply.allocation, users=churn.users_present,
+                servers=churn.servers_present, residual=obs.residual, holds=obs.holds,
+                now=obs.time,
                 reports=[ServerCounts(r.name, r.origin, r.rounds, r.messages, r.bytes,
                                       r.round_seconds, r.staleness_seconds)
-                         for r in reports if r is not None and r.running])
+                         for r in by_server.values() if r.running])
         return obs
 
     # -- metrics ------------------------------------------------------------------------------
@@ -616,7 +607,7 @@ class Coordinator:
             X = self.last_allocation
         assert X is not None
         conv = event_convergence(list(self.churn.history), self.observations, self.config.period,
-                                 self.config.hold)
+                                 self.config.protocol.hold)
         return RunResult(current, X.copy(), tuple(self.observations), tuple(conv), self.config,
                          len(self.members), self.restarts, tuple(self.pids.values()))
 
@@ -635,11 +626,6 @@ def _groups(names: list[str], where: Mapping[str, tuple[str | None, bool]],
     for members in by_node.values():
         out += [members[k:k + size] for k in range(0, len(members), size)]
     return out
-
-
-def _fits(scenario: Scenario, i: int, column: FloatArray, config: RunConfig) -> bool:
-    """Whether a column fits server i's capacities (RDM) or its time (TDM)."""
-    return is_feasible_column(server_view(scenario, i, config.mode), column)
 
 
 def _alive_nodes() -> list[str]:

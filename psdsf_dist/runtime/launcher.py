@@ -31,10 +31,10 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from psdsf_dist.errors import ScenarioError, ScenarioWarning
 from psdsf_dist.model.scenario import Scenario, load_scenario
-from psdsf_dist.protocol.config import RunConfig
 from psdsf_dist.runtime.coordinator import RemoteCoordinator, RunResult
 from psdsf_dist.runtime.from_ray import from_ray_document, is_from_ray, node_entry
 from psdsf_dist.runtime.names import DEFAULT_RUN_ID, NAMESPACE, coordinator_name
+from psdsf_dist.runtime.settings import RunConfig
 
 COORDINATOR_RESTART_WAIT = 60.0  # seconds a call waits for a restarting coordinator
 
@@ -193,7 +193,7 @@ class Run:
             if progress is not None:
                 progress(st)
             if until_converged and st["events_applied"] >= st["events_total"] \
-                    and _held(self, self.config.hold if hold is None else hold):
+                    and _held(self, self.config.protocol.hold if hold is None else hold):
                 return st
             elapsed = st["time"] - start if paced else time.monotonic() - start
             if duration is not None and elapsed >= duration - 1e-9:
@@ -227,7 +227,7 @@ def launch(source: str | Path | Mapping[str, Any] | Scenario, config: RunConfig 
     cfg.check()
     connect(address, num_cpus=num_cpus)
     prepared = prepare(source)
-    prepared.scenario.check_mode(cfg.mode)
+    prepared.scenario.check_mode(cfg.protocol.mode)
     options: dict[str, Any] = {"name": coordinator_name(run_id), "namespace": NAMESPACE,
                                "num_cpus": 0, "max_restarts": COORDINATOR_RESTARTS,
                                "max_concurrency": 1000}

@@ -2,10 +2,9 @@
 transport that injects message delay and loss (:mod:`.simulation`)."""
 
 from psdsf_dist.simulator.simulation import (
-    RoundRecord,
     SimConfig,
     SimulationResult,
     simulate,
 )
 
-__all__ = ["RoundRecord", "SimConfig", "SimulationResult", "simulate"]
+__all__ = ["SimConfig", "SimulationResult", "simulate"]

@@ -30,9 +30,14 @@ class SimClock:
         """Run ``action`` at ``time`` (never in the past)."""
         heapq.heappush(self._queue, _Item(max(time, self.now), priority, next(self._seq), action))
 
-    def run_until(self, time: float) -> None:
-        """Run every action scheduled strictly before ``time``; the clock then reads ``time``."""
-        while self._queue and self._queue[0].time < time:
+    def run_until(self, time: float, *, through_priority: int | None = None) -> None:
+        """Run every action scheduled strictly before ``time`` — and those at ``time`` itself
+        whose priority is at most ``through_priority`` — ; the clock then reads ``time``."""
+        def due(item: _Item) -> bool:
+            return item.time < time or (through_priority is not None and item.time == time
+                                        and item.priority <= through_priority)
+
+        while self._queue and due(self._queue[0]):
             item = heapq.heappop(self._queue)
             self.now = item.time
             item.action()

@@ -1,29 +1,30 @@
-"""Deterministic in-process simulation of asynchronous PS-DSF (no Ray, no wall clock).
+"""Deterministic in-process simulation of the protocol: a simulated clock and an in-memory
+transport around the protocol's own servers (no Ray, no wall clock).
 
-K servers each keep their own state — a :class:`~psdsf_dist.protocol.gossip.GossipState` and the
-update rule's per-user state — and act every ``period`` seconds of a simulated clock
-(:mod:`psdsf_dist.simulator.clock`): estimate the user totals from gossip, run the update rule
-(:mod:`psdsf_dist.protocol.update_rule`) on them, publish the new column, and start ``fanout``
-push-pull exchanges with random peers.  Messages take ``delay`` seconds and are lost with
-probability ``loss``.  Servers act in lock-step (all at ``k T``, the worst case: everyone on the
-same stale totals) or at random phases with per-tick jitter.  Scenario events
-(:mod:`psdsf_dist.model.events`) are applied at their times.  Everything random comes from one
-seeded generator, so a run is a function of its inputs.
+Every present server is a :class:`~psdsf_dist.protocol.node.ServerNode` — the code the Ray
+actors run — woken at the times it asks for on a :class:`~psdsf_dist.simulator.clock.SimClock`.
+The transport delivers each message ``delay`` seconds after it was sent (at once, in line, when
+the delay is 0: as between two servers hosted by one actor) and drops it with probability
+``loss``.  Churn goes through the protocol's membership table
+(:class:`~psdsf_dist.protocol.membership.ChurnState`), as in the coordinator: each scenario
+event makes a new table that every server adopts at the event's time; a failed server stops
+(its column expires from the others' totals), a joining one starts as a new incarnation with a
+few seed peers.  Everything random comes from the run's seed — each server's own stream and
+the transport's — so a run is a function of its inputs.
 
-After every round (at ``(r + 1) T``) the *true* allocation — every server's current column — is
-checked with the PS-DSF certificate (relative tolerance ``rtol``, 1e-3 by default) on the
-scenario as it stands (absent users and failed servers removed).  Every column a server adopts is
-checked against its capacities on the spot: a violation raises :class:`FeasibilityError`.
+Once per period, at ``t = r T`` after the events due by then and before any server acts at
+that instant, the run is observed (:func:`~psdsf_dist.protocol.convergence.observe`) and
+per-event convergence is judged as in a run on Ray
+(:func:`~psdsf_dist.protocol.convergence.event_convergence`).
 
 Gossip models
-    ``scuttlebutt``: the real protocol, one :class:`GossipState` per server.  Its memory grows
-    like K^2 (every server knows every origin's version), fine up to a few thousand servers.
-    ``snapshot``: for cluster scale (K = 12,583): every server acts on the true totals as they
-    were ``staleness`` rounds earlier (``1 + round(delay / T)``), taken
-    as the hard case (all servers on the same stale snapshot) — with message counts and bytes
-    estimated from the protocol's encoding (one digest exchange per peer plus every changed
-    column and every heartbeat reaching every server once).  ``auto`` picks scuttlebutt up to
-    ``AUTO_SNAPSHOT_ABOVE`` servers.
+    ``scuttlebutt`` (the default up to ``AUTO_SNAPSHOT_ABOVE`` servers): the protocol itself,
+    message by message.  Its memory grows like K^2 (every server knows every origin).
+    ``snapshot``: a model for cluster scale (K = 12,583): once per period, all at the same
+    instant, every server runs the same update step on the true totals as they stood
+    ``1 + round(delay / T)`` observations earlier (the hard case: everyone on one stale
+    snapshot), with message counts and bytes estimated from the protocol's encoding.  Servers
+    of one class in identical states get one computation (exact for a deterministic rule).
 """
 
 from __future__ import annotations
@@ -31,169 +32,72 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from psdsf_dist.core.certificate import certificate
-from psdsf_dist.core.report import utilization
 from psdsf_dist.core.solver import ServerClasses
-from psdsf_dist.errors import PsdsfError
-from psdsf_dist.model.events import (
-    Event,
-    ServerFails,
-    ServerJoins,
-    SetDemand,
-    SetWeight,
-    Universe,
-    UserJoins,
-    UserLeaves,
-    universe,
+from psdsf_dist.model.events import Event, ServerFails, ServerJoins
+from psdsf_dist.model.scenario import Scenario
+from psdsf_dist.protocol.config import ProtocolConfig
+from psdsf_dist.protocol.convergence import (
+    EventConvergence,
+    Observation,
+    Traffic,
+    event_convergence,
+    observe,
 )
-from psdsf_dist.model.scenario import Mode, Scenario
 from psdsf_dist.protocol.gossip import (
     COLUMN_HEADER_BYTES,
     COLUMN_VALUE_BYTES,
     DELTA_ENTRY_BYTES,
     DIGEST_ENTRY_BYTES,
     MESSAGE_HEADER_BYTES,
-    Delta,
-    Digest,
-    GossipState,
 )
-from psdsf_dist.protocol.update_rule import (
-    DEFAULT_RULE,
-    RuleState,
-    ServerView,
-    UpdateRule,
-    feasible_column,
-    is_feasible_column,
-    make_rule,
-    server_view,
-    staleness_rounds,
+from psdsf_dist.protocol.membership import ChurnState
+from psdsf_dist.protocol.node import (
+    Message,
+    ServerNode,
+    checked_update,
+    knowledge_view,
+    seed_peers,
+    server_seed,
 )
+from psdsf_dist.protocol.update_rule import RuleState, UpdateRule
 from psdsf_dist.simulator.clock import SimClock
 
 FloatArray = npt.NDArray[np.float64]
-BoolArray = npt.NDArray[np.bool_]
 GossipModel = Literal["auto", "scuttlebutt", "snapshot"]
 
-CONVERGENCE_RTOL = 1e-3
 AUTO_SNAPSHOT_ABOVE = 2000
-TTL_PERIODS = 8.0  # a server silent for this many periods stops counting
-TOMBSTONE_PERIODS = 64.0
+HELD = 1e-12  # a change above this counts its server as moving a user (snapshot model)
+TRANSPORT_STREAM = "transport"  # the transport's random stream is seeded like a server's
 
-# same-instant order: scenario events, then server ticks, then message deliveries
-_EVENT, _TICK, _DELIVERY = 0, 1, 2
-
-
-HELD = 1e-12  # a change (or entry) above this counts its server as moving (holding) a user
-
-
-class FeasibilityError(PsdsfError, AssertionError):
-    """A server adopted a column exceeding one of its capacities."""
+# same-instant order: scenario events, then server wake-ups, then message deliveries
+_EVENT, _WAKE, _DELIVERY = 0, 1, 2
 
 
 @dataclass(frozen=True)
 class SimConfig:
+    protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
     rounds: int = 300
-    period: float = 1.0
-    lockstep: bool = True
-    jitter: float = 0.0
-    """Seconds; ticks land uniformly within +-jitter/2 of their phase (not in lock-step)."""
-    delay: float = 1.0
-    """Seconds a message is in flight."""
-    loss: float = 0.0
-    fanout: int = 1
-    gossip_rate: int = 1
-    """Exchanges each server starts per period (at its update and evenly in between)."""
-    seed: int = 0
-    rule: str = DEFAULT_RULE
-    rule_params: tuple[tuple[str, float], ...] = ()
-    mode: Mode = "rdm"
-    rtol: float = CONVERGENCE_RTOL
+    """Periods to simulate (one observation each)."""
     gossip: GossipModel = "auto"
-    hold: int = 1
-    """Rounds in a row the certificate must hold before a phase (the start, or what follows an
-    event) counts as converged; a run of holds that the next event cuts short still counts."""
     stop_after_hold: int | None = None
     """Stop early once the last event has passed and the certificate has held this many
     rounds in a row (for experiments; None = always run ``rounds``)."""
     memoize: bool = True
-    """Snapshot model: compute a pure rule once per class of identical servers in identical
+    """Snapshot model: compute the update once per class of identical servers in identical
     states (bit-identical to computing each; off to time the per-server cost)."""
-    ttl_periods: float = TTL_PERIODS
-    signed_moves: bool = True
-    """Gossip carries the sign of each server's latest change per user, and the rule sees
-    how many servers raised / lowered each user (off: holder counts only)."""
 
     def check(self) -> None:
+        self.protocol.check()
         if self.rounds < 1:
-            raise ValueError("rounds must be >= 1")
-        if not self.period > 0 or not math.isfinite(self.period):
-            raise ValueError("period must be a positive number of seconds")
-        if not 0 <= self.jitter < self.period:
-            raise ValueError("jitter must be in [0, period)")
-        if not 0 <= self.delay < math.inf:
-            raise ValueError("delay must be >= 0 seconds")
-        if not 0 <= self.loss < 1:
-            raise ValueError("loss must be in [0, 1)")
-        if self.fanout < 1:
-            raise ValueError("fanout must be >= 1")
-        if self.gossip_rate < 1:
-            raise ValueError("gossip rate must be >= 1 exchange round per period")
-        if not self.rtol > 0:
-            raise ValueError("rtol must be > 0")
-        if self.hold < 1:
-            raise ValueError("hold must be >= 1 round")
-
-
-@dataclass(frozen=True)
-class RoundRecord:
-    round: int
-    time: float
-    residual: float
-    holds: bool
-    max_relative_change: float
-    utilization: float
-    """Mean over present servers and their resources of the fraction in use."""
-    messages: float
-    """Messages sent per present server in this round (mean)."""
-    bytes: float
-    """Bytes sent per present server in this round (mean)."""
-    max_bytes: float
-    """Bytes sent by the busiest server in this round."""
-    seconds: float
-    """Wall-clock seconds the simulator spent on this round."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "round": self.round, "time": self.time, "residual": self.residual,
-            "holds": self.holds, "max_relative_change": self.max_relative_change,
-            "utilization": self.utilization, "messages": self.messages, "bytes": self.bytes,
-            "max_bytes": self.max_bytes, "seconds": self.seconds,
-        }
-
-
-@dataclass(frozen=True)
-class EventOutcome:
-    """When the certificate first held for good after an event (``None``: it never did)."""
-
-    description: str
-    at: float
-    round: int
-    converged_round: int | None
-    rounds_to_converge: int | None
-    """``converged_round - round + 1``: 1 means it held after the first round of updates."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"event": self.description, "at": self.at, "round": self.round,
-                "converged_round": self.converged_round,
-                "rounds_to_converge": self.rounds_to_converge}
+            raise ValueError(f"rounds must be >= 1, got {self.rounds}")
 
 
 @dataclass(frozen=True)
@@ -201,8 +105,8 @@ class SimulationResult:
     scenario: Scenario
     """The scenario as it stands at the end (absent users and failed servers ineligible)."""
     allocation: FloatArray
-    trace: tuple[RoundRecord, ...]
-    events: tuple[EventOutcome, ...]
+    trace: tuple[Observation, ...]
+    events: tuple[EventConvergence, ...]
     config: SimConfig
     gossip: str
     seconds: float
@@ -213,438 +117,236 @@ class SimulationResult:
 
 
 @dataclass
-class _Server:
-    index: int
-    origin: str
-    phase: float
-    gossip: GossipState | None
-    state: RuleState
-    seed_peer: str | None = None
-    up: bool = True
-
-
-@dataclass
-class _Accounting:
-    messages: FloatArray
-    bytes: FloatArray
-
-    def add(self, server: int, size: int) -> None:
-        self.messages[server] += 1
-        self.bytes[server] += size
-
-
-@dataclass
 class Simulator:
     """One simulation run; use :func:`simulate`."""
 
     scenario: Scenario
     config: SimConfig
     rule: UpdateRule | None = None
-    progress: Callable[[RoundRecord], None] | None = None
-    _u: Universe = field(init=False)
+    progress: Callable[[Observation], None] | None = None
 
     def __post_init__(self) -> None:
         self.config.check()
-        self.scenario.check_mode(self.config.mode)
-        self._u = universe(self.scenario)
-        self._rule: UpdateRule = (
-            self.rule if self.rule is not None
-            else make_rule(self.config.rule, **dict(self.config.rule_params))
-        )
-        full = self._u.scenario
-        self.rng = np.random.default_rng(self.config.seed)
-        self.K, self.N = full.num_servers, full.num_users
-        self.demand = np.array(full.demand, dtype=float)
-        self.weight = np.array(full.weight, dtype=float)
-        self.users_active = self._u.users_present.copy()
-        self.servers_up = self._u.servers_present.copy()
+        cfg = self.config.protocol
+        self.scenario.check_mode(cfg.mode)
+        self._rule: UpdateRule = self.rule if self.rule is not None else cfg.make_rule()
+        self.churn, self.events = ChurnState.start(self.scenario)
+        full = self.churn.full
         model = self.config.gossip
         if model == "auto":
-            model = "snapshot" if self.K > AUTO_SNAPSHOT_ABOVE else "scuttlebutt"
+            model = "snapshot" if full.num_servers > AUTO_SNAPSHOT_ABOVE else "scuttlebutt"
         self.model: str = model
-        self.X = np.zeros((self.N, self.K))
         self.clock = SimClock()
-        T = self.config.period
-        phases = (np.zeros(self.K) if self.config.lockstep
-                  else self.rng.uniform(0.0, T, size=self.K))
-        # one shared (immutable) initial state, so that identical servers stay recognisable
-        self._initial_state = self._rule.initial_state(self.N)
-        self.servers: list[_Server] = []
-        self.by_origin: dict[str, int] = {}
-        for i in range(self.K):
-            srv = _Server(i, self._origin(i, 0), float(phases[i]), None,
-                          self._initial_state, up=bool(self.servers_up[i]))
-            self.servers.append(srv)
-        self.generation = np.zeros(self.K, dtype=int)
-        self.current = self._current_scenario()
-        self.class_of = ServerClasses.of(self.current).member_class
+        self.transport_rng = np.random.default_rng(server_seed(cfg.seed, TRANSPORT_STREAM, 0))
+        self.table = self.churn.table()
+        self.nodes: dict[str, ServerNode] = {}
+        """The live servers by name."""
+        self.by_origin: dict[str, ServerNode] = {}
+        self.incarnations: dict[str, int] = {}
+        self._sent = {name: (0, 0) for name in full.server_names}
+        self.traffic = Traffic(np.zeros(full.num_servers), np.zeros(full.num_servers))
+        """Messages and bytes each server sent in the latest round."""
+        # snapshot model: whole allocations of the latest observations, a shared initial state
+        self._history: deque[FloatArray] = deque(
+            maxlen=round(cfg.delay / cfg.period) + 3)
+        self._initial: RuleState = self._rule.initial_state(full.num_users)
         self._memo: dict[tuple[int, int, int, bytes], tuple[FloatArray, RuleState]] = {}
-        self.views: dict[int, ServerView] = {}
-        self.acct = _Accounting(np.zeros(self.K), np.zeros(self.K))
-        self.totals_history: list[FloatArray] = [np.zeros(self.N)]
-        self.holders_history: list[FloatArray] = [np.zeros(self.N)]
-        # whole allocations of the last few rounds: the snapshot's own columns and its changes
-        self.allocation_history: deque[FloatArray] = deque(
-            [self.X.copy()], maxlen=round(self.config.delay / self.config.period) + 3
-        )
-        self.changed_columns = np.zeros(self.K, dtype=bool)
-        for up in np.flatnonzero(self.servers_up):
-            self._start_server(int(up), 0.0, bootstrap=False)
+        names = self.churn.present_servers()
+        for name in names:
+            self._start(name, 0.0, [n for n in names if n != name], everyone=True)
+        self._history.append(self.allocation())
 
-    # -- set-up -----------------------------------------------------------------------------
-    def _origin(self, i: int, generation: int) -> str:
-        name = self._u.scenario.server_names[i]
-        return name if generation == 0 else f"{name}#{generation}"
-
-    def _current_scenario(self) -> Scenario:
-        full = self._u.scenario
-        placement = full.placement & self.users_active[:, None] & self.servers_up[None, :]
-        return full.replace_users(demand=self.demand, weight=self.weight, placement=placement)
-
-    def _view(self, i: int) -> ServerView:
-        v = self.views.get(i)
-        if v is None:
-            v = server_view(self.current, i, self.config.mode, None, int(self.servers_up.sum()))
-            self.views[i] = v
-        return v
-
-    def _start_server(self, i: int, now: float, *, bootstrap: bool) -> None:
-        srv = self.servers[i]
-        srv.up = True
-        srv.state = self._initial_state
-        if self.model == "scuttlebutt":
-            T = self.config.period
-            srv.gossip = GossipState(srv.origin, self.N, ttl=self.config.ttl_periods * T,
-                                     tombstone_ttl=TOMBSTONE_PERIODS * T)
-            if bootstrap:
-                live = [int(j) for j in np.flatnonzero(self.servers_up) if j != i]
-                if live:
-                    srv.seed_peer = self.servers[live[int(self.rng.integers(len(live)))]].origin
-            else:
-                # a cluster that starts together knows its members (empty columns)
-                for j in np.flatnonzero(self.servers_up):
-                    if j != i:
-                        srv.gossip.introduce(self.servers[int(j)].origin, now)
-                srv.seed_peer = None
-        self.by_origin[srv.origin] = i
-        k = max(math.ceil((now - srv.phase) / self.config.period - 1e-9), 0)
-        self._schedule_tick(i, k, srv.origin)
-
-    def _schedule_tick(self, i: int, k: int, origin: str) -> None:
-        """Tick number k of server i: at ``phase + k T``, plus jitter when not in lock-step."""
-        srv = self.servers[i]
-        t = srv.phase + k * self.config.period
-        if not self.config.lockstep and self.config.jitter > 0:
-            t += float(self.rng.uniform(-0.5, 0.5)) * self.config.jitter
-        self.clock.at(t, _TICK, partial(self._tick, i, k, origin))
-
-    # -- server behaviour -------------------------------------------------------------------
-    def _tick(self, i: int, k: int, origin: str) -> None:
-        srv = self.servers[i]
-        if not srv.up or srv.origin != origin:
-            return  # failed, or an earlier incarnation's schedule
-        now = self.clock.now
-        column = self.X[:, i]
-        if srv.gossip is not None:
-            srv.gossip.expire(now)
-            totals = srv.gossip.totals()
-            lag = staleness_rounds(srv.gossip.median_age(now), self.config.period)
-            view = _with_knowledge(self._view(i), len(srv.gossip.members()),
-                                   srv.gossip.holders(), lag)
-            if self.config.signed_moves:
-                # servers that raised / lowered each user in their latest changes heard of
-                view = replace(view, raising=srv.gossip.raising().astype(float),
-                               lowering=srv.gossip.lowering().astype(float))
-            new, srv.state = self._update(i, view, totals, column, srv.state)
+    # -- servers ------------------------------------------------------------------------------
+    def _start(self, name: str, now: float, others: list[str], *, everyone: bool) -> None:
+        cfg = self.config.protocol
+        incarnation = self.incarnations.get(name, -1) + 1
+        self.incarnations[name] = incarnation
+        node = ServerNode(name, incarnation, self.table, cfg, self._rule)
+        if self.model == "snapshot":
+            node.state = self._initial  # shared, so identical servers stay recognisable
+            self.clock.at(now, _WAKE, partial(self._snapshot_start, node))
         else:
-            totals, holders, stale, moved = self._snapshot()
-            if stale is not None and stale.shape == self.X.shape:
-                # the server knows its own current column: only the others' are stale
-                totals = totals - stale[:, i] + column
-                stale_own = stale[:, i].tobytes()
-            else:
-                stale_own = b""
-            # Servers of one class holding the same column and the same state object, acting
-            # on the same snapshot, get the same answer from a pure rule: compute it once.
-            key = (int(self.class_of[i]), id(holders), id(srv.state), column.tobytes() + stale_own)
-            hit = self._memo.get(key) if self.config.memoize else None
-            if hit is None:
-                base = self._view(i)
-                view = _with_knowledge(base, base.num_servers, holders,
-                                       round(self.config.delay / self.config.period))
-                if moved is not None and moved.shape[0] == self.N:
-                    # servers that raised / lowered each user in the changes the snapshot shows
-                    view = replace(view, raising=(moved > HELD).sum(axis=1).astype(float),
-                                   lowering=(moved < -HELD).sum(axis=1).astype(float))
-                hit = self._update(i, view, totals, column, srv.state)
-                if self.config.memoize:
-                    self._memo[key] = hit
-            new, srv.state = hit
-        self.changed_columns[i] |= not np.array_equal(new, column)
-        self.X[:, i] = new
-        if srv.gossip is not None:
-            srv.gossip.set_column(new, now)
-            self._start_exchanges(srv, now)
-            # extra anti-entropy between updates (gossip faster than the update period)
-            g = self.config.gossip_rate
-            for j in range(1, g):
-                self.clock.at(now + j * self.config.period / g, _TICK,
-                              partial(self._gossip_only, i, origin))
-        self._schedule_tick(i, k + 1, origin)
+            origins = [self.nodes[o].origin if o in self.nodes else o for o in others]
+            node.introduce(seed_peers(origins, server_seed(cfg.seed, name, incarnation),
+                                      everyone=everyone), now)
+            self._schedule(node, node.first_wake(now))
+        self.nodes[name] = node
+        self.by_origin[node.origin] = node
 
-    def _gossip_only(self, i: int, origin: str) -> None:
-        srv = self.servers[i]
-        if srv.up and srv.origin == origin and srv.gossip is not None:
-            self._start_exchanges(srv, self.clock.now)
+    def _schedule(self, node: ServerNode, at: float) -> None:
+        self.clock.at(at, _WAKE, partial(self._wake, node))
 
-    def _update(self, i: int, view: ServerView, totals: FloatArray, column: FloatArray,
-                state: RuleState) -> tuple[FloatArray, RuleState]:
-        new, state = self._rule.update(state, view, totals, column)
-        new = np.asarray(new, dtype=float)
-        self._assert_feasible(i, view, new)
-        return new, state
+    def _wake(self, node: ServerNode) -> None:
+        if self.nodes.get(node.name) is not node:
+            return  # failed, or an earlier incarnation
+        now = self.clock.now
+        woke = node.wake(now)
+        for peer, syn in woke.exchanges:
+            self._send(peer, syn, now)
+        self._schedule(node, woke.next_at)
 
-    def _assert_feasible(self, i: int, view: ServerView, column: FloatArray) -> None:
-        if not is_feasible_column(view, column):
-            name = self._u.scenario.server_names[i]
-            raise FeasibilityError(
-                f"server {name} at t={self.clock.now:g}: column exceeds a capacity or gives tasks "
-                "to an ineligible user"
-            )
-
-    def _snapshot(
-        self,
-    ) -> tuple[FloatArray, FloatArray, FloatArray | None, FloatArray | None]:
-        """What the snapshot shows, ``1 + round(delay / T)`` rounds ago: totals, holder counts,
-        the allocation, and its change over the round before (None where history is short or
-        the cluster changed shape)."""
-        staleness = 1 + round(self.config.delay / self.config.period)
-        at = max(len(self.totals_history) - staleness, 0)
-        hist = self.allocation_history
-        back = len(hist) - staleness
-        stale = hist[back] if back >= 0 else None
-        moved = None
-        if back >= 1 and hist[back].shape == hist[back - 1].shape:
-            moved = hist[back] - hist[back - 1]
-        return self.totals_history[at], self.holders_history[at], stale, moved
-
-    # -- gossip transport -------------------------------------------------------------------
-    def _peers(self, srv: _Server) -> list[str]:
-        assert srv.gossip is not None
-        members = [o for o in srv.gossip.members() if o != srv.origin]
-        if not members and srv.seed_peer is not None:
-            members = [srv.seed_peer]
-        return members
-
-    def _start_exchanges(self, srv: _Server, now: float) -> None:
-        peers = self._peers(srv)
-        if not peers:
+    # -- transport ----------------------------------------------------------------------------
+    def _send(self, to: str, message: Message, now: float) -> None:
+        cfg = self.config.protocol
+        if cfg.loss > 0 and self.transport_rng.random() < cfg.loss:
             return
-        k = min(self.config.fanout, len(peers))
-        chosen = self.rng.choice(len(peers), size=k, replace=False)
-        assert srv.gossip is not None
-        syn = (srv.gossip.digest(), Delta(srv.origin, (srv.gossip.own_entry(),)))
-        for c in chosen:
-            self._send(srv.index, peers[int(c)], ("syn", syn), now)
+        if cfg.delay > 0:
+            self.clock.at(now + cfg.delay, _DELIVERY, partial(self._deliver, to, message))
+        else:
+            self._deliver(to, message)
 
-    def _send(self, sender: int, to: str, message: tuple[str, Any], now: float) -> None:
-        kind, body = message
-        size = _message_size(kind, body)
-        self.acct.add(sender, size)
-        if self.config.loss > 0 and self.rng.random() < self.config.loss:
-            return
-        self.clock.at(now + self.config.delay, _DELIVERY, lambda: self._deliver(to, message))
-
-    def _deliver(self, to: str, message: tuple[str, Any]) -> None:
-        i = self.by_origin.get(to)
-        if i is None:
-            return
-        srv = self.servers[i]
-        if not srv.up or srv.origin != to or srv.gossip is None:
+    def _deliver(self, to: str, message: Message) -> None:
+        node = self.by_origin.get(to)
+        if node is None or self.nodes.get(node.name) is not node:
             return  # a failed server, or an old incarnation: the message is lost
         now = self.clock.now
-        kind, body = message
-        g = srv.gossip
-        if kind == "syn":
-            digest: Digest = body[0]
-            g.merge(body[1], now)
-            self._send(i, digest.sender, ("ack", (g.delta_for(digest), g.digest())), now)
-        elif kind == "ack":
-            delta, digest = body
-            g.merge(delta, now)
-            self._send(i, digest.sender, ("ack2", g.delta_for(digest)), now)
-        else:
-            g.merge(body, now)
+        reply = node.receive(message, now)
+        if reply is not None:
+            self._send(message.sender, reply, now)
 
-    # -- scenario events --------------------------------------------------------------------
+    # -- churn --------------------------------------------------------------------------------
     def _apply(self, event: Event) -> None:
-        full = self._u.scenario
         now = self.clock.now
-        if isinstance(event, UserLeaves):
-            n = full.user_names.index(event.user)
-            self.users_active[n] = False
-            self.X[n, :] = 0.0  # the user's tasks end with it
-        elif isinstance(event, UserJoins):
-            self.users_active[full.user_names.index(event.user)] = True
-        elif isinstance(event, SetDemand):
-            n = full.user_names.index(event.user)
-            self.demand[n] = [event.demand.get(r, 0.0) for r in full.resources]
-        elif isinstance(event, SetWeight):
-            self.weight[full.user_names.index(event.user)] = event.weight
-        elif isinstance(event, ServerFails):
-            i = full.server_names.index(event.server)
-            self.servers_up[i] = False
-            self.servers[i].up = False
-            self.X[:, i] = 0.0  # its tasks are lost with it
-        elif isinstance(event, ServerJoins):
-            i = full.server_names.index(event.server)
-            self.servers_up[i] = True
-            self.generation[i] += 1
-            srv = self.servers[i]
-            srv.origin = self._origin(i, int(self.generation[i]))
-        self.current = self._current_scenario()
-        self.views.clear()
+        self.churn.apply(event, now, from_scenario=True)
+        self.table = self.churn.table()
+        if isinstance(event, ServerFails):
+            node = self.nodes.pop(event.server)  # its tasks are lost with it, no goodbye
+            self.by_origin.pop(node.origin, None)
+        for node in self.nodes.values():
+            node.adopt(self.table, now)
         self._memo.clear()
-        self.class_of = ServerClasses.of(self.current).member_class
-        # what no longer fits (a demand grew, a user left) is preempted at once
-        for j in np.flatnonzero(self.servers_up):
-            col = self.X[:, j]
-            if col.any():
-                view = self._view(int(j))
-                self.X[:, j] = feasible_column(view, col)
-                self._assert_feasible(int(j), view, self.X[:, j])
+        self._class_of = ServerClasses.of(self.churn.current()).member_class
         if isinstance(event, ServerJoins):
-            self._start_server(full.server_names.index(event.server), now, bootstrap=True)
+            others = [n for n in self.churn.present_servers() if n != event.server]
+            self._start(event.server, now, others, everyone=False)
 
-    # -- running ----------------------------------------------------------------------------
+    # -- snapshot model -----------------------------------------------------------------------
+    def _snapshot_start(self, node: ServerNode) -> None:
+        # a server joining mid-run updates with the others, at the next period boundary
+        T = self.config.protocol.period
+        self.clock.at(math.ceil(self.clock.now / T - 1e-9) * T, _WAKE,
+                      partial(self._snapshot_round_of, node))
+
+    def _snapshot_round_of(self, node: ServerNode) -> None:
+        if self.nodes.get(node.name) is not node:
+            return
+        self._snapshot_update(node)
+        self.clock.at(self.clock.now + self.config.protocol.period, _WAKE,
+                      partial(self._snapshot_round_of, node))
+
+    def _snapshot_update(self, node: ServerNode) -> None:
+        cfg = self.config.protocol
+        now = self.clock.now
+        lag = 1 + round(cfg.delay / cfg.period)
+        back = len(self._history) - lag
+        stale = self._history[max(back, 0)]
+        i = self.churn.full.server_names.index(node.name)
+        column = node.column
+        if stale.shape[0] == len(column):
+            # the server knows its own current column: only the others' are stale
+            totals = stale.sum(axis=1) - stale[:, i] + column
+        else:
+            totals = column.copy()
+        moved = (stale - self._history[back - 1]
+                 if back >= 1 and self._history[back - 1].shape == stale.shape else None)
+        key = (int(self._class_of[i]), back, id(node.state),
+               column.tobytes() + stale[:, i].tobytes())
+        hit = self._memo.get(key) if self.config.memoize else None
+        if hit is None:
+            view = knowledge_view(
+                node.view, members=node.view.num_servers, holders=(stale > 0).sum(axis=1),
+                raising=None if moved is None else (moved > HELD).sum(axis=1),
+                lowering=None if moved is None else (moved < -HELD).sum(axis=1),
+                staleness=lag - 1)
+            hit = checked_update(self._rule, node.state, view, totals, column,
+                                 f"server {node.name} at t={now:g}")
+            if self.config.memoize:
+                self._memo[key] = hit
+        new, node.state = hit
+        node.gossip.set_column(new, now)
+        node.rounds += 1
+
+    def _estimate_traffic(self, changed: npt.NDArray[np.bool_]) -> None:
+        """Protocol cost without running it (snapshot model): one digest exchange per peer,
+        every changed column and every heartbeat reaching every server once."""
+        up = self.churn.servers_present
+        live = int(up.sum())
+        F = self.config.protocol.fanout * self.config.protocol.gossip_rate
+        X = self._history[-1]
+        digests = 2 * F * (MESSAGE_HEADER_BYTES + DIGEST_ENTRY_BYTES * live)
+        nnz = np.count_nonzero(X[:, up], axis=0)
+        columns = float(np.sum((COLUMN_HEADER_BYTES + COLUMN_VALUE_BYTES * nnz) * changed[up]))
+        heartbeats = DELTA_ENTRY_BYTES * live + F * MESSAGE_HEADER_BYTES
+        self.traffic.messages[:] = np.where(up, 3 * F, 0)
+        self.traffic.bytes[:] = np.where(up, digests + heartbeats + columns, 0)
+
+    # -- observing ----------------------------------------------------------------------------
+    def allocation(self) -> FloatArray:
+        """Every live server's current column (absent servers: zeros), N x K."""
+        full = self.churn.full
+        X = np.zeros((full.num_users, full.num_servers))
+        for i, name in enumerate(full.server_names):
+            node = self.nodes.get(name)
+            if node is not None:
+                col = node.column
+                X[: len(col), i] = col[: full.num_users]
+        return X
+
+    def _count_traffic(self) -> None:
+        for i, name in enumerate(self.churn.full.server_names):
+            node = self.nodes.get(name)
+            sent = (0, 0) if node is None else (node.traffic.messages, node.traffic.bytes)
+            before = self._sent.get(name, (0, 0))
+            if node is not None and sent[0] < before[0]:
+                before = (0, 0)  # a new incarnation counts from zero
+            self.traffic.messages[i] = sent[0] - before[0]
+            self.traffic.bytes[i] = sent[1] - before[1]
+            self._sent[name] = sent
+
     def run(self) -> SimulationResult:
-        cfg = self.config
+        cfg = self.config.protocol
         T = cfg.period
-        for e in self._u.events:
+        for e in self.events:
             self.clock.at(e.at, _EVENT, partial(self._apply, e))
-        trace: list[RoundRecord] = []
+        trace: list[Observation] = []
         started = time.perf_counter()
-        prev_totals = self.X.sum(axis=1)
-        for r in range(cfg.rounds):
+        previous: FloatArray | None = None
+        for r in range(1, self.config.rounds + 1):
             t0 = time.perf_counter()
-            self.acct.messages[:] = 0
-            self.acct.bytes[:] = 0
-            self.changed_columns[:] = False
+            self._class_of = ServerClasses.of(self.churn.current()).member_class
             self._memo.clear()
-            self.clock.run_until((r + 1) * T)
-            totals = self.X.sum(axis=1)
-            self.totals_history.append(totals)
-            self.holders_history.append((self.X > 0).sum(axis=1).astype(float))
-            self.allocation_history.append(self.X.copy())
-            if len(self.totals_history) > 64:
-                del self.totals_history[0]
-                del self.holders_history[0]
-            # explain=True: the residual must not depend on whether words are wanted
-            cert = certificate(self.current, self.X, mode=cfg.mode, rtol=cfg.rtol, explain=True)
-            up = self.servers_up
-            live = max(int(up.sum()), 1)
+            self.clock.run_until(r * T, through_priority=_EVENT)
+            X = self.allocation()
             if self.model == "snapshot":
-                self._estimate_traffic()
-            util = utilization(self.current, self.X)[up]
-            has = self.current.capacity[up] > 0
-            with np.errstate(divide="ignore", invalid="ignore"):
-                change = np.abs(totals - prev_totals) / np.maximum(
-                    np.maximum(np.abs(prev_totals), np.abs(totals)), 1e-12)
-            prev_totals = totals
-            rec = RoundRecord(
-                round=r, time=(r + 1) * T, residual=cert.residual, holds=cert.holds,
-                max_relative_change=float(change.max(initial=0.0)),
-                utilization=float(util[has].mean()) if has.any() else 0.0,
-                messages=float(self.acct.messages.sum() / live),
-                bytes=float(self.acct.bytes.sum() / live),
-                max_bytes=float(self.acct.bytes.max(initial=0.0)),
-                seconds=time.perf_counter() - t0,
-            )
+                changed = np.any(X != self._history[-1], axis=0) if X.shape == \
+                    self._history[-1].shape else np.ones(X.shape[1], dtype=bool)
+                self._history.append(X)
+                self._estimate_traffic(changed)
+            else:
+                self._history.append(X)
+                self._count_traffic()
+            rec = observe(self.churn.current(), X, self.churn.servers_present, round=r - 1,
+                          time=r * T, mode=cfg.mode, rtol=cfg.rtol, traffic=self.traffic,
+                          previous_totals=previous, seconds=time.perf_counter() - t0)
+            previous = X.sum(axis=1)
             trace.append(rec)
             if self.progress is not None:
                 self.progress(rec)
             if self._settled(trace):
                 break
         seconds = time.perf_counter() - started
-        outcomes = converged_rounds(self._u.events, [rec.holds for rec in trace], T,
-                                    hold=cfg.hold)
-        return SimulationResult(self.current, self.X.copy(), tuple(trace), outcomes, cfg,
-                                self.model, seconds)
+        outcomes = event_convergence(self.churn.history, trace, T, hold=cfg.hold)
+        return SimulationResult(self.churn.current(), self.allocation(), tuple(trace),
+                                tuple(outcomes), self.config, self.model, seconds)
 
-    def _settled(self, trace: list[RoundRecord]) -> bool:
+    def _settled(self, trace: list[Observation]) -> bool:
         hold = self.config.stop_after_hold
         if hold is None or len(trace) < hold:
             return False
-        last_event = max((e.at for e in self._u.events), default=0.0)
-        if trace[-hold].round < math.floor(last_event / self.config.period + 1e-9):
+        last_event = max((e.at for e in self.events), default=0.0)
+        if trace[-hold].time < last_event:
             return False
         return all(rec.holds for rec in trace[-hold:])
-
-    def _estimate_traffic(self) -> None:
-        """Protocol cost without running it (snapshot model): see the module docstring."""
-        up = np.flatnonzero(self.servers_up)
-        live = len(up)
-        F = self.config.fanout
-        digests = 2 * F * (MESSAGE_HEADER_BYTES + DIGEST_ENTRY_BYTES * live)
-        nnz = np.count_nonzero(self.X[:, up], axis=0)
-        columns = float(np.sum((COLUMN_HEADER_BYTES + COLUMN_VALUE_BYTES * nnz)
-                               * self.changed_columns[up]))
-        heartbeats = DELTA_ENTRY_BYTES * live + F * MESSAGE_HEADER_BYTES
-        self.acct.messages[up] = 3 * F
-        self.acct.bytes[up] = digests + heartbeats + columns
-
-
-def _with_knowledge(view: ServerView, members: int, holders: npt.NDArray[Any],
-                    staleness: float) -> ServerView:
-    """The view with what gossip says now: membership size, holders per user, and by how many
-    rounds beyond one the others' columns lag."""
-    return replace(view, num_servers=members, holders=np.asarray(holders, dtype=float),
-                   staleness=float(staleness))
-
-
-def _message_size(kind: str, body: Any) -> int:
-    if kind in ("syn", "ack"):
-        delta, digest = body
-        return int(delta.size_bytes() + digest.size_bytes())
-    assert isinstance(body, Delta)
-    return body.size_bytes()
-
-
-def final_run_of_holds(holds: Sequence[bool], hold: int, *, open_ended: bool) -> int | None:
-    """Index from which every entry of ``holds`` is true, or None if the last is false — or if
-    ``open_ended`` (no later event has cut the run short) and that run is shorter than ``hold``.
-    Shared by the simulator and the Ray runtime's convergence bookkeeping."""
-    start = len(holds)
-    while start > 0 and holds[start - 1]:
-        start -= 1
-    if start == len(holds) or (open_ended and len(holds) - start < hold):
-        return None
-    return start
-
-
-def converged_rounds(events: tuple[Event, ...], holds: list[bool],
-                     period: float, *, hold: int = 1) -> tuple[EventOutcome, ...]:
-    """Per event (and the start), the first round from which the certificate held until the
-    next event's round, or to the end of the run if that is at least ``hold`` rounds (a run
-    that ends just after the certificate first holds has not shown that it stays)."""
-    starts: list[tuple[str, float, int]] = [("start", 0.0, 0)]
-    for e in events:
-        rnd = math.floor(e.at / period + 1e-9)
-        if rnd < len(holds):  # events after the run are not reported
-            starts.append((e.describe(), e.at, rnd))
-    out: list[EventOutcome] = []
-    R = len(holds)
-    for j, (desc, at, rnd) in enumerate(starts):
-        end = R
-        for _d, _a, later in starts[j + 1 :]:
-            if later > rnd:
-                end = min(later, R)
-                break
-        settled = final_run_of_holds(holds[rnd:end], hold, open_ended=end == R)
-        found = None if settled is None else rnd + settled
-        out.append(EventOutcome(desc, at, rnd, found,
-                                None if found is None else found - rnd + 1))
-    return tuple(out)
 
 
 def simulate(
@@ -652,7 +354,7 @@ def simulate(
     config: SimConfig | None = None,
     *,
     rule: UpdateRule | None = None,
-    progress: Callable[[RoundRecord], None] | None = None,
+    progress: Callable[[Observation], None] | None = None,
 ) -> SimulationResult:
     """Run a simulation (see the module docstring)."""
     return Simulator(scenario, config or SimConfig(), rule, progress).run()

@@ -26,9 +26,8 @@ with presence masks.
 
 from __future__ import annotations
 
-import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,9 +35,8 @@ import numpy as np
 import numpy.typing as npt
 
 from psdsf_dist.errors import ScenarioError, ScenarioWarning
-from psdsf_dist.model.scenario import (
+from psdsf_dist.model.fields import (
     USER_KEYS,
-    Scenario,
     _label,
     _mapping,
     _name,
@@ -153,8 +151,11 @@ def parse_events(
     *,
     server_names: Sequence[str],
     user_names: Sequence[str],
+    build: Callable[[dict[str, Any]], Any],
 ) -> tuple[Event, ...]:
     """Check an ``events`` list against the scenario document; events sorted by time.
+    ``build`` makes a scenario of a document (new users and servers are checked by building the
+    document with them appended).
 
     ``doc`` is the (already checked) scenario document; ``server_names`` are the servers after
     expanding classes and ``user_names`` the declared users.
@@ -280,7 +281,7 @@ def parse_events(
             out.append(SetWeight(at, j, u, number(body["weight"], f"{kf}.weight", positive=True)))
     if any(isinstance(e, UserJoins | ServerJoins) and e.spec is not None for e in out):
         # new users and servers are checked like declared ones, by building the universe
-        _universe_scenario(doc, out)
+        check_grown(doc, out, build)
     return tuple(out)
 
 
@@ -342,12 +343,16 @@ def _universe_doc(doc: Mapping[str, Any], events: Sequence[Event]) -> tuple[
     return out, server_origin, user_origin
 
 
-def _universe_scenario(doc: Mapping[str, Any], events: Sequence[Event]) -> Scenario:
+def check_grown(doc: Mapping[str, Any], events: Sequence[Event],
+                build: Callable[[dict[str, Any]], Any]) -> Any:
+    """Build the document with every joining server and new user appended (``build``:
+    :meth:`Scenario.from_dict <psdsf_dist.model.scenario.Scenario.from_dict>`), so that they are
+    checked like declared ones; an error names the event field behind it."""
     udoc, server_origin, user_origin = _universe_doc(doc, events)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ScenarioWarning)
         try:
-            return Scenario.from_dict(udoc)
+            return build(udoc)
         except ScenarioError as err:
             raise _remap(err, server_origin, user_origin) from None
 
@@ -363,40 +368,3 @@ def _remap(err: ScenarioError, server_origin: Mapping[int, str],
     return err
 
 
-@dataclass(frozen=True)
-class Universe:
-    """Every server and user ever present, with who is present at time 0."""
-
-    scenario: Scenario
-    """All servers and users (fixed size)."""
-    events: tuple[Event, ...]
-    servers_present: BoolArray
-    users_present: BoolArray
-
-
-def universe(scenario: Scenario) -> Universe:
-    """Build the fixed-size universe of a scenario and its events (see module docstring)."""
-    events = parse_events(
-        list(scenario.events) if scenario.events else None, scenario.raw,
-        server_names=scenario.server_names, user_names=scenario.user_names,
-    )
-    grown = any(isinstance(e, UserJoins | ServerJoins) and e.spec is not None for e in events)
-    full = _universe_scenario(scenario.raw, events) if grown else scenario
-    users = np.zeros(full.num_users, dtype=bool)
-    users[: scenario.num_users] = True
-    servers = np.zeros(full.num_servers, dtype=bool)
-    servers[: scenario.num_servers] = True
-    seen: set[str] = set()
-    index = {u: n for n, u in enumerate(full.user_names)}
-    for e in events:
-        u = getattr(e, "user", None)
-        if u is None or u in seen:
-            continue
-        seen.add(u)
-        if isinstance(e, UserJoins) and e.spec is None:
-            users[index[u]] = False  # declared, but first seen joining: absent until then
-    return Universe(full, events, servers, users)
-
-
-def first_event_time(events: Sequence[Event]) -> float:
-    return min((e.at for e in events), default=math.inf)

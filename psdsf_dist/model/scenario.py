@@ -32,6 +32,16 @@ import numpy.typing as npt
 import yaml
 
 from psdsf_dist.errors import ScenarioError, ScenarioWarning
+from psdsf_dist.model.events import parse_events
+from psdsf_dist.model.fields import (
+    USER_KEYS,
+    _label,
+    _mapping,
+    _name,
+    _sequence,
+    number,
+    resource_vector,
+)
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -40,16 +50,6 @@ MODES: tuple[Mode, ...] = ("rdm", "tdm")
 
 TOP_KEYS = {"resources", "servers", "users", "external", "events", "name", "description"}
 SERVER_KEYS = {"name", "capacity", "count", "labels"}
-USER_KEYS = {
-    "name",
-    "demand",
-    "weight",
-    "servers",
-    "requires",
-    "max_tasks",
-    "gamma",
-    "external_demand",
-}
 
 
 @dataclass(frozen=True, eq=False)
@@ -277,69 +277,11 @@ def _frozen(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
     return a
 
 
-def _mapping(value: Any, fld: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise ScenarioError(fld, f"must be a mapping, got {_kind(value)}")
-    for k in value:
-        if not isinstance(k, str):
-            raise ScenarioError(fld, f"keys must be strings, got {k!r}")
-    return value
-
-
-def _sequence(value: Any, fld: str) -> Sequence[Any]:
-    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
-        raise ScenarioError(fld, f"must be a list, got {_kind(value)}")
-    return value
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "nothing"
-    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean"}.get(
-        type(value), type(value).__name__
-    )
-
-
 def _check_keys(obj: Mapping[str, Any], allowed: set[str], fld: str) -> None:
     for k in obj:
         if k not in allowed:
             hint = ", ".join(sorted(allowed))
             raise ScenarioError(f"{fld}.{k}" if fld else k, f"unknown key (allowed: {hint})")
-
-
-def _name(value: Any, fld: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ScenarioError(fld, f"must be a non-empty string, got {value!r}")
-    return value
-
-
-def number(value: Any, fld: str, *, positive: bool = False, allow_inf: bool = False) -> float:
-    """A finite (or +inf when allowed) non-negative number; booleans are not numbers."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ScenarioError(fld, f"must be a number, got {_kind(value)} {value!r}")
-    x = float(value)
-    if math.isnan(x):
-        raise ScenarioError(fld, "must be a number, got NaN")
-    if math.isinf(x) and not (allow_inf and x > 0):
-        raise ScenarioError(fld, f"must be finite, got {x}")
-    if x < 0:
-        raise ScenarioError(fld, f"must be >= 0, got {value}")
-    if positive and x == 0:
-        raise ScenarioError(fld, "must be > 0, got 0")
-    return x
-
-
-def resource_vector(value: Any, resources: Sequence[str], fld: str) -> FloatArray:
-    """A ``{resource: amount}`` mapping as a dense vector; left-out resources are 0."""
-    m = _mapping(value, fld)
-    out = np.zeros(len(resources))
-    index = {r: j for j, r in enumerate(resources)}
-    for k, v in m.items():
-        if k not in index:
-            declared = ", ".join(resources)
-            raise ScenarioError(f"{fld}.{k}", f"unknown resource (declared: {declared})")
-        out[index[k]] = number(v, f"{fld}.{k}")
-    return out
 
 
 def _build(data: Any) -> Scenario:
@@ -509,8 +451,8 @@ def _build(data: Any) -> Scenario:
     events = top.get("events") or ()
     if events:
         _sequence(events, "events")
-    from psdsf_dist.model.events import parse_events  # here: events imports this module
-    parse_events(top.get("events"), top, server_names=names, user_names=unames)
+    parse_events(top.get("events"), top, server_names=names, user_names=unames,
+                 build=Scenario.from_dict)
     return Scenario(
         resources=tuple(resources),
         server_names=tuple(names),
@@ -533,14 +475,6 @@ def _build(data: Any) -> Scenario:
         events=tuple(events),
         raw=dict(top),
     )
-
-
-def _label(value: Any, fld: str) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str | int | float):
-        return str(value)
-    raise ScenarioError(fld, f"label values must be strings, got {_kind(value)}")
 
 
 def _unique(items: Sequence[str], fld: str) -> None:

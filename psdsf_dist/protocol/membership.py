@@ -27,9 +27,9 @@ from psdsf_dist.model.events import (
     UserJoins,
     UserLeaves,
     parse_events,
-    universe,
 )
 from psdsf_dist.model.scenario import Scenario
+from psdsf_dist.model.universe import universe
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -171,7 +171,7 @@ class ChurnState:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ScenarioWarning)
             parsed = parse_events([ev], self.full.raw, server_names=self.full.server_names,
-                                  user_names=self.full.user_names)
+                                  user_names=self.full.user_names, build=Scenario.from_dict)
         return _with_index(parsed[0], -1)
 
     # -- internals ----------------------------------------------------------------------------

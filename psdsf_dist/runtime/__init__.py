@@ -1,22 +1,20 @@
 """The distributed allocator on Ray: one actor per server, gossip between them, a coordinator.
 
 Layout
-    Pure pieces (no Ray import): :mod:`.config` (:class:`RunConfig`), :mod:`.clock` (the
-    injectable clock: real, or manual for tests and paced runs), :mod:`.churn` (membership and
-    the user table servers adopt), :mod:`.server_core` (one server's update rule and gossip,
-    transport-free), :mod:`.convergence` (per-event re-convergence times), :mod:`.from_ray`
-    (``servers: from-ray``), :mod:`.placement`, :mod:`.names`.  The Ray shell:
+    Pure pieces (no Ray import): :mod:`.settings` (:class:`RunConfig`: the protocol's settings
+    plus the run's own), :mod:`.clock` (the wall clock, and a manual discrete-event clock for
+    paced runs and tests), :mod:`.observation` (the coordinator's observation step),
+    :mod:`.from_ray` (``servers: from-ray``), :mod:`.placement`, :mod:`.names`.  The Ray shell:
     :mod:`.server_actor`, :mod:`.coordinator`, :mod:`.launcher` (the Python API; ``psdsf-dist
     run`` is its command line).
 
 What runs where
-    Each server actor loops every period (jittered): the update rule
-    (:mod:`psdsf_dist.protocol.update_rule`) on the totals its
-    :class:`~psdsf_dist.protocol.gossip.GossipState` gives, then push-pull exchanges with random
-    peers — the simulator's round, over Ray calls. The coordinator keeps membership, hands peers to
-    new servers, applies churn (scenario events at their scaled times, and :meth:`Run.apply
-    <.launcher.Run.apply>`), and once per period reads every column to check feasibility and the
-    PS-DSF certificate.  It never computes an allocation.
+    Each server actor hosts the protocol's servers (:class:`psdsf_dist.protocol.node.ServerNode`,
+    the code the simulator runs): it wakes each when it asks, starts the exchanges its wake
+    returned, and moves their messages over Ray.  The coordinator keeps membership, hands
+    peers to new servers, applies churn (scenario events at their scaled times, and
+    :meth:`Run.apply <.launcher.Run.apply>`), and once per period reads every column to check
+    feasibility and the PS-DSF certificate.  It never computes an allocation.
 
 Faults
     A crashed server actor is restarted by Ray (``max_restarts``) and started again by the

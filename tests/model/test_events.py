@@ -17,9 +17,9 @@ from psdsf_dist.model.events import (
     SetWeight,
     UserJoins,
     UserLeaves,
-    universe,
 )
 from psdsf_dist.model.scenario import Scenario, load_scenario
+from psdsf_dist.model.universe import universe
 from tests.conftest import EXAMPLES
 
 

@@ -1,0 +1,92 @@
+"""Checks of scenario-document fields shared by the scenario and its events: each raises
+:class:`~psdsf_dist.errors.ScenarioError` naming the field."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from psdsf_dist.errors import ScenarioError
+
+FloatArray = npt.NDArray[np.float64]
+
+USER_KEYS = {
+    "name",
+    "demand",
+    "weight",
+    "servers",
+    "requires",
+    "max_tasks",
+    "gamma",
+    "external_demand",
+}
+
+
+def _mapping(value: Any, fld: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ScenarioError(fld, f"must be a mapping, got {_kind(value)}")
+    for k in value:
+        if not isinstance(k, str):
+            raise ScenarioError(fld, f"keys must be strings, got {k!r}")
+    return value
+
+
+def _sequence(value: Any, fld: str) -> Sequence[Any]:
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise ScenarioError(fld, f"must be a list, got {_kind(value)}")
+    return value
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _name(value: Any, fld: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ScenarioError(fld, f"must be a non-empty string, got {value!r}")
+    return value
+
+
+def number(value: Any, fld: str, *, positive: bool = False, allow_inf: bool = False) -> float:
+    """A finite (or +inf when allowed) non-negative number; booleans are not numbers."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ScenarioError(fld, f"must be a number, got {_kind(value)} {value!r}")
+    x = float(value)
+    if math.isnan(x):
+        raise ScenarioError(fld, "must be a number, got NaN")
+    if math.isinf(x) and not (allow_inf and x > 0):
+        raise ScenarioError(fld, f"must be finite, got {x}")
+    if x < 0:
+        raise ScenarioError(fld, f"must be >= 0, got {value}")
+    if positive and x == 0:
+        raise ScenarioError(fld, "must be > 0, got 0")
+    return x
+
+
+def resource_vector(value: Any, resources: Sequence[str], fld: str) -> FloatArray:
+    """A ``{resource: amount}`` mapping as a dense vector; left-out resources are 0."""
+    m = _mapping(value, fld)
+    out = np.zeros(len(resources))
+    index = {r: j for j, r in enumerate(resources)}
+    for k, v in m.items():
+        if k not in index:
+            declared = ", ".join(resources)
+            raise ScenarioError(f"{fld}.{k}", f"unknown resource (declared: {declared})")
+        out[index[k]] = number(v, f"{fld}.{k}")
+    return out
+
+
+def _label(value: Any, fld: str) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float):
+        return str(value)
+    raise ScenarioError(fld, f"label values must be strings, got {_kind(value)}")

@@ -1,0 +1,56 @@
+"""The universe of a scenario: every server and user its events ever name, in one fixed-size
+scenario, with who is present at time 0 (the membership table starts from it)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from psdsf_dist.model.events import Event, ServerJoins, UserJoins, check_grown, parse_events
+from psdsf_dist.model.scenario import Scenario
+
+BoolArray = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class Universe:
+    """Every server and user ever present, with who is present at time 0."""
+
+    scenario: Scenario
+    """All servers and users (fixed size)."""
+    events: tuple[Event, ...]
+    servers_present: BoolArray
+    users_present: BoolArray
+
+
+def universe(scenario: Scenario) -> Universe:
+    """Build the fixed-size universe of a scenario and its events (see module docstring)."""
+    events = parse_events(
+        list(scenario.events) if scenario.events else None, scenario.raw,
+        server_names=scenario.server_names, user_names=scenario.user_names,
+        build=Scenario.from_dict,
+    )
+    grown = any(isinstance(e, UserJoins | ServerJoins) and e.spec is not None for e in events)
+    full = check_grown(scenario.raw, events, Scenario.from_dict) if grown else scenario
+    users = np.zeros(full.num_users, dtype=bool)
+    users[: scenario.num_users] = True
+    servers = np.zeros(full.num_servers, dtype=bool)
+    servers[: scenario.num_servers] = True
+    seen: set[str] = set()
+    index = {u: n for n, u in enumerate(full.user_names)}
+    for e in events:
+        u = getattr(e, "user", None)
+        if u is None or u in seen:
+            continue
+        seen.add(u)
+        if isinstance(e, UserJoins) and e.spec is None:
+            users[index[u]] = False  # declared, but first seen joining: absent until then
+    return Universe(full, events, servers, users)
+
+
+def first_event_time(events: Sequence[Event]) -> float:
+    return min((e.at for e in events), default=math.inf)

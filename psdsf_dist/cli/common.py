@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
 import tempfile
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from psdsf_dist.errors import PsdsfError, ScenarioError, ScenarioWarning
 from psdsf_dist.model.scenario import Scenario, load_scenario
 from psdsf_dist.protocol.config import ProtocolConfig
+from psdsf_dist.protocol.convergence import EventConvergence
 from psdsf_dist.protocol.update_rule import RULES
 
 EXIT_USAGE = 2
@@ -151,3 +154,18 @@ def protocol_config(args: argparse.Namespace) -> ProtocolConfig:
     except ValueError as err:
         raise CommandError(str(err)) from None
     return cfg
+
+
+def protocol_json(cfg: ProtocolConfig) -> dict[str, Any]:
+    """A run's protocol settings as ``simulate --json`` and ``run --json`` report them."""
+    return {**dataclasses.asdict(cfg), "rule_params": dict(cfg.rule_params)}
+
+
+def convergence_lines(events: Sequence[EventConvergence], hold: int) -> list[str]:
+    """Per event, when the certificate held for good (the text reports of simulate and run)."""
+    lines = [f"convergence (certificate held {hold} rounds in a row, or until the next event)"]
+    for e in events:
+        when = ("not yet" if e.seconds is None
+                else f"after {e.seconds:g} s ({e.rounds} rounds)")
+        lines.append(f"  t={e.at:g}s {e.description}: {when}")
+    return lines

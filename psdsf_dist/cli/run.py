@@ -24,10 +24,12 @@ from psdsf_dist.cli.common import (
     EXIT_FAILURE,
     CommandError,
     add_protocol_options,
+    convergence_lines,
     dumps,
     emit,
     load,
     protocol_config,
+    protocol_json,
 )
 from psdsf_dist.core.certificate import certificate
 from psdsf_dist.core.report import allocation_json, allocation_table
@@ -252,10 +254,7 @@ def render(result: RunResult, *, json_output: bool, seconds: float) -> str:
     policy = f"psdsf-ray/{cfg.rule}"
     if json_output:
         extra = {
-            "run": {"period": cfg.period, "time_scale": result.config.time_scale,
-                    "jitter": cfg.jitter, "delay": cfg.delay, "loss": cfg.loss,
-                    "fanout": cfg.fanout, "gossip_rate": cfg.gossip_rate, "seed": cfg.seed,
-                    "rule": cfg.rule, "rtol": cfg.rtol, "hold": cfg.hold,
+            "run": {**protocol_json(cfg), "time_scale": result.config.time_scale,
                     "servers": result.servers,
                     "servers_per_actor": result.config.servers_per_actor,
                     "restarts": result.restarts, "seconds": seconds,
@@ -266,12 +265,7 @@ def render(result: RunResult, *, json_output: bool, seconds: float) -> str:
         return dumps(allocation_json(result.scenario, result.allocation, policy=policy,
                                      mode=cfg.mode, certificate=final, extra=extra))
     lines = [allocation_table(result.scenario, result.allocation, policy=policy, mode=cfg.mode,
-                              certificate=final), "",
-             f"convergence (certificate held {cfg.hold} rounds in a row, or until the next event)"]
-    for e in result.events:
-        when = ("not yet" if e.seconds is None
-                else f"after {e.seconds:.1f} s ({e.rounds} rounds)")
-        lines.append(f"  t={e.at:.1f}s {e.description}: {when}")
+                              certificate=final), "", *convergence_lines(result.events, cfg.hold)]
     processes = len(set(result.pids))
     lines.append(f"{len(result.observations)} rounds of {result.servers} servers "
                  f"({processes} actor process{'' if processes == 1 else 'es'}) in {seconds:.1f} s")

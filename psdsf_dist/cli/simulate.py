@@ -10,10 +10,12 @@ from psdsf_dist.cli.common import (
     EXIT_FAILURE,
     CommandError,
     add_protocol_options,
+    convergence_lines,
     dumps,
     emit,
     load,
     protocol_config,
+    protocol_json,
 )
 from psdsf_dist.core.certificate import certificate
 from psdsf_dist.core.report import allocation_json, allocation_table
@@ -95,10 +97,7 @@ def render(result: SimulationResult, *, json_output: bool) -> str:
     if json_output:
         extra = {
             "simulation": {
-                "rounds": result.config.rounds, "period": cfg.period, "jitter": cfg.jitter,
-                "delay": cfg.delay, "loss": cfg.loss, "fanout": cfg.fanout,
-                "gossip_rate": cfg.gossip_rate, "seed": cfg.seed, "rule": cfg.rule,
-                "rtol": cfg.rtol, "hold": cfg.hold, "gossip": result.gossip,
+                **protocol_json(cfg), "rounds": result.config.rounds, "gossip": result.gossip,
                 "seconds": result.seconds, "seconds_per_round": result.seconds_per_round,
             },
             "events": [e.to_json() for e in result.events],
@@ -107,12 +106,7 @@ def render(result: SimulationResult, *, json_output: bool) -> str:
         return dumps(allocation_json(result.scenario, result.allocation, policy=policy,
                                      mode=cfg.mode, certificate=final, extra=extra))
     lines = [allocation_table(result.scenario, result.allocation, policy=policy, mode=cfg.mode,
-                              certificate=final), "",
-             f"convergence (certificate held {cfg.hold} rounds in a row, or until the next event)"]
-    for e in result.events:
-        when = ("never" if e.converged_at is None
-                else f"t={e.converged_at:g}s ({e.rounds} rounds after)")
-        lines.append(f"  t={e.at:g}s {e.description}: {when}")
+                              certificate=final), "", *convergence_lines(result.events, cfg.hold)]
     lines.append(f"{len(result.trace)} rounds, {result.gossip} gossip, "
                  f"{result.seconds_per_round:.4f} s per simulated round")
     return "\n".join(lines)

@@ -11,9 +11,12 @@ import numpy as np
 import pytest
 
 from psdsf_dist.cli.main import main
-from psdsf_dist.cli.observe import SimulationExporter, TimedSimulator
+from psdsf_dist.cli.observe import SimulationExporter
+from psdsf_dist.model.scenario import load_scenario
 from psdsf_dist.observability.metrics import AllocatorMetrics
-from psdsf_dist.simulator.simulation import RoundRecord, SimConfig
+from psdsf_dist.protocol.config import ProtocolConfig
+from psdsf_dist.protocol.convergence import Observation
+from psdsf_dist.simulator.simulation import SimConfig, Simulator
 
 WriteScenario = Callable[..., Path]  # the conftest fixture: document -> scenario file
 
@@ -36,18 +39,17 @@ def value(m: AllocatorMetrics, name: str, **labels: str) -> float | None:
 
 
 def test_exporter_follows_the_simulation(write_scenario: WriteScenario) -> None:
-    from psdsf_dist.model.scenario import load_scenario
-
     scenario = load_scenario(write_scenario(CHURN))
     metrics = AllocatorMetrics()
-    sim = TimedSimulator(scenario, SimConfig(rounds=40, memoize=False))
+    # lock-step, so that each server's updates by each observation are known exactly
+    sim = Simulator(scenario, SimConfig(ProtocolConfig(jitter=0.0), rounds=40, memoize=False))
     exporter = SimulationExporter(sim, metrics)
     exporter.start()
     assert value(metrics, "psdsf_members", role="user") == 3.0
-    records: list[RoundRecord] = []
+    records: list[Observation] = []
     seen_u2: list[bool] = []
 
-    def progress(rec: RoundRecord) -> None:
+    def progress(rec: Observation) -> None:
         exporter.round(rec)
         records.append(rec)
         seen_u2.append(value(metrics, "psdsf_user_tasks", user="u2") is not None)
@@ -55,26 +57,28 @@ def test_exporter_follows_the_simulation(write_scenario: WriteScenario) -> None:
         assert value(metrics, "psdsf_certificate_residual") == rec.residual
         assert value(metrics, "psdsf_converged") == float(rec.holds)
         for n, user in enumerate(scenario.user_names):
-            if sim.users_active[n]:
+            if sim.churn.users_present[n]:
                 assert value(metrics, "psdsf_user_tasks", user=user) \
-                    == pytest.approx(sim.X[n].sum(), rel=1e-12, abs=1e-12)
+                    == pytest.approx(sim.allocation()[n].sum(), rel=1e-12, abs=1e-12)
 
     sim.progress = progress
     result = sim.run()
     assert len(records) == 40
-    # u2 leaves at t=5: its series go in the round that applies the event (ending at t=6)
-    assert seen_u2[:5] == [True] * 5 and not any(seen_u2[5:])
+    # u2 leaves at t=5: its series go from the observation at t=5 on (events come first)
+    assert [rec.time for rec in records[:5]] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert seen_u2[:4] == [True] * 4 and not any(seen_u2[4:])
     for kind, count in [("user_leaves", 1), ("server_fails", 1), ("server_joins", 1),
                         ("user_joins", 0)]:
         assert value(metrics, "psdsf_churn_events_total", kind=kind) == count
     assert value(metrics, "psdsf_server_restarts_total", server="s2") == 1.0
     assert value(metrics, "psdsf_members", role="server") == 2.0
     assert value(metrics, "psdsf_members", role="user") == 2.0
-    # s1 ran every round; s2 was forgotten when it failed and counts from its return (t=16)
+    # s1 updated at t = 0..39; s2 at 0..11, then from its return (t=16) on as a new incarnation
     assert value(metrics, "psdsf_server_rounds_total", server="s1") == 40.0
     assert value(metrics, "psdsf_server_rounds_total", server="s2") == 40.0 - 16.0
-    # the latency histogram is cluster-wide: s2's 12 rounds before failing stay in it
-    assert value(metrics, "psdsf_server_round_duration_seconds_count") == 40.0 + 12.0 + 24.0
+    # the latency histogram is cluster-wide: s2's rounds before failing stay in it — those
+    # observed by t=11; its update at t=11 died with it before the next observation
+    assert value(metrics, "psdsf_server_round_duration_seconds_count") == 40.0 + 11.0 + 24.0
     assert (value(metrics, "psdsf_gossip_bytes_total", server="s1") or 0.0) > 0
     assert result.trace[-1].holds
     assert (value(metrics, "psdsf_reconvergence_seconds_count") or 0.0) >= 1.0
@@ -109,7 +113,8 @@ def test_endpoint_line_on_stderr(write_scenario: WriteScenario,
 @pytest.mark.parametrize(("extra", "message"), [
     (["--port", "70000"], "--port: must be in 0..65535"),
     (["--pace", "-1"], "--pace: must be a finite number >= 0"),
-    (["--hold", "inf"], "--hold: must be a finite number >= 0"),
+    (["--keep-serving", "inf"], "--keep-serving: must be a finite number >= 0"),
+    (["--hold", "0"], "hold must be >= 1"),
     (["--rounds", "0"], "rounds must be >= 1"),
     (["--bind", "no.such.host.invalid"], "cannot serve metrics on no.such.host.invalid"),
 ])

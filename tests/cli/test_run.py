@@ -8,6 +8,7 @@ import pytest
 
 from psdsf_dist.cli.main import build_parser, main
 from psdsf_dist.cli.run import config_from
+from psdsf_dist.protocol.config import ProtocolConfig
 from tests.conftest import EXAMPLES
 
 
@@ -24,7 +25,7 @@ def test_run_prints_the_solve_json_with_event_times(capsys: pytest.CaptureFixtur
     assert [e["event"] for e in doc["events"]] == ["start", "user u1 weight set to 3"]
     assert doc["events"][-1]["rounds_to_converge"] is not None
     assert doc["run"]["servers"] == 2 and doc["trace"]
-    assert doc["run"]["signed_moves"] is True
+    assert (doc["run"]["fanout"], doc["run"]["gossip_rate"]) == (4, 4)
     assert all(o["feasible"] for o in doc["trace"])
     assert "residual" in err and "since last event" in err
 
@@ -32,15 +33,18 @@ def test_run_prints_the_solve_json_with_event_times(capsys: pytest.CaptureFixtur
 def test_gossip_options_reach_the_run_config() -> None:
     scenario = str(EXAMPLES / "paper_fig1.yaml")
     default = config_from(build_parser().parse_args(["run", scenario]))
-    assert (default.fanout, default.gossip_rate, default.signed_moves) == (4, 4, True)
-    ablated = config_from(build_parser().parse_args(
-        ["run", scenario, "--fanout", "1", "--gossip-rate", "1", "--no-signed-moves"]))
-    assert (ablated.fanout, ablated.gossip_rate, ablated.signed_moves) == (1, 1, False)
+    assert default.protocol == ProtocolConfig()
+    changed = config_from(build_parser().parse_args(
+        ["run", scenario, "--fanout", "1", "--gossip-rate", "2", "--lockstep", "--delay", "0.5r",
+         "--period", "2", "--hold", "4"]))
+    p = changed.protocol
+    assert (p.fanout, p.gossip_rate, p.jitter, p.delay, p.period, p.hold) == (1, 2, 0.0, 1.0,
+                                                                              2.0, 4)
 
 
 @pytest.mark.parametrize(("args", "needle"), [
     (["run", "missing.yaml"], "missing.yaml: no such file"),
-    (["run", str(EXAMPLES / "paper_fig1.yaml"), "--period", "0"], "period must be"),
+    (["run", str(EXAMPLES / "paper_fig1.yaml"), "--period", "0"], "--period: must be a positive"),
     (["run", str(EXAMPLES / "paper_fig1.yaml"), "--event", "[1, 2]"], "--event[0]"),
     (["run", str(EXAMPLES / "paper_fig1.yaml"), "--event", "{at: 1, user_leaves: zz}"],
      "events[0].user_leaves: unknown user 'zz'"),

@@ -98,7 +98,7 @@ def allocator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, P
     scenario.write_text(json.dumps(CHURN), encoding="utf-8")
     proc = subprocess.Popen(
         [sys.executable, "-m", "psdsf_dist.cli.main", "observe", str(scenario),
-         "--port", "0", "--rounds", "40", "--pace", "0.05", "--hold", "300", "--quiet",
+         "--port", "0", "--rounds", "40", "--pace", "0.05", "--keep-serving", "300", "--quiet",
          "--json", "-o", str(final)],
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
     )
@@ -306,8 +306,9 @@ def ray_run() -> Iterator[Any]:
     prometheus_binary()  # fail or skip before paying for Ray
     import ray
 
-    from psdsf_dist.protocol.config import RunConfig
+    from psdsf_dist.protocol.config import ProtocolConfig
     from psdsf_dist.runtime.launcher import launch
+    from psdsf_dist.runtime.settings import RunConfig
 
     started = not ray.is_initialized()
     if started:
@@ -316,7 +317,8 @@ def ray_run() -> Iterator[Any]:
     # fanout 2: in lock-step, with 4 peers of 5 a server can hear every other column in the very
     # instant it updates, and the staleness check below wants the ordinary, non-zero case
     run = launch(SMALL_CLUSTER,
-                 RunConfig(period=1.0, jitter=0.0, clock="manual", seed=1, fanout=2),
+                 RunConfig(ProtocolConfig(period=1.0, jitter=0.0, seed=1, fanout=2),
+                           clock="manual"),
                  run_id="metrics-prometheus")
     try:
         yield run

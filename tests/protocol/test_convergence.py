@@ -6,7 +6,7 @@ from psdsf_dist.protocol.convergence import Observation, event_convergence
 
 
 def obs(t: float, holds: bool) -> Observation:
-    return Observation(int(t), t, 0.0 if holds else 1.0, holds, True, 1.0, 0.0, 0.0, 1)
+    return Observation(int(t), t, 0.0 if holds else 1.0, holds, True, 1.0, 0.0, 0.0, 0.0, 0.0, 1)
 
 
 def test_converged_after_the_last_flicker_before_the_next_event() -> None:

@@ -1,46 +1,58 @@
-"""The server core without Ray: gossip rounds in-process, feasibility, totals, convergence."""
+"""The protocol's server without a driver: wake schedule, gossip exchanges, churn, totals."""
 
 from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from psdsf_dist.core.certificate import certificate
 from psdsf_dist.model.random_scenarios import random_scenario
 from psdsf_dist.model.scenario import Scenario, load_scenario
-from psdsf_dist.protocol.config import RunConfig
+from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.protocol.membership import ChurnState
 from psdsf_dist.protocol.node import (
+    SEED_PEERS,
     TIMED_ROUNDS,
-    ServerCore,
+    Ack,
+    Ack2,
+    ServerNode,
+    Syn,
     incarnation_of,
     origin_name,
+    seed_peers,
     server_of,
+    server_seed,
 )
 from tests.conftest import SMALL_CLUSTER as SMALL
 
 
-def cluster(scenario: Scenario, config: RunConfig) -> tuple[ChurnState, list[ServerCore]]:
+def cluster(scenario: Scenario, config: ProtocolConfig) -> tuple[ChurnState, list[ServerNode]]:
     churn, _ = ChurnState.start(scenario)
     table = churn.table()
-    cores = [ServerCore(n, 0, table, config) for n in churn.present_servers()]
-    for c in cores:
-        c.introduce([d.origin for d in cores], 0.0)
-    return churn, cores
+    rule = config.make_rule()
+    nodes = [ServerNode(n, 0, table, config, rule) for n in churn.present_servers()]
+    for node in nodes:
+        node.introduce([d.origin for d in nodes], 0.0)
+    return churn, nodes
 
 
-def gossip_round(cores: list[ServerCore], rng: np.random.Generator, now: float) -> None:
-    by = {c.origin: c for c in cores}
-    for c in cores:
-        for p in c.peers(rng, []):
-            ack = by[p].on_syn(c.syn(), now)
-            by[p].on_ack2(c.on_ack(ack, now), now)
+def gossip_round(nodes: list[ServerNode], now: float) -> None:
+    """Every server's exchanges, each carried out at once: Syn, Ack, Ack2."""
+    by = {n.origin: n for n in nodes}
+    for node in nodes:
+        for peer, syn in node.exchanges():
+            ack = by[peer].receive(syn, now)
+            assert isinstance(ack, Ack)
+            ack2 = node.receive(ack, now)
+            assert isinstance(ack2, Ack2)
+            assert by[peer].receive(ack2, now) is None
 
 
-def allocation(cores: list[ServerCore]) -> npt.NDArray[np.float64]:
-    return np.array([c.column for c in cores]).T
+def allocation(nodes: list[ServerNode]) -> npt.NDArray[np.float64]:
+    return np.array([n.column for n in nodes]).T
 
 
 def test_origins_name_incarnations() -> None:
@@ -51,19 +63,51 @@ def test_origins_name_incarnations() -> None:
         assert incarnation_of(origin_name("s-3", n)) == n
 
 
+def test_seeds_are_per_server_and_per_incarnation_and_stable() -> None:
+    a = server_seed(1, "s-1", 0)
+    assert a == server_seed(1, "s-1", 0)
+    assert len({a, server_seed(2, "s-1", 0), server_seed(1, "s-2", 0),
+                server_seed(1, "s-1", 1)}) == 4
+    others = [f"s-{i}" for i in range(30)]
+    assert seed_peers(others, 5, everyone=True) == others
+    few = seed_peers(others, 5, everyone=False)
+    assert len(few) == SEED_PEERS and set(few) <= set(others)
+    assert few == seed_peers(others, 5, everyone=False)
+
+
+def test_wakes_follow_the_period_gossip_rate_and_jitter() -> None:
+    config = ProtocolConfig(period=2.0, gossip_rate=4, jitter=0.2)
+    _, nodes = cluster(load_scenario(SMALL), config)
+    node = nodes[0]
+    first = node.first_wake(10.0)
+    assert 10.0 <= first < 12.0  # a random phase within one period
+    now, updates = first, []
+    step = config.period / config.gossip_rate
+    for _ in range(12):
+        woke = node.wake(now)
+        updates.append(woke.updated)
+        assert len(woke.exchanges) == config.fanout  # four of the other five servers
+        assert step * 0.9 - 1e-12 <= woke.next_at - now <= step * 1.1 + 1e-12
+        now = woke.next_at
+    assert updates == [True, False, False, False] * 3  # one update per period
+    assert node.rounds == 3
+    lockstep = cluster(load_scenario(SMALL), ProtocolConfig(period=2.0, jitter=0.0))[1][0]
+    assert lockstep.first_wake(10.0) == 10.0
+    assert lockstep.wake(10.0).next_at == 10.5
+
+
 def test_rounds_carry_their_duration_and_the_gossip_staleness() -> None:
-    config = RunConfig(period=2.0)
-    _, cores = cluster(load_scenario(SMALL), config)
-    first = cores[0]
+    config = ProtocolConfig(period=2.0, fanout=1)
+    _, nodes = cluster(load_scenario(SMALL), config)
+    first = nodes[0]
     assert first.staleness_seconds is None and not first.round_seconds
     first.update(0.0)
     # the others are known (introduced at t=0) but not heard yet: no age to tell
     assert first.staleness_seconds is None and len(first.round_seconds) == 1
-    rng = np.random.default_rng(3)
     for r in range(1, TIMED_ROUNDS + 10):
-        for c in cores:
-            c.update(2.0 * r)
-        gossip_round(cores, rng, 2.0 * r + 1.0)
+        for node in nodes:
+            node.update(2.0 * r)
+        gossip_round(nodes, 2.0 * r + 1.0)
     first.update(2.0 * (TIMED_ROUNDS + 10))
     assert first.rounds == TIMED_ROUNDS + 11
     assert len(first.round_seconds) == TIMED_ROUNDS  # a bounded window of the latest
@@ -74,42 +118,76 @@ def test_rounds_carry_their_duration_and_the_gossip_staleness() -> None:
 
 
 def test_in_process_rounds_reach_the_certificate() -> None:
-    churn, cores = cluster(load_scenario(SMALL), RunConfig(seed=0))
-    rng = np.random.default_rng(0)
+    churn, nodes = cluster(load_scenario(SMALL), ProtocolConfig(seed=0))
     for r in range(40):
-        for c in cores:
-            c.update(float(r))
-        gossip_round(cores, rng, float(r) + 0.5)
-    cert = certificate(churn.current(), allocation(cores), rtol=1e-3)
+        for node in nodes:
+            node.update(float(r))
+        gossip_round(nodes, float(r) + 0.5)
+    cert = certificate(churn.current(), allocation(nodes), rtol=1e-3)
     assert cert.holds, cert.violations[:3]
 
 
 def test_a_new_table_preempts_what_no_longer_fits() -> None:
-    churn, cores = cluster(load_scenario(SMALL), RunConfig())
-    for c in cores:
-        c.update(0.0)
-    assert allocation(cores)[3].sum() > 0
+    churn, nodes = cluster(load_scenario(SMALL), ProtocolConfig())
+    for node in nodes:
+        node.update(0.0)
+    assert allocation(nodes)[3].sum() > 0
     churn.apply(churn.parse({"user_leaves": "u4"}), 1.0)
-    for c in cores:
-        assert c.adopt(churn.table(), 1.0)
-        assert not c.adopt(churn.table(), 1.5)  # an old epoch changes nothing
-    assert allocation(cores)[3].sum() == 0
+    for node in nodes:
+        assert node.adopt(churn.table(), 1.0)
+        assert not node.adopt(churn.table(), 1.5)  # an old epoch changes nothing
+    assert allocation(nodes)[3].sum() == 0
 
 
-@settings(max_examples=15)
+def test_a_new_user_grows_every_server_and_gets_tasks() -> None:
+    churn, nodes = cluster(load_scenario(SMALL), ProtocolConfig(seed=1))
+    for r in range(5):
+        for node in nodes:
+            node.update(float(r))
+        gossip_round(nodes, r + 0.5)
+    churn.apply(churn.parse({"user_joins": {"name": "u9", "demand": {"cpu": 1, "mem": 1}}}), 5.0)
+    for node in nodes:
+        assert node.adopt(churn.table(), 5.0)
+        assert len(node.column) == churn.full.num_users
+    for r in range(6, 40):
+        for node in nodes:
+            node.update(float(r))
+        gossip_round(nodes, r + 0.5)
+    X = allocation(nodes)
+    assert X[-1].sum() > 0
+    cert = certificate(churn.current(), X, rtol=1e-3)
+    assert cert.holds, cert.violations[:3]
+
+
+def test_a_leaving_server_spreads_its_tombstone() -> None:
+    _, nodes = cluster(load_scenario(SMALL), ProtocolConfig(fanout=5))
+    for node in nodes:
+        node.update(0.0)
+    gossip_round(nodes, 0.5)
+    leaving, others = nodes[0], nodes[1:]
+    syns = leaving.leave(1.0)
+    assert len(syns) == 5 and all(isinstance(s, Syn) for _, s in syns)
+    by = {n.origin: n for n in others}
+    for peer, syn in syns:
+        by[peer].receive(syn, 1.0)
+    for node in others:
+        assert leaving.origin not in node.gossip.members()
+        assert node.gossip.totals() == pytest.approx(allocation(others).sum(axis=1))
+
+
+@settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 10_000), K=st.integers(2, 6), N=st.integers(1, 4))
 def test_columns_fit_and_gossip_totals_match_the_truth(seed: int, K: int, N: int) -> None:
     rng = np.random.default_rng(seed)
     scenario = random_scenario(rng, K=K, N=N, M=2)
-    _, cores = cluster(scenario, RunConfig(seed=seed, fanout=2))
+    _, nodes = cluster(scenario, ProtocolConfig(seed=seed, fanout=2))
     for r in range(6):
-        for c in cores:
+        for node in nodes:
             if rng.random() < 0.7:  # asynchronous: not everyone acts every round
-                c.update(float(r))  # raises FeasibilityError on an over-full column
+                node.update(float(r))  # raises FeasibilityError on an over-full column
         for _ in range(K):  # enough exchanges for news to reach everyone
-            gossip_round(cores, rng, float(r) + 0.5)
-        truth = allocation(cores).sum(axis=1)
-        for c in cores:
-            np.testing.assert_allclose(c.gossip.totals(), truth, rtol=1e-9, atol=1e-12)
-    traffic = [c.traffic for c in cores]
-    assert all(t.messages > 0 and t.bytes > 0 for t in traffic)
+            gossip_round(nodes, float(r) + 0.5)
+        truth = allocation(nodes).sum(axis=1)
+        for node in nodes:
+            np.testing.assert_allclose(node.gossip.totals(), truth, rtol=1e-9, atol=1e-12)
+    assert all(n.traffic.messages > 0 and n.traffic.bytes > 0 for n in nodes)

@@ -17,12 +17,13 @@ import ray
 
 from psdsf_dist.cli.run import serve_metrics
 from psdsf_dist.core.certificate import certificate
-from psdsf_dist.protocol.config import RunConfig
+from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.runtime.launcher import ChurnError, Run, launch
+from psdsf_dist.runtime.settings import RunConfig
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
-MANUAL = RunConfig(period=1.0, jitter=0.0, clock="manual", seed=1)
+MANUAL = RunConfig(ProtocolConfig(period=1.0, jitter=0.0, seed=1), clock="manual")
 
 
 @pytest.fixture
@@ -90,7 +91,7 @@ def test_a_crashed_server_restarts_as_a_new_incarnation_and_rejoins(manual_run: 
     assert rep.running and rep.origin == "B-1#1" and rep.pid != pid_before
     # the crashed incarnation's column has expired from the others' gossip: six members (the
     # certificate can hold before the TTL of the dead incarnation's last heartbeat has run out)
-    manual_run.advance(math.ceil(manual_run.config.ttl_periods) + 1)
+    manual_run.advance(math.ceil(manual_run.config.protocol.ttl_periods) + 1)
     advance_until_held(manual_run, limit=100)  # the expiry moves the totals: settle again
     other = ray.get(manual_run.handles()["A-1"].status.remote())["servers"]["A-1"]
     assert other["members"] == 6
@@ -117,7 +118,8 @@ def test_a_restarted_coordinator_keeps_membership_and_users(manual_run: Run) -> 
 
 
 def test_several_servers_per_actor_behave_the_same(small_cluster: Path) -> None:
-    cfg = RunConfig(period=1.0, jitter=0.0, clock="manual", seed=1, servers_per_actor=4)
+    cfg = RunConfig(ProtocolConfig(period=1.0, jitter=0.0, seed=1), clock="manual",
+                    servers_per_actor=4)
     run = launch(small_cluster, cfg, run_id="packed")
     try:
         handles = run.handles()
@@ -179,13 +181,11 @@ def test_a_restarted_coordinator_serves_metrics_again_and_restarts_a_lost_server
 
 
 def test_paced_paper_cluster_on_several_actors_converges_and_stays() -> None:
-    """120 servers in 3 actors, paced: certified within 20 rounds, and it stays so.  (Without
-    signed mover counts and with time moved a whole period at once, such a run fell back from
-    a residual of 1e-4 to 0.3-0.6 after ~12 rounds, as the simulator does at a message delay
-    of 0.1 T.)"""
+    """120 servers in 3 actors, paced, the protocol's defaults: certified within 20 rounds,
+    and it stays so."""
     paper = Path(__file__).resolve().parents[2] / "psdsf_dist" / "examples" / "paper_cluster.yaml"
-    cfg = RunConfig(period=1.0, jitter=0.2, clock="manual", seed=0, gossip_rate=4, fanout=2,
-                    time_scale=1000.0, servers_per_actor=40)  # no event within the test
+    cfg = RunConfig(ProtocolConfig(seed=0), clock="manual", time_scale=1000.0,
+                    servers_per_actor=40)  # the defaults; no event within the test
     run = launch(paper, cfg, run_id="paced-paper")
     try:
         seen = run.advance(30)

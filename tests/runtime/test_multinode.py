@@ -16,14 +16,16 @@ import ray
 from ray.cluster_utils import Cluster
 
 from psdsf_dist.core.certificate import certificate
-from psdsf_dist.protocol.config import RunConfig
+from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.runtime.coordinator import RemoteCoordinator
 from psdsf_dist.runtime.launcher import Run, launch, prepare
 from psdsf_dist.runtime.names import NAMESPACE, coordinator_name
+from psdsf_dist.runtime.settings import RunConfig
 
 pytestmark = pytest.mark.multinode
 
-MANUAL = RunConfig(period=1.0, jitter=0.0, clock="manual", seed=5, ttl_periods=4.0)
+MANUAL = RunConfig(ProtocolConfig(period=1.0, jitter=0.0, seed=5, ttl_periods=4.0),
+                   clock="manual")
 
 
 @pytest.fixture(scope="module")

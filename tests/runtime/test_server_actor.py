@@ -10,8 +10,9 @@ import ray
 import yaml
 
 from psdsf_dist.core.certificate import certificate
-from psdsf_dist.protocol.config import RunConfig
+from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.runtime.launcher import launch
+from psdsf_dist.runtime.settings import RunConfig
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -24,7 +25,7 @@ def test_real_clock_run_answers_while_working_and_converges(small_cluster: Path,
     del doc["events"]
     path = tmp_path / "two.yaml"
     path.write_text(yaml.safe_dump(doc))
-    run = launch(path, RunConfig(period=0.3, seed=3), run_id="real-clock")
+    run = launch(path, RunConfig(ProtocolConfig(period=0.3, seed=3)), run_id="real-clock")
     try:
         server = run.handles()["C-1"]
         latencies = []

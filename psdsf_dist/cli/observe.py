@@ -202,9 +202,11 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"--port/--bind: {err}") from None
     stop = threading.Event()
     try:
-        print(f"psdsf-dist: observe: serving metrics on {server.url}", file=sys.stderr,
-              flush=True)
+        # the handler goes in before the endpoint is announced: whoever read the line may
+        # send SIGTERM at once
         with _terminate_on_sigterm(stop):
+            print(f"psdsf-dist: observe: serving metrics on {server.url}", file=sys.stderr,
+                  flush=True)
             try:
                 result = _simulate(sim, metrics, pace, stop, quiet=args.quiet,
                                    source=args.scenario)

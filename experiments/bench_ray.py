@@ -51,15 +51,16 @@ import ray
 import yaml
 
 from psdsf_dist.model.scenario import Scenario, load_scenario
-from psdsf_dist.protocol.config import RunConfig
+from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.runtime.launcher import launch
+from psdsf_dist.runtime.settings import RunConfig
 from psdsf_dist.simulator.simulation import SimConfig, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
 PAPER = ROOT / "psdsf_dist" / "examples" / "paper_cluster.yaml"
 PAPER_COUNTS = {"A": 8, "B": 68, "C": 33, "D": 11}
-GOSSIP_RATE, FANOUT = RunConfig.gossip_rate, RunConfig.fanout  # the runtime's defaults
+DEFAULTS = ProtocolConfig()  # the protocol's defaults, the same in simulate and run
 WARM_ROUNDS = 10
 
 
@@ -108,8 +109,7 @@ def bare_actors(K: int) -> tuple[float, float]:
 
 
 def allocator_actors(K: int, seed: int) -> dict[str, float]:
-    cfg = RunConfig(period=1.0, jitter=0.2, clock="manual", seed=seed,
-                    gossip_rate=GOSSIP_RATE, fanout=FANOUT)
+    cfg = RunConfig(ProtocolConfig(seed=seed), clock="manual")
     t0 = time.perf_counter()
     run = launch(sized_paper(K), cfg, run_id=f"bench-{K}-{seed}")
     seconds = time.perf_counter() - t0
@@ -139,8 +139,7 @@ def paper_convergence(seed: int, paper_json: Path | None
                 f"{doc['run']['seconds']:.0f} s of wall-clock time, "
                 f"{doc['run'].get('servers_per_actor', 1)} servers per actor")
     else:
-        cfg = RunConfig(period=1.0, jitter=0.2, clock="manual", seed=seed,
-                        gossip_rate=GOSSIP_RATE, fanout=FANOUT, time_scale=TIME_SCALE,
+        cfg = RunConfig(ProtocolConfig(seed=seed), clock="manual", time_scale=TIME_SCALE,
                         servers_per_actor=PAPER_SERVERS_PER_ACTOR)
         t0 = time.perf_counter()
         run = launch(PAPER, cfg, run_id=f"bench-paper-{seed}")
@@ -155,10 +154,9 @@ def paper_convergence(seed: int, paper_json: Path | None
     scenario = load_scenario(PAPER)
     doc = dict(scenario.raw)
     doc["events"] = [{**e, "at": e["at"] * TIME_SCALE} for e in doc["events"]]
+    # the same protocol settings, so the same definition of converged
     sim = simulate(Scenario.from_dict(doc),
-                   SimConfig(rounds=PAPER_ROUNDS, lockstep=False, jitter=0.2, delay=0.01,
-                             fanout=FANOUT, gossip_rate=GOSSIP_RATE, seed=seed,
-                             hold=RunConfig.hold))  # the Ray side's definition of converged
+                   SimConfig(ProtocolConfig(seed=seed), rounds=PAPER_ROUNDS))
     sim_events = [e.to_json() for e in sim.events]
     return ray_events, sim_events, note
 
@@ -225,7 +223,7 @@ def write(rows: list[dict[str, Any]], paper: Any, runs: int, load_start: float,
         "One actor per server.  Baseline: the same number of empty Ray actors, created in the "
         "same run.  PSS: proportional set size of one actor's worker process (median over "
         f"actors) after {WARM_ROUNDS} rounds.  Traffic: per server per period, gossip rate "
-        f"{GOSSIP_RATE}, fanout {FANOUT}.",
+        f"{DEFAULTS.gossip_rate}, fanout {DEFAULTS.fanout}.",
         "",
         "| servers | start-up (s) | bare actors (s) | ratio | PSS / actor (MiB) | bare (MiB) "
         "| ratio | all actors (GiB) | messages / round | bytes / round |",
@@ -245,8 +243,9 @@ def write(rows: list[dict[str, Any]], paper: Any, runs: int, load_start: float,
             "",
             f"User u4 leaves at round {100 * TIME_SCALE:.0f} and rejoins at round "
             f"{250 * TIME_SCALE:.0f}.  {note}.  Rounds until the "
-            "certificate held for good (rtol 1e-3); the simulator with the same gossip settings "
-            "(random phases, jitter 0.2 T, message delay 0.01 T) beside it.",
+            f"certificate held for good (rtol {DEFAULTS.rtol:g}, {DEFAULTS.hold} rounds in a row "
+            "or until the next event); `psdsf-dist simulate` with the same protocol settings "
+            "(the defaults of both: random phases, jitter 0.2 T) beside it.",
             "",
             "| event | Ray run: rounds | simulator: rounds |",
             "|---|---|---|",

@@ -6,11 +6,8 @@ take effect (``delay = 0``: the totals of the previous round, the usual Jacobi i
 views carry ``staleness = delay`` and the holder counts of that snapshot).  This
 is the worst case for concurrency and it is fast: servers that start alike (same class, same
 column, same state) stay alike under a deterministic rule, so one representative per *lineage*
-is computed and copied.  A randomised rule breaks that (real servers draw independent coins):
-``per_server=True`` computes every server on its own, with its own state and seed
-(:func:`psdsf_dist.protocol.update_rule.seeded_state`); for a deterministic rule it gives the
-grouped result up to the order of summation.  The certificate (rtol 1e-3 by default) is checked
-every round on the true totals.
+is computed and copied (every rule is deterministic).  The certificate (rtol 1e-3 by default)
+is checked every round on the true totals.
 """
 
 from __future__ import annotations
@@ -29,7 +26,6 @@ from psdsf_dist.protocol.update_rule import (
     ServerView,
     UpdateRule,
     best_response,
-    seeded_state,
     server_view,
 )
 
@@ -74,31 +70,24 @@ def run(
     start: FloatArray | None = None,
     states: list[RuleState] | None = None,
     lineage: IntArray | None = None,
-    movers: bool = True,
-    per_server: bool = False,
-    seed: int = 0,
 ) -> Run:
     """Run ``rule`` in lock-step until the certificate has held ``hold`` rounds in a row.
 
     ``start``/``states``/``lineage`` continue a previous run (e.g. after a churn event);
-    by default every server starts empty with the rule's initial state, one lineage per class
-    (``per_server``: one lineage per server).  Each lineage's state is seeded from ``seed`` and
-    its representative server.
+    by default every server starts empty with the rule's initial state, one lineage per class.
     """
     N, K = scenario.num_users, scenario.num_servers
     act = np.ones(N, dtype=bool) if active is None else np.asarray(active, dtype=bool)
     cert_scenario = active_scenario(scenario, act)
     if lineage is None:
-        if per_server:
-            lineage = np.arange(K, dtype=np.int64)
-        elif start is None:
+        if start is None:
             lineage = ServerClasses.of(scenario).member_class.copy()
         else:
             lineage = np.arange(K, dtype=np.int64)
     _, reps, lineage = np.unique(lineage, return_index=True, return_inverse=True)
     lineage = np.asarray(lineage, dtype=np.int64).ravel()
     if states is None:
-        states = [seeded_state(rule, N, seed * 1_000_003 + int(i)) for i in reps]
+        states = [rule.initial_state(N) for _ in reps]
     elif len(states) != len(reps):
         raise ValueError("states must hold one state per lineage")
     X = np.zeros((N, K)) if start is None else np.array(start, dtype=float)
@@ -126,8 +115,8 @@ def run(
             view = replace(
                 views[j],
                 holders=holders[:, j],
-                raising=raising if movers else None,
-                lowering=lowering if movers else None,
+                raising=raising,
+                lowering=lowering,
                 staleness=float(delay),
             )
             new[:, j], states[j] = rule.update(states[j], view, totals, cur[:, j])

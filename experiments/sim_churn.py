@@ -36,6 +36,7 @@ from sim_common import (
 )
 
 from psdsf_dist.model.scenario import load_scenario
+from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.simulator.simulation import GossipModel, SimConfig, SimulationResult, simulate
 
 SETTINGS: tuple[tuple[str, GossipModel, float, int, int], ...] = (
@@ -54,14 +55,14 @@ def run_all(rounds: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         for rule_label, rule, params in RULES:
             # lock-step snapshot runs are deterministic: one seed says it all
             for seed in range(1):
-                cfg = SimConfig(rounds=rounds, delay=delay, fanout=fanout, seed=seed,
-                                gossip_rate=rate,
-                                rule=rule, rule_params=params, gossip=model,
-                                hold=HOLD, stop_after_hold=30)
+                protocol = ProtocolConfig(jitter=0.0, delay=delay, fanout=fanout,
+                                          gossip_rate=rate, seed=seed, rule=rule,
+                                          rule_params=params, hold=HOLD)
+                cfg = SimConfig(protocol, rounds=rounds, gossip=model, stop_after_hold=30)
                 t0 = time.perf_counter()
                 res = simulate(scenario, cfg)
                 seconds = time.perf_counter() - t0
-                outcome = {e.description: e.rounds_to_converge for e in res.events}
+                outcome = {e.description: e.rounds for e in res.events}
                 rows.append({
                     "setting": label, "rule": rule_label, "seed": seed,
                     **{ev: outcome.get(ev) for ev in EVENTS},

@@ -2,15 +2,13 @@
 
 The paper's 120-server cluster (ORACLES.md example 3) with its churn on a shorter clock (user u4
 leaves at 30 s and rejoins at 60 s; the run ends at 90 s), the default update rule, T = 1 s, the
-Scuttlebutt protocol simulated message by message.  The base setting is the one the Ray runtime
-runs (``experiments/results/ray.md``): random phases with jitter 0.2 T, message delay 0.01 T,
-4 exchange rounds per period, fanout 4, no loss.  One parameter varies at a time; each setting
-runs with one seed (the base setting and the one without signed moves with ``--seeds``),
-counting per event the rounds until the certificate (rtol 1e-3) held for
-good (``>30``: not within the 30 rounds before the next event), with the traffic per server per
-round.  ``signed moves off`` is the protocol without the signs of the latest changes (holder
-counts only, as before they were gossiped); the snapshot model (lock-step, every server on the
-same totals, d rounds older than the usual one) is the reference.
+Scuttlebutt protocol simulated message by message.  The base setting is the protocol's defaults
+(``ProtocolConfig``, what ``simulate`` and ``run`` use): random phases with jitter 0.2 T, no
+added message delay, 4 exchange rounds per period, fanout 4, no loss.  One parameter varies at a
+time; each setting runs with one seed (the base setting with ``--seeds``), counting per event the
+rounds until the certificate (rtol 1e-3) held for good (``>30``: not within the 30 rounds before
+the next event), with the traffic per server per round.  The snapshot model (lock-step, every
+server on the same totals, d rounds older than the usual one) is the reference.
 
 A second table takes the runtime's setting to Google-mix clusters (K = 100, N = 100, one per
 seed, from zero) and sets it against lock-step on one stale snapshot, the worst case the rule
@@ -43,40 +41,44 @@ from sim_common import (
 
 from psdsf_dist.model.random_scenarios import google_cluster
 from psdsf_dist.model.scenario import Scenario, load_scenario
-from psdsf_dist.protocol.config import RunConfig
-from psdsf_dist.simulator.simulation import SimConfig, simulate
+from psdsf_dist.protocol.config import ProtocolConfig
+from psdsf_dist.simulator.simulation import GossipModel, SimConfig, simulate
 
 LEAVE, REJOIN, END = 30, 60, 90
 PHASE = LEAVE  # rounds available to each event
 EVENTS = ("start", "user u4 leaves", "user u4 joins")
-# the Ray runtime's setting (experiments/results/ray.md)
 # the churn phases count as converged once the certificate holds PHASE_HOLD rounds in a row (or
 # until the next event): the last phase has PHASE (30) rounds, and the usual HOLD (20) would
 # leave only 10 of them to converge in
 PHASE_HOLD = 10
-BASE = SimConfig(rounds=END, lockstep=False, jitter=0.2, delay=0.01, fanout=RunConfig.fanout,
-                 gossip_rate=RunConfig.gossip_rate, gossip="scuttlebutt", hold=PHASE_HOLD)
+BASE = SimConfig(ProtocolConfig(hold=PHASE_HOLD), rounds=END, gossip="scuttlebutt")
+
+
+def varied(cfg: SimConfig, gossip: GossipModel | None = None, **protocol: Any) -> SimConfig:
+    """``cfg`` with some protocol settings (and the gossip model) changed."""
+    changed = replace(cfg, protocol=replace(cfg.protocol, **protocol))
+    return changed if gossip is None else replace(changed, gossip=gossip)
 
 
 def sweeps(seeds: int) -> list[tuple[str, str, SimConfig, int]]:
     """(parameter, value label, config, seeds) around the base setting.  The protocol is slow
     to simulate (minutes per run on a busy 2-core machine): one seed per variation."""
+    p = BASE.protocol
     out: list[tuple[str, str, SimConfig, int]] = [
-        ("runtime setting", f"phases, jitter 0.2 T, d 0.01, F {BASE.fanout}, G {BASE.gossip_rate}",
+        ("runtime setting", f"defaults: phases, jitter 0.2 T, F {p.fanout}, G {p.gossip_rate}",
          BASE, seeds),
-        ("runtime setting", "signed moves off", replace(BASE, signed_moves=False), seeds),
     ]
-    for d in (0.5, 1.0):
-        out.append(("delay (rounds)", f"{d:g}", replace(BASE, delay=d), 1))
+    for d in (0.1, 0.5, 1.0):
+        out.append(("delay (rounds)", f"{d:g}", varied(BASE, delay=d), 1))
     for f in (1, 2):
-        out.append(("fanout", str(f), replace(BASE, fanout=f), 1))
-    out.append(("gossip rate (per period)", "1", replace(BASE, gossip_rate=1), 1))
-    out.append(("loss", "0.1", replace(BASE, loss=0.1), 1))
-    out.append(("timing", "lock-step", replace(BASE, lockstep=True, jitter=0.0), 1))
+        out.append(("fanout", str(f), varied(BASE, fanout=f), 1))
+    out.append(("gossip rate (per period)", "1", varied(BASE, gossip_rate=1), 1))
+    out.append(("loss", "0.1", varied(BASE, loss=0.1), 1))
+    out.append(("timing", "lock-step", varied(BASE, jitter=0.0), 1))
     for d in (0.0, 1.0):
         # deterministic: one run says it all
         out.append(("snapshot model (reference)", f"lock-step, d={d:g}",
-                    replace(BASE, gossip="snapshot", lockstep=True, jitter=0.0, delay=d), 1))
+                    varied(BASE, "snapshot", jitter=0.0, delay=d), 1))
     return out
 
 
@@ -89,11 +91,11 @@ def churn_scenario() -> Scenario:
 
 def one_run(job: tuple[str, str, SimConfig, int]) -> dict[str, Any]:
     param, value, cfg0, seed = job
-    cfg = replace(cfg0, seed=seed)
+    cfg = varied(cfg0, seed=seed)
     t0 = time.perf_counter()
     res = simulate(churn_scenario(), cfg)
     seconds = time.perf_counter() - t0
-    outcome = {e.description: e.rounds_to_converge for e in res.events}
+    outcome = {e.description: e.rounds for e in res.events}
     row = {
         "parameter": param, "value": value, "seed": seed,
         **{ev: outcome.get(ev) for ev in EVENTS},
@@ -109,10 +111,9 @@ def one_run(job: tuple[str, str, SimConfig, int]) -> dict[str, Any]:
 GOOGLE_K = 100
 GOOGLE_CAP = 300  # rounds (the rule study's cap)
 GOOGLE_SETTINGS = (
-    (f"runtime setting (message-level, fanout {BASE.fanout})", BASE),
-    ("the same, fanout 2", replace(BASE, fanout=2)),
-    ("lock-step, one snapshot (d = 0)", replace(BASE, gossip="snapshot", lockstep=True,
-                                                jitter=0.0, delay=0.0)),
+    (f"defaults (message-level, fanout {BASE.protocol.fanout})", BASE),
+    ("the same, fanout 2", varied(BASE, fanout=2)),
+    ("lock-step, one snapshot (d = 0)", varied(BASE, "snapshot", jitter=0.0, delay=0.0)),
 )
 
 
@@ -120,10 +121,10 @@ def google_run(job: tuple[int, int]) -> dict[str, Any]:
     """One Google-mix cluster from zero in one setting; converged = held HOLD rounds in a row."""
     setting, seed = job
     label, cfg0 = GOOGLE_SETTINGS[setting]
-    cfg = replace(cfg0, rounds=GOOGLE_CAP, seed=seed, hold=HOLD, stop_after_hold=HOLD)
+    cfg = replace(varied(cfg0, seed=seed, hold=HOLD), rounds=GOOGLE_CAP, stop_after_hold=HOLD)
     t0 = time.perf_counter()
     res = simulate(google_cluster(np.random.default_rng(seed), K=GOOGLE_K, N=100), cfg)
-    rounds = res.events[0].rounds_to_converge
+    rounds = res.events[0].rounds
     print(f"google K={GOOGLE_K} seed {seed} {label}: {rounds} "
           f"({time.perf_counter() - t0:.0f} s)", flush=True)
     return {"setting": label, "seed": seed, "rounds_to_converge": rounds,
@@ -181,7 +182,7 @@ def google_table(google: list[dict[str, Any]]) -> list[str]:
         body.append([label, st["converged"], *cells])
     return [
         "",
-        f"### Google mix (K = {GOOGLE_K}, N = 100) from zero: runtime setting vs lock-step",
+        f"### Google mix (K = {GOOGLE_K}, N = 100) from zero: the defaults vs lock-step",
         "",
         f"One cluster per seed, the default rule, cap {GOOGLE_CAP} rounds; cells: rounds until "
         f"the certificate held {HOLD} rounds in a row (`>cap (r)`: not within the cap, r the "
@@ -194,6 +195,7 @@ def google_table(google: list[dict[str, Any]]) -> list[str]:
 
 def report(rows: list[dict[str, Any]], seeds: int, seconds: float,
            google: list[dict[str, Any]]) -> str:
+    p = BASE.protocol
     body = []
     for param in dict.fromkeys(r["parameter"] for r in rows):
         for value in dict.fromkeys(r["value"] for r in rows if r["parameter"] == param):
@@ -210,9 +212,10 @@ def report(rows: list[dict[str, Any]], seeds: int, seconds: float,
         "",
         f"Generated by `experiments/sim_gossip.py` ({seeds} seeds for the runtime setting, "
         f"one for each variation; {seconds:.0f} s).  Default "
-        f"rule, T = 1 s, u4 leaves at {LEAVE} s and rejoins at {REJOIN} s.  Base: the Ray "
-        f"runtime's setting (random phases, jitter {BASE.jitter:g} T, delay {BASE.delay:g} T, "
-        f"fanout {BASE.fanout}, {BASE.gossip_rate} exchange rounds per period, no loss); one "
+        f"rule, T = 1 s, u4 leaves at {LEAVE} s and rejoins at {REJOIN} s.  Base: the "
+        f"protocol's defaults, the same in `simulate` and `run` (random phases, jitter "
+        f"{p.jitter:g} T, no added delay, fanout {p.fanout}, {p.gossip_rate} exchange rounds "
+        "per period, no loss); one "
         "parameter varies at a time.  Cells: rounds after the event until the certificate "
         f"(rtol 1e-3) held for good — {PHASE_HOLD} rounds in a row, or until the next event; "
         f"median / max over seeds (`>{PHASE}`: not before the next "
@@ -233,7 +236,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--google-seeds", type=int, default=5,
-                    help="Google-mix clusters (K = 100) in the runtime setting vs lock-step")
+                    help="Google-mix clusters (K = 100) with the defaults vs lock-step")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     rows, google = run_all(args.seeds, args.workers, args.google_seeds)

@@ -35,6 +35,7 @@ from sim_common import (
 )
 
 from psdsf_dist.model.random_scenarios import GOOGLE_2011_TOTAL, google_cluster
+from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.protocol.update_rule import DEFAULT_RULE
 from psdsf_dist.simulator.simulation import SimConfig, simulate
 
@@ -53,19 +54,19 @@ def run_sizes(sizes: list[int], seeds: int, cap: int, all_rules_up_to: int,
                     continue  # at the largest sizes: the default and the naive rule only
                 if K > naive_up_to and rule != DEFAULT_RULE:
                     continue
-                cfg = SimConfig(rounds=cap, delay=0.0, gossip="snapshot", rule=rule,
-                                rule_params=params, seed=seed, hold=HOLD,
-                                stop_after_hold=HOLD)
+                protocol = ProtocolConfig(jitter=0.0, rule=rule, rule_params=params, seed=seed,
+                                          hold=HOLD)
+                cfg = SimConfig(protocol, rounds=cap, gossip="snapshot", stop_after_hold=HOLD)
                 t0 = time.perf_counter()
                 res = simulate(sc, cfg)
                 seconds = time.perf_counter() - t0
                 rows.append({"K": K, "seed": seed, "rule": label,
-                             "rounds_to_converge": res.events[0].rounds_to_converge,
+                             "rounds_to_converge": res.events[0].rounds,
                              "final_residual": res.trace[-1].residual,
                              "rounds_run": len(res.trace),
                              "seconds_per_round": res.seconds_per_round})
                 print(f"K={K:6d} seed {seed} {label:22s} "
-                      f"{res.events[0].rounds_to_converge} ({seconds:.1f} s)", flush=True)
+                      f"{res.events[0].rounds} ({seconds:.1f} s)", flush=True)
     return rows
 
 
@@ -76,8 +77,8 @@ def timing(repeats: int) -> list[dict[str, Any]]:
     for memo in (True, False):
         per_round = []
         for r in range(repeats):
-            cfg = SimConfig(rounds=TIMING_ROUNDS, delay=0.0, gossip="snapshot", seed=r,
-                            memoize=memo)
+            cfg = SimConfig(ProtocolConfig(jitter=0.0, seed=r), rounds=TIMING_ROUNDS,
+                            gossip="snapshot", memoize=memo)
             res = simulate(sc, cfg)
             per_round.append(res.seconds_per_round)
         out.append({"K": GOOGLE_2011_TOTAL, "N": USERS, "memoize": memo,

@@ -28,7 +28,8 @@ What is measured, in one run so that the ratios compare like with like:
    certificate held for good (rtol 1e-3) after the start and after each event, beside the
    in-process simulator with the same gossip settings and the same event rounds.
    ``--paper-json FILE`` takes the Ray side from the JSON of such a ``psdsf-dist run`` (e.g.
-   the quickstart's with ``--json``) instead of running it again.
+   the quickstart's with ``--json``) instead of running it again; the simulator then runs with
+   the protocol settings that JSON reports.
 
 Median of ``--runs`` runs per size; sizes of 100 servers or more are run once (each start of
 120 actors loads the machine for minutes).
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import os
 import platform
@@ -125,21 +127,37 @@ def allocator_actors(K: int, seed: int) -> dict[str, float]:
         run.stop()
 
 
+# the paper run: Ray's and the simulator's events per round, a note, the protocol settings
+PaperResult = tuple[list[dict[str, Any]], list[dict[str, Any]], str, ProtocolConfig]
 TIME_SCALE = 0.3  # paper events at rounds 30 and 75
 PAPER_ROUNDS = 120
 PAPER_SERVERS_PER_ACTOR = 40  # as scripts/quickstart.sh
 
 
-def paper_convergence(seed: int, paper_json: Path | None
-                      ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str]:
+def reported_protocol(run: dict[str, Any]) -> ProtocolConfig:
+    """The protocol settings in the ``run`` object of ``psdsf-dist run --json`` (a setting it
+    does not name keeps its default)."""
+    names = {f.name for f in dataclasses.fields(ProtocolConfig)}
+    given = {k: v for k, v in run.items() if k in names}
+    if "rule_params" in given:
+        given["rule_params"] = tuple(dict(given["rule_params"]).items())
+    return ProtocolConfig(**given)
+
+
+def paper_convergence(seed: int, paper_json: Path | None) -> PaperResult:
+    protocol = ProtocolConfig(seed=seed)
     if paper_json is not None:
         doc = json.loads(paper_json.read_text())
+        if doc["run"].get("time_scale") != TIME_SCALE:
+            raise SystemExit(f"{paper_json}: time scale {doc['run'].get('time_scale')}, "
+                             f"expected {TIME_SCALE} (the events would not line up)")
+        protocol = reported_protocol(doc["run"])
         ray_events = doc["events"]
         note = (f"Ray side from {paper_json.name}: {doc['run']['rounds']} rounds in "
                 f"{doc['run']['seconds']:.0f} s of wall-clock time, "
                 f"{doc['run'].get('servers_per_actor', 1)} servers per actor")
     else:
-        cfg = RunConfig(ProtocolConfig(seed=seed), clock="manual", time_scale=TIME_SCALE,
+        cfg = RunConfig(protocol, clock="manual", time_scale=TIME_SCALE,
                         servers_per_actor=PAPER_SERVERS_PER_ACTOR)
         t0 = time.perf_counter()
         run = launch(PAPER, cfg, run_id=f"bench-paper-{seed}")
@@ -155,10 +173,9 @@ def paper_convergence(seed: int, paper_json: Path | None
     doc = dict(scenario.raw)
     doc["events"] = [{**e, "at": e["at"] * TIME_SCALE} for e in doc["events"]]
     # the same protocol settings, so the same definition of converged
-    sim = simulate(Scenario.from_dict(doc),
-                   SimConfig(ProtocolConfig(seed=seed), rounds=PAPER_ROUNDS))
+    sim = simulate(Scenario.from_dict(doc), SimConfig(protocol, rounds=PAPER_ROUNDS))
     sim_events = [e.to_json() for e in sim.events]
-    return ray_events, sim_events, note
+    return ray_events, sim_events, note, protocol
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -205,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def write(rows: list[dict[str, Any]], paper: Any, runs: int, load_start: float,
+def write(rows: list[dict[str, Any]], paper: PaperResult | None, runs: int, load_start: float,
           load_end: float) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     with open(RESULTS / "ray.csv", "w", newline="") as fh:
@@ -236,16 +253,20 @@ def write(rows: list[dict[str, Any]], paper: Any, runs: int, load_start: float,
             f"{r['pss_ratio']:.2f} | {r['total_pss_gib']:.2f} | "
             f"{r['messages_per_round']:.1f} | {r['bytes_per_round']:.0f} |")
     if paper is not None:
-        ray_events, sim_events, note = paper
+        ray_events, sim_events, note, p = paper
+        settings = ("the defaults of both" if p == ProtocolConfig(seed=p.seed)
+                    else "those of the Ray run")
+        timing = "lock-step" if p.lockstep else f"random phases, jitter {p.jitter:g} T"
         lines += [
             "",
             "## Paper cluster (120 servers) with its churn, paced",
             "",
             f"User u4 leaves at round {100 * TIME_SCALE:.0f} and rejoins at round "
             f"{250 * TIME_SCALE:.0f}.  {note}.  Rounds until the "
-            f"certificate held for good (rtol {DEFAULTS.rtol:g}, {DEFAULTS.hold} rounds in a row "
-            "or until the next event); `psdsf-dist simulate` with the same protocol settings "
-            "(the defaults of both: random phases, jitter 0.2 T) beside it.",
+            f"certificate held for good (rtol {p.rtol:g}, {p.hold} rounds in a row or until "
+            "the next event); `psdsf-dist simulate` with the same protocol settings "
+            f"({settings}: {timing}, fanout {p.fanout}, gossip "
+            f"rate {p.gossip_rate}, rule {p.rule}, seed {p.seed}) beside it.",
             "",
             "| event | Ray run: rounds | simulator: rounds |",
             "|---|---|---|",

@@ -10,14 +10,16 @@ rounds until the certificate (rtol 1e-3) held for good (``>30``: not within the 
 the next event), with the traffic per server per round.  The snapshot model (lock-step, every
 server on the same totals, d rounds older than the usual one) is the reference.
 
-A second table takes the runtime's setting to Google-mix clusters (K = 100, N = 100, one per
-seed, from zero) and sets it against lock-step on one stale snapshot, the worst case the rule
-study measures: does asynchrony make realistic clusters easier or harder?
+A second table takes the base setting to Google-mix clusters (K = 100, N = 100, one per seed,
+from zero) and sets it against lock-step on one stale snapshot, the worst case the rule study
+measures: does asynchrony make realistic clusters easier or harder?
 
 Writes ``results/sim_gossip.csv``, ``results/sim_gossip_google.csv``, ``results/sim_gossip.md``,
 ``results/sim_gossip.png`` and the ``sim_gossip`` section of ``experiments/README.md``.
 
     .venv/bin/python experiments/sim_gossip.py [--seeds 2] [--workers 2] [--google-seeds 5]
+
+``--quick`` cuts every run to a few rounds (a smoke test: the numbers mean nothing).
 """
 
 from __future__ import annotations
@@ -110,6 +112,7 @@ def one_run(job: tuple[str, str, SimConfig, int]) -> dict[str, Any]:
 
 GOOGLE_K = 100
 GOOGLE_CAP = 300  # rounds (the rule study's cap)
+QUICK_ROUNDS = 5  # --quick: rounds of every run
 GOOGLE_SETTINGS = (
     (f"defaults (message-level, fanout {BASE.protocol.fanout})", BASE),
     ("the same, fanout 2", varied(BASE, fanout=2)),
@@ -117,11 +120,12 @@ GOOGLE_SETTINGS = (
 )
 
 
-def google_run(job: tuple[int, int]) -> dict[str, Any]:
-    """One Google-mix cluster from zero in one setting; converged = held HOLD rounds in a row."""
-    setting, seed = job
+def google_run(job: tuple[int, int, int]) -> dict[str, Any]:
+    """One Google-mix cluster from zero in one setting, for at most ``cap`` rounds; converged =
+    held HOLD rounds in a row."""
+    setting, seed, cap = job
     label, cfg0 = GOOGLE_SETTINGS[setting]
-    cfg = replace(varied(cfg0, seed=seed, hold=HOLD), rounds=GOOGLE_CAP, stop_after_hold=HOLD)
+    cfg = replace(varied(cfg0, seed=seed, hold=HOLD), rounds=cap, stop_after_hold=HOLD)
     t0 = time.perf_counter()
     res = simulate(google_cluster(np.random.default_rng(seed), K=GOOGLE_K, N=100), cfg)
     rounds = res.events[0].rounds
@@ -131,14 +135,18 @@ def google_run(job: tuple[int, int]) -> dict[str, Any]:
             "final_residual": res.trace[-1].residual, "rounds_run": len(res.trace)}
 
 
-def run_all(seeds: int, workers: int,
-            google_seeds: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def run_all(seeds: int, workers: int, google_seeds: int, rounds: int | None = None
+            ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every run; ``rounds`` caps the rounds of each (a smoke test)."""
     jobs: list[tuple[str, str, SimConfig, int]] = []
     for param, value, cfg, n_seeds in sweeps(seeds):
+        if rounds is not None:
+            cfg = replace(cfg, rounds=min(cfg.rounds, rounds))
         jobs += [(param, value, cfg, seed) for seed in range(n_seeds)]
+    cap = GOOGLE_CAP if rounds is None else min(GOOGLE_CAP, rounds)
     with Pool(workers) as pool:
         rows = pool.map(one_run, jobs, chunksize=1)
-        google = pool.map(google_run, [(s, seed) for s in range(len(GOOGLE_SETTINGS))
+        google = pool.map(google_run, [(s, seed, cap) for s in range(len(GOOGLE_SETTINGS))
                                        for seed in range(google_seeds)], chunksize=1)
     return rows, google
 
@@ -237,9 +245,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--google-seeds", type=int, default=5,
                     help="Google-mix clusters (K = 100) with the defaults vs lock-step")
+    ap.add_argument("--quick", action="store_true",
+                    help=f"smoke test: every run only {QUICK_ROUNDS} rounds")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    rows, google = run_all(args.seeds, args.workers, args.google_seeds)
+    rows, google = run_all(args.seeds, args.workers, args.google_seeds,
+                           QUICK_ROUNDS if args.quick else None)
     seconds = time.perf_counter() - t0
     write_csv(RESULTS / "sim_gossip.csv", rows)
     write_csv(RESULTS / "sim_gossip_google.csv", google)

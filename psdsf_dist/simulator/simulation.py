@@ -35,7 +35,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -116,6 +116,16 @@ class SimulationResult:
         return self.seconds / max(len(self.trace), 1)
 
 
+class _StaleSums(NamedTuple):
+    """One stale observation and the per-user sums every server derives from it."""
+
+    allocation: FloatArray
+    totals: FloatArray
+    holders: npt.NDArray[np.int_]
+    raising: npt.NDArray[np.int_] | None
+    lowering: npt.NDArray[np.int_] | None
+
+
 @dataclass
 class Simulator:
     """One simulation run; use :func:`simulate`."""
@@ -151,6 +161,8 @@ class Simulator:
             maxlen=round(cfg.delay / cfg.period) + 3)
         self._initial: RuleState = self._rule.initial_state(full.num_users)
         self._memo: dict[tuple[int, int, int, bytes], tuple[FloatArray, RuleState]] = {}
+        self._stale: dict[int, _StaleSums] = {}
+        self._index = {name: i for i, name in enumerate(full.server_names)}
         names = self.churn.present_servers()
         for name in names:
             self._start(name, 0.0, [n for n in names if n != name], everyone=True)
@@ -234,30 +246,42 @@ class Simulator:
         self.clock.at(self.clock.now + self.config.protocol.period, _WAKE,
                       partial(self._snapshot_round_of, node))
 
+    def _stale_sums(self, back: int) -> _StaleSums:
+        """What every server reads from the observation ``back`` rounds into the history:
+        computed once per round, not once per server (that would cost K x N x K a round)."""
+        sums = self._stale.get(back)
+        if sums is None:
+            stale = self._history[max(back, 0)]
+            moved = (stale - self._history[back - 1]
+                     if back >= 1 and self._history[back - 1].shape == stale.shape else None)
+            sums = _StaleSums(
+                stale, stale.sum(axis=1), (stale > 0).sum(axis=1),
+                None if moved is None else (moved > HELD).sum(axis=1),
+                None if moved is None else (moved < -HELD).sum(axis=1))
+            self._stale[back] = sums
+        return sums
+
     def _snapshot_update(self, node: ServerNode) -> None:
         cfg = self.config.protocol
         now = self.clock.now
         lag = 1 + round(cfg.delay / cfg.period)
         back = len(self._history) - lag
-        stale = self._history[max(back, 0)]
-        i = self.churn.full.server_names.index(node.name)
+        seen = self._stale_sums(back)
+        stale = seen.allocation
+        i = self._index[node.name]
         column = node.column
         if stale.shape[0] == len(column):
             # the server knows its own current column: only the others' are stale
-            totals = stale.sum(axis=1) - stale[:, i] + column
+            totals = seen.totals - stale[:, i] + column
         else:
             totals = column.copy()
-        moved = (stale - self._history[back - 1]
-                 if back >= 1 and self._history[back - 1].shape == stale.shape else None)
         key = (int(self._class_of[i]), back, id(node.state),
                column.tobytes() + stale[:, i].tobytes())
         hit = self._memo.get(key) if self.config.memoize else None
         if hit is None:
             view = knowledge_view(
-                node.view, members=node.view.num_servers, holders=(stale > 0).sum(axis=1),
-                raising=None if moved is None else (moved > HELD).sum(axis=1),
-                lowering=None if moved is None else (moved < -HELD).sum(axis=1),
-                staleness=lag - 1)
+                node.view, members=node.view.num_servers, holders=seen.holders,
+                raising=seen.raising, lowering=seen.lowering, staleness=lag - 1)
             hit = checked_update(self._rule, node.state, view, totals, column,
                                  f"server {node.name} at t={now:g}")
             if self.config.memoize:
@@ -315,6 +339,7 @@ class Simulator:
             t0 = time.perf_counter()
             self._class_of = ServerClasses.of(self.churn.current()).member_class
             self._memo.clear()
+            self._stale.clear()
             self.clock.run_until(r * T, through_priority=_EVENT)
             X = self.allocation()
             if self.model == "snapshot":

@@ -121,15 +121,15 @@ def update_overview() -> None:
 OVERVIEW = """\
 ## Simulator and gossip: how the numbers below are made
 
-`psdsf-dist simulate` (module `psdsf_dist.simulator.simulation`) runs K servers in one process on a
-simulated clock: each has its own gossip state (`psdsf_dist.protocol.gossip`) and update-rule
-state, acts every T seconds (all at the same instants in lock-step, the worst case, or at random
-phases with jitter), publishes its new column and starts push-pull exchanges with F random peers, G
-times per period.  Messages are delayed d seconds and lost with probability p; scenario events
-(users leaving and joining, servers failing and joining, demand and weight changes) apply at
-their times.  After every round the true allocation is checked with the PS-DSF certificate (rtol
-1e-3); every column a server adopts is checked against its capacities on the spot.  A run is a
-function of its seed.
+`psdsf-dist simulate` (module `psdsf_dist.simulator.simulation`) runs K servers in one process
+on a simulated clock: each is the protocol's server state machine (`psdsf_dist.protocol.node`,
+the one the Ray actors host) with its own gossip and update-rule state; it acts every T seconds
+(all at the same instants in lock-step, the worst case, or at random phases with jitter),
+publishes its new column and starts push-pull exchanges with F random peers, G times per period.
+Messages are delayed d seconds and lost with probability p; scenario events (users leaving and
+joining, servers failing and joining, demand and weight changes) apply at their times.  After
+every round the true allocation is checked with the PS-DSF certificate (rtol 1e-3); every column
+a server adopts is checked against its capacities on the spot.  A run is a function of its seed.
 
 Two gossip models: `scuttlebutt` simulates the protocol message by message (digests of
 origin -> versions, deltas with only the columns the peer lacks; heartbeats carry the origin's
@@ -170,7 +170,7 @@ def overview() -> str:
             st = rounds_stat(vals, 10**9)
             cells.append(f"{ev} {st['median']} (max {st['max']})".replace(
                 f">{10**9}", "not within its phase"))
-        lines.append(f"- paper churn, message-level gossip, Ray runtime setting ({value}): "
+        lines.append(f"- paper churn, message-level gossip, the protocol defaults ({value}): "
                      + "; ".join(cells) + f" [{len(sel)} runs]")
     scaling = _read(RESULTS / "sim_scaling.csv")
     timing = [r for r in scaling if r.get("memoize") not in (None, "")]

@@ -10,6 +10,7 @@ Each event is a mapping with ``at`` (seconds >= 0) and exactly one kind::
     - {at: 45, server_joins: {name: s3}}            # a failed server comes back
     - {at: 60, set_demand: {user: u1, demand: {cpu: 0.2, mem: 0.1}}}
     - {at: 70, set_weight: {user: u1, weight: 3}}
+    - {at: 80, set_max_tasks: {user: u1, max_tasks: 40}}   # its backlog (.inf: unlimited)
 
 Events are checked in time order (ties in file order) against the membership at that time: a
 user leaves only while present, joins only while absent, and so on.  A declared user whose first
@@ -49,7 +50,8 @@ FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
 EVENT_KINDS = ("user_leaves", "user_joins", "server_fails", "server_joins", "set_demand",
-               "set_weight")
+               "set_weight", "set_max_tasks")
+USER_SETTINGS = ("set_demand", "set_weight", "set_max_tasks")
 NEW_SERVER_KEYS = {"name", "capacity", "labels"}
 
 
@@ -145,6 +147,20 @@ class SetWeight(Event):
         return f"user {self.user} weight set to {self.weight:g}"
 
 
+@dataclass(frozen=True)
+class SetMaxTasks(Event):
+    user: str
+    max_tasks: float
+    """The user's backlog: at most this many tasks in all (``inf``: unlimited)."""
+
+    @property
+    def kind(self) -> str:
+        return "set_max_tasks"
+
+    def describe(self) -> str:
+        return f"user {self.user} max_tasks set to {self.max_tasks:g}"
+
+
 def parse_events(
     value: Any,
     doc: Mapping[str, Any],
@@ -187,9 +203,9 @@ def parse_events(
     first_user_event: dict[str, str] = {}
     for _at, _j, ev in sorted(raw, key=lambda t: (t[0], t[1])):
         kind = next(k for k in ev if k in EVENT_KINDS)
-        if kind in ("user_leaves", "user_joins", "set_demand", "set_weight"):
+        if kind in ("user_leaves", "user_joins", *USER_SETTINGS):
             body = ev[kind]
-            uname = body.get("user") if isinstance(body, Mapping) and kind.startswith("set") \
+            uname = body.get("user") if isinstance(body, Mapping) and kind in USER_SETTINGS \
                 else body
             if isinstance(uname, str):
                 first_user_event.setdefault(uname, kind)
@@ -272,13 +288,21 @@ def parse_events(
             if not (d > 0).any():
                 raise ScenarioError(f"{kf}.demand", "all zero: a task must need some resource")
             out.append(SetDemand(at, j, u, {r: float(d[i]) for i, r in enumerate(resources)}))
-        else:  # set_weight
+        elif kind == "set_weight":
             body = _mapping(body, kf)
             _only(body, {"user", "weight"}, kf)
             u = _known_user(body, users_present, kf)
             if "weight" not in body:
                 raise ScenarioError(f"{kf}.weight", "missing")
             out.append(SetWeight(at, j, u, number(body["weight"], f"{kf}.weight", positive=True)))
+        else:  # set_max_tasks
+            body = _mapping(body, kf)
+            _only(body, {"user", "max_tasks"}, kf)
+            u = _known_user(body, users_present, kf)
+            if "max_tasks" not in body:
+                raise ScenarioError(f"{kf}.max_tasks", "missing")
+            out.append(SetMaxTasks(at, j, u, number(body["max_tasks"], f"{kf}.max_tasks",
+                                                    allow_inf=True)))
     if any(isinstance(e, UserJoins | ServerJoins) and e.spec is not None for e in out):
         # new users and servers are checked like declared ones, by building the universe
         check_grown(doc, out, build)

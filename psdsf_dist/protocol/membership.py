@@ -23,6 +23,7 @@ from psdsf_dist.model.events import (
     ServerFails,
     ServerJoins,
     SetDemand,
+    SetMaxTasks,
     SetWeight,
     UserJoins,
     UserLeaves,
@@ -64,6 +65,7 @@ class ChurnState:
     servers_present: BoolArray
     demand: FloatArray
     weight: FloatArray
+    max_tasks: FloatArray
     epoch: int = 0
     history: tuple[tuple[str, float], ...] = ()
     scenario_events_applied: int = 0
@@ -74,7 +76,8 @@ class ChurnState:
         u = universe(scenario)
         state = cls(u.scenario, u.users_present.copy(), u.servers_present.copy(),
                     np.array(u.scenario.demand, dtype=float),
-                    np.array(u.scenario.weight, dtype=float))
+                    np.array(u.scenario.weight, dtype=float),
+                    np.array(u.scenario.max_tasks, dtype=float))
         return state, u.events
 
     @classmethod
@@ -83,14 +86,15 @@ class ChurnState:
         s = table.scenario
         return cls(table.full, table.users_present.copy(), table.servers_present.copy(),
                    np.array(s.demand, dtype=float), np.array(s.weight, dtype=float),
-                   table.epoch, table.history, table.scenario_events_applied)
+                   np.array(s.max_tasks, dtype=float), table.epoch, table.history,
+                   table.scenario_events_applied)
 
     # -- reading ------------------------------------------------------------------------------
     def current(self) -> Scenario:
         placement = (self.full.placement & self.users_present[:, None]
                      & self.servers_present[None, :])
         return self.full.replace_users(demand=self.demand, weight=self.weight,
-                                       placement=placement)
+                                       max_tasks=self.max_tasks, placement=placement)
 
     def table(self) -> Table:
         return Table(self.epoch, self.current(), self.full, self.users_present.copy(),
@@ -128,6 +132,9 @@ class ChurnState:
         elif isinstance(event, SetWeight):
             n = self._user(event.user, f"{fld}.set_weight")
             self.weight[n] = event.weight
+        elif isinstance(event, SetMaxTasks):
+            n = self._user(event.user, f"{fld}.set_max_tasks")
+            self.max_tasks[n] = event.max_tasks
         elif isinstance(event, ServerFails):
             i = self._server(event.server, f"{fld}.server_fails")
             if not self.servers_present[i]:
@@ -205,6 +212,9 @@ class ChurnState:
                                       if added_users else np.zeros((0, grown.num_resources))])
         self.weight = np.concatenate([self.weight, np.asarray(grown.weight)[-added_users:]
                                       if added_users else np.zeros(0)])
+        self.max_tasks = np.concatenate([self.max_tasks,
+                                         np.asarray(grown.max_tasks)[-added_users:]
+                                         if added_users else np.zeros(0)])
         self.full = grown
 
 

@@ -14,6 +14,7 @@ from psdsf_dist.model.events import (
     ServerFails,
     ServerJoins,
     SetDemand,
+    SetMaxTasks,
     SetWeight,
     UserJoins,
     UserLeaves,
@@ -54,11 +55,15 @@ def test_every_kind_parses_and_the_universe_grows() -> None:
         {"at": 10, "user_joins": {"name": "u9", "demand": {"cpu": 0.5}, "weight": 4}},
         {"at": 20, "user_leaves": "u9"},
         {"at": 5, "user_joins": "u3"},
+        {"at": 80, "set_max_tasks": {"user": "u2", "max_tasks": 12}},
+        {"at": 90, "set_max_tasks": {"user": "u2", "max_tasks": float("inf")}},
     ]))
     u = universe(sc)
     kinds = [type(e) for e in u.events]
     assert kinds == [UserJoins, UserJoins, UserLeaves, ServerFails, ServerJoins, ServerJoins,
-                     SetDemand, SetWeight]
+                     SetDemand, SetWeight, SetMaxTasks, SetMaxTasks]
+    assert u.events[8] == SetMaxTasks(80.0, 8, "u2", 12.0)
+    assert u.events[9].describe() == "user u2 max_tasks set to inf"
     assert [e.at for e in u.events] == sorted(e.at for e in u.events)
     assert u.scenario.user_names == ("u1", "u2", "u3", "u9")
     assert u.scenario.server_names == ("s-1", "s-2", "t1", "s9")
@@ -104,6 +109,11 @@ BAD = [
     ({"at": 1, "user_joins": {"name": "u1", "demand": {"cpu": 1}}},
      "events[0].user_joins.name", "already exists"),
     ("leave u1", "events[0]", "must be a mapping"),
+    ({"at": 1, "set_max_tasks": {"user": "u1", "max_tasks": -1}},
+     "events[0].set_max_tasks.max_tasks", "must be >= 0"),
+    ({"at": 1, "set_max_tasks": {"user": "u1"}}, "events[0].set_max_tasks.max_tasks", "missing"),
+    ({"at": 1, "set_max_tasks": {"user": "nobody", "max_tasks": 1}},
+     "events[0].set_max_tasks.user", "unknown user"),
 ]
 
 

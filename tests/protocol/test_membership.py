@@ -59,6 +59,19 @@ def test_demand_and_weight_changes_reach_the_table() -> None:
     assert cur.gamma[0, 0] == pytest.approx(5.0)  # class A: min(1/0.2, 1/0.1)
 
 
+def test_max_tasks_changes_reach_the_table_and_survive_growth_and_resume() -> None:
+    state, _ = ChurnState.start(paper())
+    state.apply(state.parse({"set_max_tasks": {"user": "u2", "max_tasks": 7}}), 1.0)
+    state.apply(state.parse({"user_joins": {"name": "u9", "demand": {"cpu": 0.1},
+                                            "max_tasks": 3}}), 2.0)
+    assert state.table().scenario.max_tasks.tolist() == [np.inf, 7.0, np.inf, np.inf, 3.0]
+    back = ChurnState.resume(state.table())
+    assert back.current().max_tasks.tolist() == [np.inf, 7.0, np.inf, np.inf, 3.0]
+    back.apply(back.parse({"set_max_tasks": {"user": "u9", "max_tasks": float("inf")}}), 3.0)
+    assert back.current().max_tasks[4] == np.inf
+    assert back.history[-1][0] == "user u9 max_tasks set to inf"
+
+
 def test_new_users_and_servers_are_appended() -> None:
     state, _ = ChurnState.start(paper())
     state.apply(state.parse({"user_joins": {"name": "u9", "demand": {"cpu": 0.1}}}), 1.0)

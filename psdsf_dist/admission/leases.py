@@ -1,0 +1,124 @@
+"""Leases of task slots on one server's node, never claiming more than its capacity (pure).
+
+A tenant's queue asks each server, every lease interval, how many of its tasks may run on that
+server's node; the answer is a :class:`Lease`: ``slots`` concurrent tasks until ``expires_at``.
+Between asks the queue starts a task whenever fewer than ``slots`` of its tasks run there — the
+data path is queue -> node, with no round trip per task.  The queue starts nothing on a server
+while its ask is in flight, so it never runs more than the newest lease it holds allows, plus
+the tasks it already ran before that lease shrank.
+
+The :class:`LeaseBook` keeps, per user, the newest lease and the running count reported with
+the ask.  A user's **claim** is ``max(slots, running)`` tasks of its demand (a shrunk lease
+frees capacity only as the user's tasks finish: nothing is preempted).  An ask is answered with
+``min(target, fit)`` slots, ``target`` the user's whole-task target (:mod:`.rounding`) and
+``fit`` the most of its tasks that fit in the capacity the other users' unexpired claims leave.
+So the claims never sum past the capacity: each grant fits beside the claims standing when it is
+made, and a claim only grows through a grant.  A user that stops asking (its driver exited) loses
+its claim when its lease expires, ``LEASE_TTL_INTERVALS`` intervals later.  (A queue cut off
+from a server for that long starts nothing more there, but tasks it started earlier run on; if
+the book has given their room away meanwhile, Ray's own resource accounting queues the newcomers
+at the node — the node is still never over-committed, only the book's ledger is.)
+
+A book rebuilt after its server actor restarted knows no claims, so it first listens for
+``LEASE_TTL_INTERVALS`` intervals — answering every ask with zero slots while recording the
+running counts — before it grants again: by then every live queue has asked once and the claims
+are known (``quarantine_until``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from psdsf_dist.admission.rounding import FIT_TOL
+
+FloatArray = npt.NDArray[np.float64]
+
+LEASE_INTERVALS_PER_PERIOD = 4
+"""Asks per period: a queue asks every server this often (T/4 between asks)."""
+LEASE_TTL_INTERVALS = 3
+"""A lease lasts this many intervals: a queue that misses two asks in a row still holds one."""
+
+
+@dataclass(frozen=True)
+class Lease:
+    """How many of its tasks a user may run concurrently on one server's node, until when."""
+
+    server: str
+    user: str
+    slots: int
+    ttl: float
+    """Seconds the lease lasts from the ask (the queue counts them on its own clock, from when
+    it sent the ask, so a lease never outlives the book's record of it)."""
+    target: int
+    """The whole-task target the slots were capped by (``slots < target``: waiting for room)."""
+
+
+@dataclass
+class _Held:
+    slots: int
+    running: int
+    expires_at: float
+
+
+@dataclass
+class LeaseBook:
+    """One server's leases (see the module docstring)."""
+
+    server: str
+    capacity: FloatArray
+    held: dict[str, _Held] = field(default_factory=dict)
+    quarantine_until: float = -math.inf
+
+    def claims(self, now: float, demand_of: dict[str, FloatArray],
+               except_user: str | None = None) -> FloatArray:
+        """Capacity held by unexpired claims (every user but ``except_user``)."""
+        total = np.zeros_like(self.capacity)
+        for user, h in self.held.items():
+            if user == except_user or h.expires_at <= now or user not in demand_of:
+                continue
+            total = total + max(h.slots, h.running) * demand_of[user]
+        return total
+
+    def ask(self, user: str, running: int, target: int, now: float, ttl: float,
+            demand_of: dict[str, FloatArray]) -> Lease:
+        """Answer one ask of ``user``, which runs ``running`` tasks here now."""
+        self._expire(now)
+        if now < self.quarantine_until or user not in demand_of:
+            slots = 0
+        else:
+            room = self.capacity - self.claims(now, demand_of, except_user=user)
+            slots = min(max(target, 0), most_that_fit(demand_of[user], room, self.capacity))
+        self.held[user] = _Held(slots, max(running, 0), now + ttl)
+        return Lease(self.server, user, slots, ttl, max(target, 0))
+
+    def release(self, user: str) -> None:
+        """The user's queue said goodbye: its claim goes at once."""
+        self.held.pop(user, None)
+
+    def granted(self, user: str) -> int:
+        """The slots of ``user``'s newest lease (0 without one)."""
+        h = self.held.get(user)
+        return 0 if h is None else h.slots
+
+    def running(self) -> dict[str, int]:
+        """Running tasks per user as last reported (unexpired leases only)."""
+        return {u: h.running for u, h in self.held.items()}
+
+    def _expire(self, now: float) -> None:
+        for user in [u for u, h in self.held.items() if h.expires_at <= now]:
+            del self.held[user]
+
+
+def most_that_fit(demand: FloatArray, room: FloatArray, capacity: FloatArray) -> int:
+    """The most tasks of ``demand`` that fit in ``room`` (0 if none; a zero demand: none
+    either — a task asking for nothing is refused when the shape is checked)."""
+    used = demand > 0
+    if not np.any(used):
+        return 0
+    slack = FIT_TOL * np.maximum(capacity[used], 1.0)
+    k = np.floor((room[used] + slack) / demand[used])
+    return max(int(np.min(k)), 0)

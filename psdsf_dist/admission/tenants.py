@@ -1,0 +1,111 @@
+"""The coordinator's book of tenant queues: backlog reports in, churn events out (pure).
+
+Each tenant's queue reports, once per period, its user, task shape (as a per-task demand),
+weight (when the connecting call gave one) and backlog (tasks queued plus running).  The
+allocation must follow: a user with work is present with ``max_tasks`` = its backlog, so
+capacity it cannot use goes to the others through PS-DSF itself (work conservation through
+the allocation); a user without work is absent, so it holds nothing.  :meth:`TenantBook.report`
+turns one report into the events that make the coordinator's table say so, in the scenario
+syntax (:mod:`psdsf_dist.model.events`), and :meth:`TenantBook.expired` makes the users of
+queues that stopped reporting (their driver exited) leave.
+
+Each event changes the table every server adopts and restarts the update rule's convergence,
+so a backlog that only drifts is not reported as an event every period: ``max_tasks`` is
+updated when it binds or is about to (the smaller of old and new backlog within
+``CAP_BINDING_FACTOR`` times the user's allocated total) or when it changed by more than
+``CAP_CHANGE_FRACTION`` of itself.  A cap far above the allocation does not change it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+TENANT_TIMEOUT_PERIODS = 3.0
+"""A queue silent this many periods has gone (its driver exited): its user leaves."""
+IDLE_LINGER_PERIODS = 1.0
+"""A queue reports an empty backlog only after being idle this long (bursty submitters do not
+leave and rejoin between bursts)."""
+CAP_CHANGE_FRACTION = 0.25
+CAP_BINDING_FACTOR = 2.0
+DEMAND_RTOL = 1e-9
+
+
+@dataclass(frozen=True)
+class UserInTable:
+    """What the coordinator's table says about one user now."""
+
+    known: bool
+    present: bool = False
+    demand: Mapping[str, float] | None = None
+    weight: float | None = None
+    max_tasks: float = float("inf")
+    allocated: float = 0.0
+    """The user's total tasks in the latest observation."""
+
+
+@dataclass
+class TenantRecord:
+    user: str
+    backlog: int
+    last_seen: float
+
+
+@dataclass
+class TenantBook:
+    """See the module docstring."""
+
+    tenants: dict[str, TenantRecord] = field(default_factory=dict)
+
+    def report(self, user: str, demand: Mapping[str, float], weight: float | None,
+               backlog: int, now: float, table: UserInTable) -> list[dict[str, Any]]:
+        """The events one queue's report calls for (possibly none)."""
+        self.tenants[user] = TenantRecord(user, backlog, now)
+        if backlog <= 0:
+            return [{"user_leaves": user}] if table.present else []
+        if not table.known:
+            return [{"user_joins": {"name": user, "demand": dict(demand),
+                                    "weight": 1.0 if weight is None else weight,
+                                    "max_tasks": backlog}}]
+        out: list[dict[str, Any]] = []
+        if table.demand is None or not _same_demand(demand, table.demand):
+            out.append({"set_demand": {"user": user, "demand": dict(demand)}})
+        if weight is not None and weight != table.weight:
+            out.append({"set_weight": {"user": user, "weight": weight}})
+        if not table.present:
+            out.append({"set_max_tasks": {"user": user, "max_tasks": backlog}})
+            out.append({"user_joins": user})
+        elif cap_needs_update(table.max_tasks, backlog, table.allocated):
+            out.append({"set_max_tasks": {"user": user, "max_tasks": backlog}})
+        return out
+
+    def expired(self, now: float, period: float,
+                present: Mapping[str, bool]) -> list[dict[str, Any]]:
+        """Events for queues silent longer than ``TENANT_TIMEOUT_PERIODS``: their users leave
+        (and are forgotten here)."""
+        out: list[dict[str, Any]] = []
+        for user in [u for u, r in self.tenants.items()
+                     if now - r.last_seen > TENANT_TIMEOUT_PERIODS * period]:
+            del self.tenants[user]
+            if present.get(user, False):
+                out.append({"user_leaves": user})
+        return out
+
+
+def cap_needs_update(cap: float, backlog: int, allocated: float) -> bool:
+    """Whether a new backlog must reach the table (see the module docstring)."""
+    if backlog == cap:
+        return False
+    if math.isinf(cap):
+        return True
+    if min(cap, backlog) <= CAP_BINDING_FACTOR * allocated:
+        return True
+    return abs(backlog - cap) > CAP_CHANGE_FRACTION * cap
+
+
+def _same_demand(a: Mapping[str, float], b: Mapping[str, float]) -> bool:
+    keys = set(a) | set(b)
+    return all(abs(a.get(k, 0.0) - b.get(k, 0.0)) <= DEMAND_RTOL * max(abs(a.get(k, 0.0)), 1.0)
+               for k in keys)

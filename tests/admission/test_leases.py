@@ -1,0 +1,98 @@
+"""Leases: grants never make the claims exceed the capacity; expiry and quarantine."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from psdsf_dist.admission.leases import LeaseBook, most_that_fit
+
+TTL = 0.75
+
+
+def book(cap: list[float]) -> LeaseBook:
+    return LeaseBook("s1", np.array(cap))
+
+
+def test_a_grant_fits_beside_the_others_claims() -> None:
+    b = book([4.0, 8.0])
+    d = {"a": np.array([1.0, 1.0]), "b": np.array([1.0, 4.0])}
+    assert b.ask("a", 0, 3, 0.0, TTL, d).slots == 3
+    # b's target 2 needs 8 mem; a claims 3 mem of 8: room for one
+    lease = b.ask("b", 0, 2, 0.1, TTL, d)
+    assert (lease.slots, lease.target) == (1, 2)
+
+
+def test_a_shrunk_lease_frees_room_only_as_tasks_finish() -> None:
+    b = book([4.0])
+    d = {"a": np.array([1.0]), "b": np.array([1.0])}
+    assert b.ask("a", 0, 4, 0.0, TTL, d).slots == 4
+    assert b.ask("b", 0, 2, 0.1, TTL, d).slots == 0
+    assert b.ask("a", 4, 2, 0.2, TTL, d).slots == 2  # a still runs 4: claims 4
+    assert b.ask("b", 0, 2, 0.3, TTL, d).slots == 0
+    assert b.ask("a", 2, 2, 0.4, TTL, d).slots == 2  # two finished
+    assert b.ask("b", 0, 2, 0.5, TTL, d).slots == 2
+
+
+def test_an_expired_lease_releases_its_claim() -> None:
+    b = book([2.0])
+    d = {"a": np.array([1.0]), "b": np.array([1.0])}
+    b.ask("a", 0, 2, 0.0, TTL, d)
+    assert b.ask("b", 0, 2, 0.5, TTL, d).slots == 0
+    assert b.ask("b", 0, 2, 0.8, TTL, d).slots == 2  # a's lease ran out at 0.75
+    assert "a" not in b.running()
+
+
+def test_release_frees_at_once() -> None:
+    b = book([2.0])
+    d = {"a": np.array([1.0]), "b": np.array([1.0])}
+    b.ask("a", 0, 2, 0.0, TTL, d)
+    b.release("a")
+    assert b.ask("b", 0, 2, 0.1, TTL, d).slots == 2
+
+
+def test_quarantine_listens_before_it_grants() -> None:
+    b = book([2.0])
+    b.quarantine_until = 0.5
+    d = {"a": np.array([1.0]), "b": np.array([1.0])}
+    assert b.ask("a", 2, 2, 0.2, TTL, d).slots == 0  # records a's 2 running tasks
+    assert b.ask("b", 0, 2, 0.6, TTL, d).slots == 0  # a's running tasks fill the node
+    assert b.ask("a", 2, 2, 0.7, TTL, d).slots == 2
+
+
+def test_unknown_user_gets_nothing() -> None:
+    assert book([2.0]).ask("x", 0, 3, 0.0, TTL, {}).slots == 0
+
+
+def test_most_that_fit() -> None:
+    cap = np.array([4.0, 8.0])
+    assert most_that_fit(np.array([1.0, 3.0]), cap, cap) == 2
+    assert most_that_fit(np.array([0.0, 0.5]), cap, cap) == 16
+    assert most_that_fit(np.array([5.0, 0.0]), cap, cap) == 0
+    assert most_that_fit(np.array([0.1, 0.1]), np.array([0.3, 0.3]), cap) == 3  # round-off
+    assert most_that_fit(np.zeros(2), cap, cap) == 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_claims_never_exceed_capacity(data: st.DataObject) -> None:
+    """Queues asking in turn, within the lease's lifetime, and behaving (running at most
+    max(lease, what ran before)): the book's claims, and so the tasks the queues run, stay
+    within the capacity whatever the targets and the finishing tasks."""
+    users = ["a", "b", "c"]
+    demand = {u: np.array(data.draw(st.lists(st.floats(0.1, 2.0), min_size=2, max_size=2)))
+              for u in users}
+    cap = np.array([4.0, 6.0])
+    b = LeaseBook("s", cap)
+    running = dict.fromkeys(users, 0)
+    now = 0.0
+    for step in range(45):
+        u = users[step % 3]
+        now += data.draw(st.floats(0.0, 0.2))  # three asks take < TTL: no lease expires
+        running[u] = data.draw(st.integers(0, running[u]))  # some tasks finished
+        lease = b.ask(u, running[u], data.draw(st.integers(0, 8)), now, TTL, demand)
+        running[u] = max(running[u], data.draw(st.integers(0, lease.slots)))  # fills up
+        used = sum((running[v] * demand[v] for v in users), np.zeros(2))
+        assert np.all(used <= cap + 1e-9)
+        assert np.all(b.claims(now, demand) <= cap + 1e-9)

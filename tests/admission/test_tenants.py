@@ -1,0 +1,57 @@
+"""The tenant book: which churn events a queue's backlog report calls for."""
+
+from __future__ import annotations
+
+import math
+
+from psdsf_dist.admission.tenants import TenantBook, UserInTable, cap_needs_update
+
+SHAPE = {"CPU": 1.0, "memory": 2.0}
+
+
+def test_a_new_user_joins_with_its_shape_weight_and_backlog() -> None:
+    book = TenantBook()
+    assert book.report("alice", SHAPE, 2.0, 40, 0.0, UserInTable(known=False)) == [
+        {"user_joins": {"name": "alice", "demand": SHAPE, "weight": 2.0, "max_tasks": 40}}]
+    assert book.report("bob", SHAPE, None, 1, 0.0, UserInTable(known=False))[0][
+        "user_joins"]["weight"] == 1.0
+
+
+def test_a_declared_absent_user_gets_its_shape_then_joins() -> None:
+    table = UserInTable(known=True, present=False, demand={"CPU": 4.0}, weight=3.0)
+    assert TenantBook().report("alice", SHAPE, None, 5, 0.0, table) == [
+        {"set_demand": {"user": "alice", "demand": SHAPE}},
+        {"set_max_tasks": {"user": "alice", "max_tasks": 5}},
+        {"user_joins": "alice"},
+    ]
+
+
+def test_a_present_user_changes_only_what_changed() -> None:
+    table = UserInTable(known=True, present=True, demand=dict(SHAPE), weight=1.0,
+                        max_tasks=100, allocated=10.0)
+    book = TenantBook()
+    assert book.report("alice", SHAPE, None, 95, 0.0, table) == []  # drift above the share
+    assert book.report("alice", SHAPE, 2.0, 100, 0.0, table) == [
+        {"set_weight": {"user": "alice", "weight": 2.0}}]
+    assert book.report("alice", SHAPE, None, 15, 0.0, table) == [
+        {"set_max_tasks": {"user": "alice", "max_tasks": 15}}]  # about to bind
+
+
+def test_an_empty_backlog_leaves_and_a_silent_queue_expires() -> None:
+    book = TenantBook()
+    present = UserInTable(known=True, present=True, demand=dict(SHAPE), weight=1.0)
+    assert book.report("alice", SHAPE, None, 0, 0.0, present) == [{"user_leaves": "alice"}]
+    assert book.report("alice", SHAPE, None, 0, 1.0,
+                       UserInTable(known=True, present=False)) == []
+    book.report("bob", SHAPE, None, 3, 1.0, present)
+    assert book.expired(3.5, 1.0, {"bob": True}) == []
+    assert book.expired(4.5, 1.0, {"bob": True, "alice": False}) == [{"user_leaves": "bob"}]
+    assert book.tenants == {}
+
+
+def test_cap_updates() -> None:
+    assert not cap_needs_update(10, 10, 3.0)
+    assert cap_needs_update(10, 9, 5.0)  # binding: 9 <= 2 x 5
+    assert not cap_needs_update(1000, 900, 5.0)  # far above, changed by 10 %
+    assert cap_needs_update(1000, 700, 5.0)  # changed by 30 %
+    assert cap_needs_update(math.inf, 700, 5.0)

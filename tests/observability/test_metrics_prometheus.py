@@ -218,7 +218,8 @@ def test_prometheus_sees_what_the_allocator_did(allocator: tuple[str, Path],
     # churn: every event counted by kind, the returning server's restart
     churn = {dict(k)["kind"]: v for k, v in query(prometheus, "psdsf_churn_events_total").items()}
     assert churn == {"user_leaves": 1.0, "user_joins": 0.0, "server_fails": 1.0,
-                     "server_joins": 1.0, "set_demand": 0.0, "set_weight": 0.0}
+                     "server_joins": 1.0, "set_demand": 0.0, "set_weight": 0.0,
+                     "set_max_tasks": 0.0}
     assert scalar(prometheus, 'psdsf_server_restarts_total{server="s2"}') == 1.0
     assert scalar(prometheus, 'psdsf_members{role="user"}') == 2.0
     assert scalar(prometheus, 'psdsf_members{role="server"}') == 2.0

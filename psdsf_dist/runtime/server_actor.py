@@ -275,7 +275,8 @@ class ServerActor:
             self.outbox[key] = entry
             asyncio.get_running_loop().create_task(self._flush(key))
         entry[1].append((to, message, future))
-        answer: Message | None = await future
+        assert self.clock is not None
+        answer: Message | None = await self.clock.away(future)
         return answer
 
     async def _flush(self, key: str) -> None:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from psdsf_dist.admission.rounding import FIT_TOL
+from psdsf_dist.admission.rounding import most_that_fit
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -112,13 +112,3 @@ class LeaseBook:
         for user in [u for u, h in self.held.items() if h.expires_at <= now]:
             del self.held[user]
 
-
-def most_that_fit(demand: FloatArray, room: FloatArray, capacity: FloatArray) -> int:
-    """The most tasks of ``demand`` that fit in ``room`` (0 if none; a zero demand: none
-    either — a task asking for nothing is refused when the shape is checked)."""
-    used = demand > 0
-    if not np.any(used):
-        return 0
-    slack = FIT_TOL * np.maximum(capacity[used], 1.0)
-    k = np.floor((room[used] + slack) / demand[used])
-    return max(int(np.min(k)), 0)

@@ -52,9 +52,16 @@ class Rounded:
     credit: FloatArray
 
 
-def fits(demand: FloatArray, room: FloatArray, capacity: FloatArray) -> bool:
-    """Whether one task of ``demand`` fits in ``room`` (to round-off relative to capacity)."""
-    return bool(np.all(demand <= room + FIT_TOL * np.maximum(capacity, 1.0)))
+def most_that_fit(demand: FloatArray, room: FloatArray, capacity: FloatArray) -> int:
+    """The most tasks of ``demand`` that fit in ``room``, to round-off relative to the capacity
+    (0 if none; a zero demand: none either — a task asking for nothing is refused when its
+    shape is checked).  Resources the task does not use do not count."""
+    used = demand > 0
+    if not np.any(used):
+        return 0
+    slack = FIT_TOL * np.maximum(capacity[used], 1.0)
+    k = np.floor((room[used] + slack) / demand[used])
+    return max(int(np.min(k)), 0)
 
 
 def round_column(x: FloatArray, demand: FloatArray, capacity: FloatArray, credit: FloatArray,
@@ -82,7 +89,7 @@ def whole_targets(x: FloatArray, demand: FloatArray, capacity: FloatArray, credi
     # step is a function of its inputs)
     owed = np.flatnonzero((frac > 0) & (due > WHOLE_TOL * elapsed))
     for n in sorted(owed, key=lambda n: (-due[n], n)):
-        if fits(demand[n], room, capacity):
+        if most_that_fit(demand[n], room, capacity) >= 1:
             extra[n] = 1.0
             room = room - demand[n]
     return (base + extra).astype(np.int64)

@@ -6,7 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from psdsf_dist.admission.leases import LeaseBook, most_that_fit
+from psdsf_dist.admission.leases import LeaseBook
+from psdsf_dist.admission.rounding import most_that_fit
 
 TTL = 0.75
 

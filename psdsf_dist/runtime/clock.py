@@ -109,13 +109,16 @@ class ManualClock:
         :meth:`advance_to` returns only after it has resumed and settled."""
         task = asyncio.current_task()
         assert task is not None
+        tracked = task in self._busy  # an actor call's own task is not: it only counts away
         self._away += 1
-        self._settle(task)
+        if tracked:
+            self._settle(task)
         try:
             return await awaitable
         finally:
             self._away -= 1
-            self._busy.add(task)
+            if tracked:
+                self._busy.add(task)
 
     def _settle(self, task: asyncio.Task[Any]) -> None:
         self._busy.discard(task)

@@ -396,8 +396,19 @@ class Coordinator:
         # A cluster that starts together knows its members (as in the simulator): the rule's
         # membership size and the peers chosen are right from the first round.
         everyone = before_start is not None
-        await asyncio.gather(*(self._start_member(self.members[n], table, everyone)
-                               for n in names))
+        # One actor's servers start one after another, in the scenario's order: Ray does not
+        # keep the order of concurrent calls to an async actor, and a manual clock breaks ties
+        # between equal wake-up times by the order the servers went to sleep (as the
+        # simulator does) — concurrent starts made paced runs differ from run to run.
+        by_actor: dict[str, list[str]] = {}
+        for n in names:
+            by_actor.setdefault(self.members[n].actor, []).append(n)
+
+        async def start_in_order(group: list[str]) -> None:
+            for n in group:
+                await self._start_member(self.members[n], table, everyone)
+
+        await asyncio.gather(*(start_in_order(group) for group in by_actor.values()))
         # the others learn the newcomers' handles (their columns come by gossip)
         handles = {n: self.members[n].handle for n in names}
         fresh = {self.members[n].actor for n in names}

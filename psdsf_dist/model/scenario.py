@@ -48,7 +48,8 @@ BoolArray = npt.NDArray[np.bool_]
 Mode = Literal["rdm", "tdm"]
 MODES: tuple[Mode, ...] = ("rdm", "tdm")
 
-TOP_KEYS = {"resources", "servers", "users", "external", "events", "name", "description"}
+TOP_KEYS = {"resources", "servers", "users", "external", "events", "name", "description",
+            "tenants"}
 SERVER_KEYS = {"name", "capacity", "count", "labels"}
 
 
@@ -357,9 +358,12 @@ def _build(data: Any) -> Scenario:
         ext_cap = np.array([number(ext[k], f"external.{k}") for k in ext_names], dtype=float)
 
     # users
-    if "users" not in top:
+    tenants = top.get("tenants", False)
+    if not isinstance(tenants, bool):
+        raise ScenarioError("tenants", f"expected true or false, got {tenants!r}")
+    if "users" not in top and not tenants:
         raise ScenarioError("users", "missing")
-    users_in = _sequence(top["users"], "users")
+    users_in = _sequence(top.get("users") or [], "users")
     unames: list[str] = []
     demands: list[FloatArray] = []
     weights: list[float] = []
@@ -430,11 +434,11 @@ def _build(data: Any) -> Scenario:
         placement_rows.append(row)
         overrides.append(ov)
         ext_dem.append(xd)
-    if not unames:
+    if not unames and not tenants:
         raise ScenarioError("users", "no user declared")
 
-    demand = np.array(demands, dtype=float)
-    placement = np.array(placement_rows, dtype=bool)
+    demand = np.array(demands, dtype=float).reshape(len(unames), len(resources))
+    placement = np.array(placement_rows, dtype=bool).reshape(len(unames), K)
     dg = demand_gamma(capacity, demand) * placement
     given = np.full(dg.shape, np.nan)
     for n, ov in enumerate(overrides):

@@ -1,5 +1,9 @@
 """The universe of a scenario: every server and user its events ever name, in one fixed-size
-scenario, with who is present at time 0 (the membership table starts from it)."""
+scenario, with who is present at time 0 (the membership table starts from it).
+
+In a ``tenants: true`` scenario (a Ray cluster shared by tenants' task queues,
+:mod:`psdsf_dist.admission.tenants`) no user is present at time 0: a user joins when its queue
+first reports work, with the shape it submits as its demand."""
 
 from __future__ import annotations
 
@@ -49,6 +53,8 @@ def universe(scenario: Scenario) -> Universe:
         seen.add(u)
         if isinstance(e, UserJoins) and e.spec is None:
             users[index[u]] = False  # declared, but first seen joining: absent until then
+    if scenario.raw.get("tenants"):
+        users[:] = False  # tenants are present only while their queues have work
     return Universe(full, events, servers, users)
 
 

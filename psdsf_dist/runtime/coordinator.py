@@ -42,7 +42,8 @@ import numpy.typing as npt
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from psdsf_dist.errors import ScenarioError
+from psdsf_dist.admission.tenants import TenantBook, UserInTable
+from psdsf_dist.errors import PsdsfError, ScenarioError
 from psdsf_dist.model.events import Event, ServerFails, ServerJoins
 from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.observability.metrics import AllocatorMetrics, RunMetrics, ServerCounts
@@ -111,6 +112,31 @@ class RunResult:
 NodeSpec = Callable[[Mapping[str, Any]], dict[str, Any]]
 
 
+class TenantRunError(PsdsfError, RuntimeError):
+    """A tenant connected to a run that does not take tenants."""
+
+
+@dataclass(frozen=True)
+class TenantInfo:
+    """What a tenant's client needs to check its submissions."""
+
+    resources: tuple[str, ...]
+    servers: tuple[str, ...]
+    capacity: FloatArray
+    """Present servers x resources."""
+    weight: float | None
+    """The user's weight in the cluster's configuration (None: not declared)."""
+    period: float
+
+
+@dataclass(frozen=True)
+class TenantReply:
+    servers: dict[str, tuple[Any, str]]
+    """Present server -> (its actor, its Ray node id)."""
+    error: str | None
+    """Why the report's change was refused (e.g. a demand the scenario cannot take)."""
+
+
 class Coordinator:
     def __init__(self, run_id: str, scenario: Scenario, config: RunConfig,
                  pinned: Mapping[str, str] | None = None, detached_servers: bool = True,
@@ -144,6 +170,8 @@ class Coordinator:
         self.last_allocation: FloatArray | None = None
         self.lock: asyncio.Lock | None = None
         self.failure: str | None = None
+        self.tenants = TenantBook()
+        """Tenant runs: the queues' latest backlog reports."""
         self.metrics: RunMetrics | None = None
         self.metrics_server: MetricsServer | None = None
         ctx = ray.get_runtime_context()
@@ -298,6 +326,7 @@ class Coordinator:
             await asyncio.sleep(period - (self.now() % period))
             try:
                 await self._due_events()
+                await self._expire_tenants()
                 await self._observe()
                 if self.node_spec is not None and len(self.observations) % NODE_CHECK_PERIODS == 0:
                     await self._check_nodes()
@@ -353,6 +382,75 @@ class Coordinator:
         handles = {n: m.handle for n, m in self.members.items()}
         await asyncio.gather(*(self._call(h.adopt.remote(table, handles))
                                for h in self.actors.values()), return_exceptions=True)
+
+    # -- tenants ------------------------------------------------------------------------------
+    async def tenant_info(self, user: str) -> TenantInfo:
+        """What a tenant's client checks its task shapes against."""
+        await self._ensure()
+        assert self.churn is not None
+        full = self.churn.full
+        if not full.raw.get("tenants") or self.node_spec is None:
+            raise TenantRunError(f"run {self.run_id!r} takes no tenants (its scenario needs "
+                                 "`servers: from-ray` and `tenants: true`)")
+        present = self.churn.servers_present
+        weight = (float(self.churn.weight[full.user_names.index(user)])
+                  if user in full.user_names else None)
+        return TenantInfo(tuple(full.resources),
+                          tuple(s for s, up in zip(full.server_names, present, strict=True) if up),
+                          np.asarray(full.capacity)[present].copy(), weight,
+                          self.config.period)
+
+    async def tenant_report(self, user: str, demand: dict[str, float], weight: float | None,
+                            backlog: int) -> TenantReply:
+        """One queue's periodic report: its backlog (queued + running) becomes the user's
+        presence and ``max_tasks`` (:class:`~psdsf_dist.admission.tenants.TenantBook`).
+        Returns where its tasks may go: every present server's actor and Ray node."""
+        await self._ensure()
+        assert self.churn is not None and self.lock is not None
+        error = None
+        async with self.lock:  # one report's events apply together
+            for item in self.tenants.report(user, demand, weight, backlog, self.now(),
+                                            self._user_in_table(user)):
+                ok, why = await self.apply(item)
+                if not ok:
+                    error = why
+                    break
+        servers = {n: (m.handle, m.node) for n, m in self.members.items()
+                   if m.node is not None and self._present(n)}
+        return TenantReply(servers, error)
+
+    async def tenant_leave(self, user: str) -> None:
+        """A queue closed: its user leaves now (it rejoins when it reports work again)."""
+        assert self.churn is not None
+        self.tenants.tenants.pop(user, None)
+        if self._user_in_table(user).present:
+            await self.apply({"user_leaves": user})
+
+    async def _expire_tenants(self) -> None:
+        assert self.churn is not None
+        names = self.churn.full.user_names
+        present = {u: bool(p) for u, p in zip(names, self.churn.users_present, strict=True)}
+        for item in self.tenants.expired(self.now(), self.config.period, present):
+            await self.apply(item)
+
+    def _user_in_table(self, user: str) -> UserInTable:
+        assert self.churn is not None
+        names = self.churn.full.user_names
+        if user not in names:
+            return UserInTable(known=False)
+        n = names.index(user)
+        X = self.last_allocation
+        allocated = float(X[n].sum()) if X is not None and n < X.shape[0] else 0.0
+        return UserInTable(True, bool(self.churn.users_present[n]),
+                           dict(zip(self.churn.full.resources,
+                                    (float(v) for v in self.churn.demand[n]), strict=True)),
+                           float(self.churn.weight[n]), float(self.churn.max_tasks[n]),
+                           allocated)
+
+    def _present(self, server: str) -> bool:
+        assert self.churn is not None
+        names = self.churn.full.server_names
+        return server in names and bool(self.churn.servers_present[names.index(server)])
 
     # -- servers ------------------------------------------------------------------------------
     async def _start_clock(self) -> None:

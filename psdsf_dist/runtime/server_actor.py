@@ -32,6 +32,8 @@ import numpy as np
 import numpy.typing as npt
 import ray
 
+from psdsf_dist.admission.leases import Lease
+from psdsf_dist.admission.server_admission import ServerAdmission
 from psdsf_dist.protocol.membership import Table
 from psdsf_dist.protocol.node import Message, ServerNode, server_of, server_seed
 from psdsf_dist.protocol.update_rule import UpdateRule
@@ -102,6 +104,9 @@ class ServerActor:
             server_seed(config.protocol.seed, TRANSPORT_STREAM, 0))
         self.outbox: dict[str, tuple[Any, list[tuple[str, Message, asyncio.Future[Any]]]]] = {}
         self.notes: dict[str, Any] = {}
+        self.admissions: dict[str, ServerAdmission] = {}
+        """Per hosted server: the leases of task slots on its node (tenant runs)."""
+        self.reconstructed = bool(ray.get_runtime_context().was_current_actor_reconstructed)
 
     # -- control (called by the coordinator) ---------------------------------------------------
     async def start(self, name: str, table: Table, incarnation: int, started_at: float,
@@ -153,6 +158,33 @@ class ServerActor:
         if not isinstance(self.clock, ManualClock):
             return False
         return await self.clock.advance_to(t)
+
+    # -- admission (tenant runs) ----------------------------------------------------------------
+    async def lease(self, server: str, user: str, running: int) -> Lease:
+        """A tenant's queue runs ``running`` of ``user``'s tasks on ``server``'s node and asks
+        how many it may run (:class:`~psdsf_dist.admission.server_admission.ServerAdmission`,
+        from the server's own column).  A server not running here answers with no slots."""
+        slot = self.slots.get(server)
+        ttl = ServerAdmission.ttl_of(self.config.period)
+        if slot is None or slot.node is None or self.clock is None or not slot.running:
+            return Lease(server, user, 0, ttl, 0)
+        node = slot.node
+        scenario = node.table.scenario
+        now = self.clock.now()
+        admission = self.admissions.get(server)
+        if admission is None:
+            i = scenario.server_names.index(server)
+            # after Ray restarted this actor the book knows no claims: it listens first
+            admission = ServerAdmission.start(server, scenario.capacity[i], self.config.period,
+                                              now, restarted=self.reconstructed)
+            self.admissions[server] = admission
+        return admission.ask(user, running, now, node.column, scenario)
+
+    async def release(self, server: str, user: str) -> None:
+        """``user``'s queue runs nothing more on ``server``'s node: its claim goes at once."""
+        admission = self.admissions.get(server)
+        if admission is not None:
+            admission.book.release(user)
 
     # -- queries ----------------------------------------------------------------------------
     async def report(self) -> list[ServerReport]:

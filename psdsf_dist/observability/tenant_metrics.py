@@ -1,0 +1,65 @@
+"""A tenant queue's metrics, through Ray's own metrics pipeline (``ray.util.metrics``).
+
+Each tenant's queue (:mod:`psdsf_dist.runtime.tenant_queue`) runs in its own Ray worker, so its
+series go out the way Ray's do: every Ray node's metrics agent exports them, and a Prometheus
+that already scrapes Ray (its service-discovery file) gets them with no extra target.  Ray
+prefixes each name with ``ray_``; the tags are ``user`` and ``node`` (the Ray node id the tasks
+run on), a bounded set: users times nodes.
+
+==========================================  =========  ===============================
+name (as Prometheus shows it)               type       meaning
+==========================================  =========  ===============================
+``ray_psdsf_tenant_queued_tasks``           gauge      tasks waiting in the queue
+``ray_psdsf_tenant_running_tasks``          gauge      tasks running, per node
+``ray_psdsf_tenant_admitted_total``         counter    tasks launched, per node
+``ray_psdsf_tenant_completed_total``        counter    tasks finished (value or error)
+``ray_psdsf_tenant_retried_total``          counter    tasks re-queued after a system failure
+``ray_psdsf_tenant_queue_delay_seconds``    histogram  submission to launch
+==========================================  =========  ===============================
+"""
+
+from __future__ import annotations
+
+from ray.util import metrics
+
+QUEUE_DELAY_BOUNDS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+class TenantMetrics:
+    """The series of one tenant's queue (see the module docstring)."""
+
+    def __init__(self, user: str) -> None:
+        self.user = user
+        keys = ("user", "node")
+        self._queued = metrics.Gauge("psdsf_tenant_queued_tasks",
+                                     "Tasks waiting in the tenant's queue.", tag_keys=("user",))
+        self._running = metrics.Gauge("psdsf_tenant_running_tasks",
+                                      "Tenant tasks running, per node.", tag_keys=keys)
+        self._admitted = metrics.Counter("psdsf_tenant_admitted_total",
+                                         "Tenant tasks launched, per node.", tag_keys=keys)
+        self._completed = metrics.Counter("psdsf_tenant_completed_total",
+                                          "Tenant tasks finished, per node.", tag_keys=keys)
+        self._retried = metrics.Counter("psdsf_tenant_retried_total",
+                                        "Tenant tasks re-queued after a system failure.",
+                                        tag_keys=keys)
+        self._delay = metrics.Histogram("psdsf_tenant_queue_delay_seconds",
+                                        "Seconds from submission to launch.",
+                                        boundaries=list(QUEUE_DELAY_BOUNDS), tag_keys=("user",))
+
+    def _tags(self, node: str) -> dict[str, str]:
+        return {"user": self.user, "node": node}
+
+    def admitted(self, node: str, delay: float) -> None:
+        self._admitted.inc(1.0, tags=self._tags(node))
+        self._delay.observe(max(delay, 0.0), tags={"user": self.user})
+
+    def completed(self, node: str) -> None:
+        self._completed.inc(1.0, tags=self._tags(node))
+
+    def retried(self, node: str) -> None:
+        self._retried.inc(1.0, tags=self._tags(node))
+
+    def backlog(self, queued: int, running: dict[str, int]) -> None:
+        self._queued.set(float(queued), tags={"user": self.user})
+        for node, n in running.items():
+            self._running.set(float(n), tags=self._tags(node))

@@ -1,0 +1,158 @@
+"""The tenant's client: connect to a running allocator as a user and submit Ray tasks that run
+by the PS-DSF allocation.
+
+    import ray
+    from psdsf_dist.runtime.tenant import Tenant
+
+    ray.init(address="auto")
+    alice = Tenant.connect("alice", weight=2)          # run "default", started by psdsf-dist run
+
+    @alice.remote(num_cpus=2, memory=4 * 2**30)
+    def work(x):
+        return x * x
+
+    refs = [work.remote(i) for i in range(1000)]       # ObjectRefs, as with plain Ray
+    print(sum(ray.get(refs)))
+    alice.close()                                      # or let the driver exit
+
+The run's scenario must say ``servers: from-ray`` and ``tenants: true``
+(``cluster_configs/tenants.yaml``).  A user's **task shape** (Ray's ``num_cpus``, ``num_gpus``,
+``memory``, ``resources``) is its per-task demand; one user has one shape — a function with
+another shape is refused with :class:`~psdsf_dist.admission.shapes.ShapeError` (connect a
+second user for it).  Options are checked when the function is declared, so a shape no node can
+hold, a resource the allocator does not share, or an option it does not take (placement is the
+allocator's) fails at once, in one line.  ``max_retries`` (default 3) counts re-runs after a
+system failure; the weight comes from the call, else from the cluster's configuration, else 1.
+
+Tasks go through the user's queue (:mod:`psdsf_dist.runtime.tenant_queue`), an actor the driver
+owns: the driver exiting drops them and releases the user's share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from psdsf_dist.admission.shapes import (
+    DEFAULT_MAX_RETRIES,
+    PASSED_OPTIONS,
+    ShapeError,
+    TaskShape,
+    check_fits_somewhere,
+    check_options,
+    task_shape,
+)
+from psdsf_dist.runtime.coordinator import TenantInfo
+from psdsf_dist.runtime.names import DEFAULT_RUN_ID, NAMESPACE, coordinator_name
+from psdsf_dist.runtime.tenant_queue import AllocatorGoneError, QueueStatus, RemoteTenantQueue
+
+CONNECT_TIMEOUT = 30.0
+
+
+class TenantFunction:
+    """A remote function submitted through a tenant's queue (``.remote`` as in Ray)."""
+
+    def __init__(self, tenant: Tenant, function: Callable[..., Any], shape: TaskShape,
+                 options: dict[str, Any]) -> None:
+        passed = {k: v for k, v in options.items() if k in PASSED_OPTIONS}
+        self._box = [ray.put((ray.remote(function), {**shape.ray_options(), **passed}))]
+        self._queue = tenant.queue
+        self._retries = int(options.get("max_retries", DEFAULT_MAX_RETRIES))
+        self.__name__ = getattr(function, "__name__", "task")
+        self.__doc__ = function.__doc__
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        """Queue one call; its ObjectRef (``ray.get`` gives the value or raises the error)."""
+        return self._queue.submit.remote(self._box, [args, kwargs], self._retries)
+
+
+class Tenant:
+    """One user's connection to the allocator (see the module docstring)."""
+
+    def __init__(self, user: str, run_id: str, info: TenantInfo, weight: float | None,
+                 coordinator: Any) -> None:
+        self.user = user
+        self.run_id = run_id
+        self.info = info
+        self.weight = weight
+        self.coordinator = coordinator
+        self.shape: TaskShape | None = None
+        self.queue: Any = None
+
+    @classmethod
+    def connect(cls, user: str, *, weight: float | None = None,
+                run_id: str = DEFAULT_RUN_ID) -> Tenant:
+        """Connect to the allocator of ``run_id`` in the Ray cluster the driver is connected to
+        (``ray.init`` first).  Raises :class:`AllocatorGoneError` when no such run answers."""
+        if not isinstance(user, str) or not user:
+            raise ShapeError(f"user: expected a non-empty name, got {user!r}")
+        if weight is not None and (isinstance(weight, bool) or not isinstance(weight, int | float)
+                                   or not weight > 0):
+            raise ShapeError(f"weight: expected a number > 0, got {weight!r}")
+        try:
+            coordinator = ray.get_actor(coordinator_name(run_id), namespace=NAMESPACE)
+        except ValueError:
+            raise AllocatorGoneError(f"no allocator run {run_id!r} in this Ray cluster (start one "
+                                "with `psdsf-dist run <tenants scenario>`)") from None
+        try:
+            answer: Any = ray.get(coordinator.tenant_info.remote(user), timeout=CONNECT_TIMEOUT)
+        except ray.exceptions.GetTimeoutError:
+            raise AllocatorGoneError(f"the allocator of run {run_id!r} did not answer within "
+                                f"{CONNECT_TIMEOUT:g} s") from None
+        info: TenantInfo = answer
+        return cls(user, run_id, info, None if weight is None else float(weight), coordinator)
+
+    def remote(self, function: Callable[..., Any] | None = None, **options: Any) -> Any:
+        """Declare a task: ``@tenant.remote`` or ``@tenant.remote(num_cpus=..., ...)``."""
+        if function is not None:
+            return self._declare(function, {})
+
+        def declare(f: Callable[..., Any]) -> TenantFunction:
+            return self._declare(f, options)
+        check_options(options)  # a bad option fails at the decorator line
+        return declare
+
+    def _declare(self, function: Callable[..., Any], options: dict[str, Any]) -> TenantFunction:
+        check_options(options)
+        shape = task_shape(options)
+        if self.shape is not None and shape != self.shape:
+            raise ShapeError(f"shape {shape.describe()}: user {self.user!r} already submits "
+                             f"{self.shape.describe()} (one shape per user: connect another "
+                             "user for this one)")
+        check_fits_somewhere(shape, self.info.resources, self.info.capacity, self.info.servers)
+        if self.queue is None:
+            self._open(shape)
+        self.shape = shape
+        return TenantFunction(self, function, shape, options)
+
+    def _open(self, shape: TaskShape) -> None:
+        demand = {r: float(v) for r, v in zip(self.info.resources,
+                                              shape.demand(self.info.resources), strict=True)}
+        weight = self.weight if self.weight is not None else self.info.weight
+        # beside the driver, owned by it (not detached): it goes when the driver goes
+        here = ray.get_runtime_context().get_node_id()
+        self.queue = RemoteTenantQueue.options(
+            num_cpus=0, max_concurrency=100_000,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
+        ).remote(self.run_id, self.user, demand, weight, self.info.period)
+        ray.get(self.queue.start.remote(), timeout=CONNECT_TIMEOUT)
+
+    def status(self) -> QueueStatus:
+        """The queue's counts (queued, running and leased slots per server, ...)."""
+        if self.queue is None:
+            return QueueStatus(self.user, 0, {}, {}, 0, 0, 0, 0, 0, None)
+        out: QueueStatus = ray.get(self.queue.status.remote(), timeout=CONNECT_TIMEOUT)
+        return out
+
+    def close(self) -> None:
+        """Drop queued tasks, release the user's share and end its queue."""
+        if self.queue is None:
+            return
+        try:
+            ray.get(self.queue.close.remote(), timeout=CONNECT_TIMEOUT)
+        finally:
+            ray.kill(self.queue, no_restart=True)
+            self.queue = None

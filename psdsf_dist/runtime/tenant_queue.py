@@ -1,0 +1,331 @@
+"""A tenant's task queue: an actor beside the tenant's driver that runs its tasks on the nodes,
+and as many at a time, as the servers' leases allow.
+
+Why the queue lives with the client
+    A queued task must survive anything but its own driver: it is kept by an actor the driver
+    owns (not detached), on the driver's node.  A crash or restart of a server actor, or of the
+    coordinator, loses nothing queued; the driver exiting takes the queue with it, so its
+    tasks are dropped and — its reports and asks stopping — its share is released (the leases
+    expire after ``LEASE_TTL_INTERVALS`` intervals, the user leaves after
+    ``TENANT_TIMEOUT_PERIODS``).  The data path stays queue -> raylet: each task is an ordinary
+    Ray task with the tenant's resource shape and hard affinity to the lease's node.
+
+What it does
+    * Once per period (and at once when work arrives after idling) it reports its backlog —
+      tasks queued plus running — to the coordinator
+      (:meth:`~psdsf_dist.runtime.coordinator.Coordinator.tenant_report`), which makes the user
+      present with that ``max_tasks``, or absent once idle for ``IDLE_LINGER_PERIODS``; the
+      answer says which servers exist and on which node.
+    * Every lease interval (T/4) it asks each server where it has work to place or tasks
+      running (:meth:`~psdsf_dist.runtime.server_actor.ServerActor.lease`): the answer is how
+      many of its tasks may run there for the lease's lifetime, counted from when the ask was
+      sent.  It launches nothing on a server while its ask is in flight, and launches as soon
+      as a slot frees.
+    * A task lost to a system failure (its node or worker died, the node vanished before it
+      started) goes back to the head of the queue, up to the task's ``max_retries``; an
+      exception raised by the task's own code is the caller's result, as in plain Ray.
+    * When the coordinator has not answered for ``TENANT_TIMEOUT_PERIODS`` periods, every
+      queued task fails with :class:`AllocatorGoneError` (one line), and so does every new one.
+
+The caller's ``ObjectRef`` is that of :meth:`TenantQueue.submit`, which returns the task's value:
+``ray.get`` and ``ray.wait`` work as usual (the value passes through the queue once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from psdsf_dist.admission.leases import LEASE_INTERVALS_PER_PERIOD
+from psdsf_dist.admission.shapes import ShapeError
+from psdsf_dist.admission.tenants import IDLE_LINGER_PERIODS, TENANT_TIMEOUT_PERIODS
+from psdsf_dist.errors import PsdsfError
+from psdsf_dist.observability.tenant_metrics import TenantMetrics
+from psdsf_dist.runtime.coordinator import TenantReply
+from psdsf_dist.runtime.names import NAMESPACE, coordinator_name
+
+ASK_TIMEOUT_INTERVALS = 2.0
+"""An ask unanswered this long is given up (the lease it would have renewed runs out)."""
+
+
+class AllocatorGoneError(PsdsfError, RuntimeError):
+    """The allocator's coordinator stopped answering: queued tasks cannot be placed."""
+
+
+class TenantRefusedError(PsdsfError, RuntimeError):
+    """The coordinator refused the tenant's demand or weight (one line saying why)."""
+
+
+@dataclass
+class _Task:
+    function: tuple[Any, dict[str, Any]]
+    """The Ray remote function and its options (the tenant's shape, passed options)."""
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    max_retries: int
+    result: asyncio.Future[Any]
+    submitted: float
+    attempts: int = 0
+
+
+@dataclass
+class _Server:
+    name: str
+    handle: Any
+    node: str
+    slots: int = 0
+    expires: float = -1.0
+    asking: bool = False
+    running: int = 0
+
+    def open_slots(self, now: float) -> int:
+        if self.asking or now >= self.expires:
+            return 0
+        return max(self.slots - self.running, 0)
+
+
+@dataclass
+class QueueStatus:
+    user: str
+    queued: int
+    running: dict[str, int]
+    """Server -> tasks running there."""
+    slots: dict[str, int]
+    """Server -> slots of its current lease (0: none, or expired)."""
+    admitted: int
+    completed: int
+    retried: int
+    failed: int
+    present_servers: int
+    gone: str | None
+    nodes: dict[str, str] = field(default_factory=dict)
+    """Server -> Ray node id."""
+
+
+class TenantQueue:
+    """See the module docstring."""
+
+    def __init__(self, run_id: str, user: str, demand: dict[str, float],
+                 weight: float | None, period: float) -> None:
+        self.run_id = run_id
+        self.user = user
+        self.demand = dict(demand)
+        self.weight = weight
+        self.period = period
+        self.interval = period / LEASE_INTERVALS_PER_PERIOD
+        self.queue: deque[_Task] = deque()
+        self.servers: dict[str, _Server] = {}
+        self.functions: dict[str, Any] = {}
+        self.admitted = 0
+        self.completed = 0
+        self.retried = 0
+        self.failed = 0
+        self.gone: str | None = None
+        self.last_answer = time.monotonic()
+        self.idle_since: float | None = time.monotonic()
+        self.reported = 0
+        self.work = asyncio.Event()
+        self.loops: list[asyncio.Task[None]] = []
+        self.metrics = TenantMetrics(user)
+
+    async def start(self) -> None:
+        """Start the report and ask loops (the client waits for this at connect)."""
+        if not self.loops:
+            loop = asyncio.get_running_loop()
+            self.coordinator = ray.get_actor(coordinator_name(self.run_id), namespace=NAMESPACE)
+            self.loops = [loop.create_task(self._report_loop()),
+                          loop.create_task(self._ask_loop())]
+
+    # -- the caller's side --------------------------------------------------------------------
+    async def submit(self, function_box: list[Any], call: list[Any], max_retries: int) -> Any:
+        """Queue one task and return its value (or raise its error).  ``function_box`` holds
+        the remote function's ObjectRef and ``call`` the arguments — both boxed so that Ray
+        does not resolve them here: the task itself gets them."""
+        if self.gone is not None:
+            raise AllocatorGoneError(self.gone)
+        function = await self._function(function_box[0])
+        args, kwargs = call
+        result: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.queue.append(_Task(function, tuple(args), dict(kwargs), max_retries, result,
+                                time.monotonic()))
+        if self.idle_since is not None:
+            self.idle_since = None
+            self.work.set()  # report at once: a late user should not wait a period to join
+        self._pump()
+        return await result
+
+    async def status(self) -> QueueStatus:
+        now = time.monotonic()
+        return QueueStatus(self.user, len(self.queue),
+                           {n: s.running for n, s in self.servers.items()},
+                           {n: (s.slots if now < s.expires else 0)
+                            for n, s in self.servers.items()},
+                           self.admitted, self.completed, self.retried, self.failed,
+                           len(self.servers), self.gone,
+                           {n: s.node for n, s in self.servers.items()})
+
+    async def close(self) -> None:
+        """Drop what is queued, give the slots back and leave (the driver is done)."""
+        for loop_task in self.loops:
+            loop_task.cancel()
+        self._fail_queued(AllocatorGoneError(f"tenant {self.user!r} closed its queue"))
+        calls = [s.handle.release.remote(s.name, self.user) for s in self.servers.values()]
+        calls.append(self.coordinator.tenant_leave.remote(self.user))
+        await asyncio.gather(*(asyncio.wait_for(c, self.period) for c in calls),
+                             return_exceptions=True)
+
+    async def _function(self, ref: Any) -> Any:
+        key = ref.hex()
+        function = self.functions.get(key)
+        if function is None:
+            function = await ref
+            self.functions[key] = function
+        return function
+
+    # -- placing tasks ------------------------------------------------------------------------
+    def _pump(self) -> None:
+        """Launch queued tasks into the open slots, the server with the most first."""
+        if not self.queue:
+            return
+        now = time.monotonic()
+        while self.queue:
+            best = max(self.servers.values(), key=lambda s: s.open_slots(now), default=None)
+            if best is None or best.open_slots(now) <= 0:
+                return
+            self._launch(self.queue.popleft(), best, now)
+
+    def _launch(self, task: _Task, server: _Server, now: float) -> None:
+        function, options = task.function
+        try:
+            ref = function.options(
+                **options, max_retries=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(server.node, soft=False),
+            ).remote(*task.args, **task.kwargs)
+        except Exception as err:  # e.g. arguments Ray cannot serialize: the caller's error
+            self.failed += 1
+            task.result.set_exception(err)
+            return
+        server.running += 1
+        self.admitted += 1
+        self.metrics.admitted(server.node, now - task.submitted)
+        asyncio.get_running_loop().create_task(self._watch(task, server, ref))
+
+    async def _watch(self, task: _Task, server: _Server, ref: Any) -> None:
+        try:
+            value = await ref
+        except ray.exceptions.RayTaskError as err:  # the task's own code raised
+            self.completed += 1
+            self.metrics.completed(server.node)
+            if not task.result.done():
+                task.result.set_exception(err)
+        except ray.exceptions.RayError as err:
+            # lost to the system (node or worker died, node gone before it started)
+            server.slots = 0  # nothing more there until the next lease says otherwise
+            if task.attempts < task.max_retries and self.gone is None:
+                task.attempts += 1
+                self.retried += 1
+                self.metrics.retried(server.node)
+                self.queue.appendleft(task)
+            else:
+                self.failed += 1
+                if not task.result.done():
+                    task.result.set_exception(err)
+        else:
+            self.completed += 1
+            self.metrics.completed(server.node)
+            if not task.result.done():
+                task.result.set_result(value)
+        finally:
+            server.running -= 1
+            self._pump()
+
+    # -- talking to the allocator -------------------------------------------------------------
+    def _backlog(self) -> int:
+        return len(self.queue) + sum(s.running for s in self.servers.values())
+
+    async def _report_loop(self) -> None:
+        while True:
+            await self._report()
+            self.work.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.work.wait(), self.period)
+
+    async def _report(self) -> None:
+        now = time.monotonic()
+        backlog = self._backlog()
+        if backlog == 0 and self.idle_since is None:
+            self.idle_since = now
+        if backlog == 0 and self.idle_since is not None \
+                and now - self.idle_since < IDLE_LINGER_PERIODS * self.period:
+            backlog = self.reported  # lingering: a burst may follow
+        try:
+            reply: TenantReply = await asyncio.wait_for(
+                self.coordinator.tenant_report.remote(self.user, self.demand, self.weight,
+                                                      backlog),
+                self.period * TENANT_TIMEOUT_PERIODS)
+        except (TimeoutError, ray.exceptions.RayError) as err:
+            if time.monotonic() - self.last_answer > TENANT_TIMEOUT_PERIODS * self.period:
+                self.gone = (f"the allocator of run {self.run_id!r} has not answered for "
+                             f"{TENANT_TIMEOUT_PERIODS * self.period:g} s "
+                             f"({type(err).__name__}); queued tasks cannot be placed")
+                self._fail_queued(AllocatorGoneError(self.gone))
+            return
+        self.last_answer = time.monotonic()
+        self.reported = backlog
+        if reply.error is not None:
+            self._fail_queued(TenantRefusedError(f"user {self.user!r}: {reply.error}"))
+        for name, (handle, node) in reply.servers.items():
+            s = self.servers.get(name)
+            if s is None or s.node != node:
+                running = 0 if s is None else s.running
+                self.servers[name] = _Server(name, handle, node, running=running)
+            else:
+                s.handle = handle
+        for name in [n for n in self.servers if n not in reply.servers]:
+            s = self.servers[name]
+            s.slots = 0
+            if s.running == 0:
+                del self.servers[name]
+        self.metrics.backlog(len(self.queue), {s.node: s.running for s in self.servers.values()})
+
+    async def _ask_loop(self) -> None:
+        while True:
+            for s in list(self.servers.values()):
+                if (self.queue or s.running) and not s.asking:
+                    asyncio.get_running_loop().create_task(self._ask(s))
+            await asyncio.sleep(self.interval)
+
+    async def _ask(self, s: _Server) -> None:
+        s.asking = True
+        sent = time.monotonic()
+        try:
+            lease = await asyncio.wait_for(s.handle.lease.remote(s.name, self.user, s.running),
+                                           ASK_TIMEOUT_INTERVALS * self.interval)
+        except (TimeoutError, ray.exceptions.RayError):
+            return  # the old lease runs out on its own
+        else:
+            s.slots = lease.slots
+            s.expires = sent + lease.ttl
+        finally:
+            s.asking = False
+            self._pump()
+
+    def _fail_queued(self, err: Exception) -> None:
+        while self.queue:
+            task = self.queue.popleft()
+            self.failed += 1
+            if not task.result.done():
+                task.result.set_exception(err)
+
+
+RemoteTenantQueue: Any = ray.remote(TenantQueue)
+
+__all__ = ["AllocatorGoneError", "QueueStatus", "RemoteTenantQueue", "ShapeError", "TenantQueue",
+           "TenantRefusedError"]

@@ -1,0 +1,264 @@
+"""Tenants on a real 3-node Ray cluster (``ray.cluster_utils.Cluster``): their tasks run on the
+nodes, and as many at a time, as the servers' leases allow.
+
+One ``servers: from-ray``, ``tenants: true`` run serves every test of the module (wall clock,
+T = 0.5 s).  These tests shut the shared local session down and run last (``conftest.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import ray
+from ray.cluster_utils import Cluster
+
+from psdsf_dist.admission.shapes import GIB, ShapeError
+from psdsf_dist.protocol.config import ProtocolConfig
+from psdsf_dist.runtime.coordinator import TenantRunError
+from psdsf_dist.runtime.launcher import Run, launch
+from psdsf_dist.runtime.settings import RunConfig
+from psdsf_dist.runtime.tenant import Tenant
+from psdsf_dist.runtime.tenant_queue import AllocatorGoneError
+
+pytestmark = pytest.mark.multinode
+
+PERIOD = 0.5
+RUN = "tenants-test"
+SCENARIO = {"servers": "from-ray", "tenants": True, "resources": ["CPU", "memory", "gpu"]}
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    ray.shutdown()  # the shared single-node session, if any
+    c: Any = Cluster(initialize_head=True,
+                     head_node_args={"num_cpus": 2, "memory": 4 * 2**30})
+    c.add_node(num_cpus=2, memory=8 * 2**30)
+    c.add_node(num_cpus=1, memory=2 * 2**30, resources={"gpu": 1})
+    c.wait_for_nodes()
+    ray.init(address=c.address, namespace="psdsf", log_to_driver=False,
+             configure_logging=False)
+    try:
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+@pytest.fixture(scope="module")
+def run(cluster: Any) -> Iterator[Run]:
+    r = launch(SCENARIO, RunConfig(ProtocolConfig(period=PERIOD)), run_id=RUN)
+    try:
+        yield r
+    finally:
+        r.stop()
+
+
+def wait_for(what: Callable[[], bool], seconds: float, poll: float = 0.1) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if what():
+            return True
+        time.sleep(poll)
+    return what()
+
+
+def present(run: Run) -> list[str]:
+    out: list[str] = run.status()["present_users"]
+    return out
+
+
+def test_bad_submissions_fail_at_once_with_one_line(run: Run) -> None:
+    t = Tenant.connect("picky", run_id=RUN)
+    with pytest.raises(ShapeError, match="no node of the 3 can hold one task"):
+        t.remote(num_cpus=3)(lambda: 0)
+    with pytest.raises(ShapeError, match="scheduling_strategy: not an option"):
+        t.remote(num_cpus=1, scheduling_strategy="SPREAD")
+    with pytest.raises(ShapeError, match="resources: tpu not shared by the allocator"):
+        t.remote(num_cpus=1, resources={"tpu": 1})(lambda: 0)
+    with pytest.raises(ShapeError, match="num_gpus: expected a finite number >= 0"):
+        t.remote(num_gpus=-1)(lambda: 0)
+    t.remote(num_cpus=1)(lambda: 0)
+    with pytest.raises(ShapeError, match="one shape per user"):
+        t.remote(num_cpus=2)(lambda: 0)
+    t.close()
+    with pytest.raises(AllocatorGoneError, match="no allocator run 'nope'"):
+        Tenant.connect("x", run_id="nope")
+    with pytest.raises(ShapeError, match="weight: expected a number > 0"):
+        Tenant.connect("x", weight=0, run_id=RUN)
+
+
+def test_a_run_without_tenants_refuses_them(cluster: Any) -> None:
+    plain = launch({**SCENARIO, "tenants": False,
+                    "users": [{"name": "u", "demand": {"CPU": 1}}]},
+                   RunConfig(ProtocolConfig(period=PERIOD)), run_id="no-tenants")
+    try:
+        with pytest.raises(TenantRunError, match="takes no tenants"):
+            Tenant.connect("x", run_id="no-tenants")
+    finally:
+        plain.stop()
+
+
+class Sampler:
+    """Each tenant's running tasks per node, sampled from the queues."""
+
+    def __init__(self, run: Run, tenants: dict[str, Tenant], demand: dict[str, np.ndarray]):
+        self.run = run
+        self.tenants = tenants
+        self.demand = demand
+        info = next(iter(tenants.values())).info
+        self.capacity = {s: info.capacity[k] for k, s in enumerate(info.servers)}
+        self.samples: list[tuple[float, dict[str, dict[str, int]]]] = []
+
+    def sample(self) -> dict[str, dict[str, int]]:
+        running = {u: t.status().running for u, t in self.tenants.items()}
+        self.samples.append((time.monotonic(), running))
+        for server, cap in self.capacity.items():
+            used = sum(running[u].get(server, 0) * self.demand[u] for u in self.tenants)
+            assert np.all(used <= cap + 1e-9), f"{server}: {used} over {cap} ({running})"
+        return running
+
+
+def test_a_late_user_gets_its_share_and_a_leaving_one_releases_it(run: Run) -> None:
+    a = Tenant.connect("alice", run_id=RUN)
+    b = Tenant.connect("bob", weight=2, run_id=RUN)
+
+    @a.remote(num_cpus=1, memory=GIB)
+    def small(x: int) -> int:
+        time.sleep(0.2)
+        return x
+
+    @b.remote(num_cpus=1, memory=2 * GIB)
+    def big(x: int) -> int:
+        time.sleep(0.2)
+        return -x
+
+    sampler = Sampler(run, {"alice": a, "bob": b},
+                      {"alice": np.array([1.0, 1.0, 0.0]), "bob": np.array([1.0, 2.0, 0.0])})
+    first = [small.remote(i) for i in range(400)]
+    # alice alone takes all 5 CPUs
+    assert wait_for(lambda: sum(sampler.sample()["alice"].values()) == 5, 6.0)
+    joined = time.monotonic()
+    second = [big.remote(i) for i in range(60)]
+
+    def bob_has_share() -> bool:
+        # weight 2 of 3 on the two big nodes: the bob rows of the allocation, rounded down
+        result = run.result()
+        names = result.scenario.user_names
+        if "bob" not in names:
+            return False
+        want = np.floor(result.allocation[names.index("bob")].sum() + 1e-9)
+        return want >= 1 and sum(sampler.sample()["bob"].values()) >= 0.9 * want
+
+    assert wait_for(bob_has_share, 10.0), sampler.samples[-3:]
+    took = time.monotonic() - joined
+    assert took < 10.0
+    assert sum(ray.get(second)) == -sum(range(60))
+    b.close()
+    assert wait_for(lambda: "bob" not in present(run), 3.0)
+    assert wait_for(lambda: sum(sampler.sample()["alice"].values()) == 5, 6.0)
+    assert sum(ray.get(first)) == sum(range(400))
+    # idle: alice leaves after lingering, and rejoins when she submits again
+    assert wait_for(lambda: "alice" not in present(run), 4.0)
+    assert ray.get(small.remote(7)) == 7
+    a.close()
+
+
+def test_a_task_errors_as_in_plain_ray(run: Run) -> None:
+    t = Tenant.connect("errs", run_id=RUN)
+
+    @t.remote(num_cpus=1)
+    def boom(x: int) -> int:
+        raise KeyError(x)
+
+    ref = boom.remote(3)
+    with pytest.raises(KeyError):
+        ray.get(ref)
+    done, _ = ray.wait([boom.remote(1)], timeout=10)
+    assert done
+    assert t.status().retried == 0
+    t.close()
+
+
+def test_a_server_actor_kill_loses_no_queued_task(run: Run) -> None:
+    t = Tenant.connect("sturdy", run_id=RUN)
+
+    @t.remote(num_cpus=1)
+    def work(x: int) -> int:
+        time.sleep(0.1)
+        return x
+
+    refs = [work.remote(i) for i in range(80)]
+    assert wait_for(lambda: t.status().admitted > 5, 6.0)
+    for handle in run.handles().values():
+        ray.kill(handle, no_restart=False)  # Ray restarts them; their books start empty
+    assert sorted(ray.get(refs, timeout=60)) == list(range(80))
+    t.close()
+
+
+def test_a_driver_exit_releases_its_share(run: Run, cluster: Any) -> None:
+    script = textwrap.dedent(f"""
+        import os, time, ray
+        from psdsf_dist.runtime.tenant import Tenant
+        ray.init(address={cluster.address!r}, log_to_driver=False)
+        t = Tenant.connect("carol", run_id={RUN!r})
+        work = t.remote(num_cpus=1)(lambda: time.sleep(30))
+        refs = [work.remote() for _ in range(20)]
+        while sum(t.status().running.values()) < 3:
+            time.sleep(0.1)
+        print("running", flush=True)
+        os._exit(0)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120, env=os.environ.copy())
+    assert "running" in out.stdout, out.stderr[-2000:]
+    # carol is gone: her leases run out and, her queue silent, she leaves
+    assert wait_for(lambda: "carol" not in present(run), 6 * PERIOD * 3)
+    d = Tenant.connect("dave", run_id=RUN)
+    work = d.remote(num_cpus=1)(lambda: time.sleep(0.2))
+    refs = [work.remote() for _ in range(30)]
+    assert wait_for(lambda: sum(d.status().running.values()) >= 4, 10.0)
+    ray.get(refs)
+    d.close()
+
+
+def test_node_loss_reruns_its_tasks(run: Run, cluster: Any) -> None:
+    extra = cluster.add_node(num_cpus=2, memory=4 * 2**30)
+    cluster.wait_for_nodes()
+    assert wait_for(lambda: run.status()["servers"] == 4, 15.0)
+    t = Tenant.connect("nomad", run_id=RUN)
+
+    @t.remote(num_cpus=1)
+    def work(x: int) -> int:
+        time.sleep(1.0)
+        return x
+
+    refs = [work.remote(i) for i in range(30)]
+    node_of = t.status().nodes
+    extra_server = next(s for s, n in node_of.items() if n == extra.node_id)
+    assert wait_for(lambda: t.status().running.get(extra_server, 0) > 0, 10.0)
+    cluster.remove_node(extra)
+    assert sorted(ray.get(refs, timeout=120)) == list(range(30))
+    assert t.status().retried >= 1
+    t.close()
+
+
+def test_queued_tasks_fail_clearly_when_the_allocator_is_gone(cluster: Any) -> None:
+    r = launch(SCENARIO, RunConfig(ProtocolConfig(period=PERIOD)), run_id="doomed")
+    t = Tenant.connect("orphan", run_id="doomed")
+    work = t.remote(num_cpus=1)(lambda: time.sleep(5))
+    refs = [work.remote() for _ in range(40)]
+    assert wait_for(lambda: t.status().admitted > 0, 6.0)
+    r.stop()
+    with pytest.raises(AllocatorGoneError, match="has not answered"):
+        ray.get(refs[-1], timeout=30)
+    with pytest.raises(AllocatorGoneError):
+        ray.get(work.remote(), timeout=10)
+    t.close()

@@ -31,7 +31,7 @@ owns: the driver exiting drops them and releases the user's share.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, overload
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -105,7 +105,15 @@ class Tenant:
         info: TenantInfo = answer
         return cls(user, run_id, info, None if weight is None else float(weight), coordinator)
 
-    def remote(self, function: Callable[..., Any] | None = None, **options: Any) -> Any:
+    @overload
+    def remote(self, function: Callable[..., Any]) -> TenantFunction: ...
+
+    @overload
+    def remote(self, function: None = None,
+               **options: Any) -> Callable[[Callable[..., Any]], TenantFunction]: ...
+
+    def remote(self, function: Callable[..., Any] | None = None,
+               **options: Any) -> TenantFunction | Callable[[Callable[..., Any]], TenantFunction]:
         """Declare a task: ``@tenant.remote`` or ``@tenant.remote(num_cpus=..., ...)``."""
         if function is not None:
             return self._declare(function, {})

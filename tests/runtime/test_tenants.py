@@ -149,13 +149,13 @@ def test_a_late_user_gets_its_share_and_a_leaving_one_releases_it(run: Run) -> N
     second = [big.remote(i) for i in range(60)]
 
     def bob_has_share() -> bool:
-        # weight 2 of 3 on the two big nodes: the bob rows of the allocation, rounded down
+        # bob reaches 90 % of his allocation (whole tasks, rounded down)
         result = run.result()
         names = result.scenario.user_names
         if "bob" not in names:
             return False
-        want = np.floor(result.allocation[names.index("bob")].sum() + 1e-9)
-        return want >= 1 and sum(sampler.sample()["bob"].values()) >= 0.9 * want
+        want = float(np.floor(result.allocation[names.index("bob")].sum() + 1e-9))
+        return bool(want >= 1 and sum(sampler.sample()["bob"].values()) >= 0.9 * want)
 
     assert wait_for(bob_has_share, 10.0), sampler.samples[-3:]
     took = time.monotonic() - joined

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-TENANT_TIMEOUT_PERIODS = 3.0
+TENANT_TIMEOUT_PERIODS = 5.0
 """A queue silent this many periods has gone (its driver exited): its user leaves."""
 IDLE_LINGER_PERIODS = 1.0
 """A queue reports an empty backlog only after being idle this long (bursty submitters do not

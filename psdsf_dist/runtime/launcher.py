@@ -171,6 +171,11 @@ class Run:
         out: RunResult = self._ask(self.coordinator.result.remote)
         return out
 
+    def user_totals(self) -> dict[str, float]:
+        """Each present user's tasks in the latest observation, summed over the servers."""
+        out: dict[str, float] = self._ask(self.coordinator.user_totals.remote)
+        return out
+
     def handles(self) -> dict[str, Any]:
         out: dict[str, Any] = self._ask(self.coordinator.handles.remote)
         return out

@@ -161,6 +161,8 @@ class Tenant:
             return
         try:
             ray.get(self.queue.close.remote(), timeout=CONNECT_TIMEOUT)
+        except ray.exceptions.RayError:
+            pass  # the queue is stuck or gone: ending it fails what it still holds
         finally:
             ray.kill(self.queue, no_restart=True)
             self.queue = None

@@ -24,8 +24,9 @@ What it does
     * A task lost to a system failure (its node or worker died, the node vanished before it
       started) goes back to the head of the queue, up to the task's ``max_retries``; an
       exception raised by the task's own code is the caller's result, as in plain Ray.
-    * When the coordinator has not answered for ``TENANT_TIMEOUT_PERIODS`` periods, every
-      queued task fails with :class:`AllocatorGoneError` (one line), and so does every new one.
+    * When Ray reports the coordinator dead, or it has not answered for
+      ``ALLOCATOR_SILENCE_PERIODS`` periods, every queued task fails with
+      :class:`AllocatorGoneError` (one line), and so does every new one.
 
 The caller's ``ObjectRef`` is that of :meth:`TenantQueue.submit`, which returns the task's value:
 ``ray.get`` and ``ray.wait`` work as usual (the value passes through the queue once).
@@ -45,7 +46,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from psdsf_dist.admission.leases import LEASE_INTERVALS_PER_PERIOD
 from psdsf_dist.admission.shapes import ShapeError
-from psdsf_dist.admission.tenants import IDLE_LINGER_PERIODS, TENANT_TIMEOUT_PERIODS
+from psdsf_dist.admission.tenants import IDLE_LINGER_PERIODS
 from psdsf_dist.errors import PsdsfError
 from psdsf_dist.observability.tenant_metrics import TenantMetrics
 from psdsf_dist.runtime.coordinator import TenantReply
@@ -53,6 +54,9 @@ from psdsf_dist.runtime.names import NAMESPACE, coordinator_name
 
 ASK_TIMEOUT_INTERVALS = 2.0
 """An ask unanswered this long is given up (the lease it would have renewed runs out)."""
+ALLOCATOR_SILENCE_PERIODS = 30.0
+"""A coordinator that has not answered a report for this long is taken for gone (one that
+Ray reports dead is taken for gone at once).  Long: a loaded coordinator answers late."""
 
 
 class AllocatorGoneError(PsdsfError, RuntimeError):
@@ -175,7 +179,7 @@ class TenantQueue:
         """Drop what is queued, give the slots back and leave (the driver is done)."""
         for loop_task in self.loops:
             loop_task.cancel()
-        self._fail_queued(AllocatorGoneError(f"tenant {self.user!r} closed its queue"))
+        self._fail_queued(AllocatorGoneError, f"tenant {self.user!r} closed its queue")
         calls = [s.handle.release.remote(s.name, self.user) for s in self.servers.values()]
         calls.append(self.coordinator.tenant_leave.remote(self.user))
         await asyncio.gather(*(asyncio.wait_for(c, self.period) for c in calls),
@@ -265,22 +269,26 @@ class TenantQueue:
         if backlog == 0 and self.idle_since is not None \
                 and now - self.idle_since < IDLE_LINGER_PERIODS * self.period:
             backlog = self.reported  # lingering: a burst may follow
+        silence = ALLOCATOR_SILENCE_PERIODS * self.period
         try:
             reply: TenantReply = await asyncio.wait_for(
                 self.coordinator.tenant_report.remote(self.user, self.demand, self.weight,
                                                       backlog),
-                self.period * TENANT_TIMEOUT_PERIODS)
+                silence)
         except (TimeoutError, ray.exceptions.RayError) as err:
-            if time.monotonic() - self.last_answer > TENANT_TIMEOUT_PERIODS * self.period:
-                self.gone = (f"the allocator of run {self.run_id!r} has not answered for "
-                             f"{TENANT_TIMEOUT_PERIODS * self.period:g} s "
+            dead = isinstance(err, ray.exceptions.ActorDiedError)
+            if dead or time.monotonic() - self.last_answer > silence:
+                why = "is gone" if dead else f"has not answered for {silence:g} s"
+                self.gone = (f"the allocator of run {self.run_id!r} {why} "
                              f"({type(err).__name__}); queued tasks cannot be placed")
-                self._fail_queued(AllocatorGoneError(self.gone))
+                self._fail_queued(AllocatorGoneError, self.gone)
+            else:
+                await asyncio.sleep(self.period)  # not every error is a timeout: pace retries
             return
         self.last_answer = time.monotonic()
         self.reported = backlog
         if reply.error is not None:
-            self._fail_queued(TenantRefusedError(f"user {self.user!r}: {reply.error}"))
+            self._fail_queued(TenantRefusedError, f"user {self.user!r}: {reply.error}")
         for name, (handle, node) in reply.servers.items():
             s = self.servers.get(name)
             if s is None or s.node != node:
@@ -317,12 +325,14 @@ class TenantQueue:
             s.asking = False
             self._pump()
 
-    def _fail_queued(self, err: Exception) -> None:
+    def _fail_queued(self, kind: type[Exception], message: str) -> None:
+        # one exception object per task: raising one object many times would chain every
+        # raise's traceback onto it (quadratic time; 200 tasks took 5 s to drop)
         while self.queue:
             task = self.queue.popleft()
             self.failed += 1
             if not task.result.done():
-                task.result.set_exception(err)
+                task.result.set_exception(kind(message))
 
 
 RemoteTenantQueue: Any = ray.remote(TenantQueue)

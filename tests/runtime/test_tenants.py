@@ -257,7 +257,7 @@ def test_queued_tasks_fail_clearly_when_the_allocator_is_gone(cluster: Any) -> N
     refs = [work.remote() for _ in range(40)]
     assert wait_for(lambda: t.status().admitted > 0, 6.0)
     r.stop()
-    with pytest.raises(AllocatorGoneError, match="has not answered"):
+    with pytest.raises(AllocatorGoneError, match=r"is gone|has not answered"):
         ray.get(refs[-1], timeout=30)
     with pytest.raises(AllocatorGoneError):
         ray.get(work.remote(), timeout=10)

@@ -1,0 +1,460 @@
+"""Tenants sharing a Ray cluster by PS-DSF, against plain Ray, in the same run.
+
+Regenerate (writes ``experiments/results/tenants.md``, ``tenants.csv``, ``tenants.png``)::
+
+    .venv/bin/python experiments/bench_tenants.py            # ~8 minutes
+    .venv/bin/python experiments/bench_tenants.py --quick    # the example: ~2 minutes
+
+The cluster is local and heterogeneous (``ray.cluster_utils.Cluster``, three nodes on this
+machine): a CPU-rich node (8 CPU, 8 GiB), a memory-rich node (2 CPU, 24 GiB) and a node with 2
+units of a custom ``gpu`` resource (4 CPU, 8 GiB).  The allocator runs with ``servers:
+from-ray``, ``tenants: true``, T = 1 s (``cluster_configs/tenants.yaml``).  Three users share
+it, each with its own task shape:
+
+============  ==============================  ======  ====================================
+user          shape                           weight  workload
+============  ==============================  ======  ====================================
+``batch``     1 CPU, 0.5 GiB                  1       5,000 tasks of 50-200 ms, at t = 0
+``analytics`` 0.5 CPU, 3 GiB                  1       tasks of 100-200 ms, from t = 15 s
+``training``  1 CPU, 2 GiB, 1 gpu             2       tasks of 0.5-1.5 s, from t = 30 s
+============  ==============================  ======  ====================================
+
+The late users submit more than they can finish while ``batch`` has work; when ``batch``'s last
+task has started, the others close their queues (what is still queued is dropped) and the phase
+ends.  The same tasks, at the same times, then go to plain Ray (same shapes, Ray's own
+scheduler).  Every task reports its node and its start and end on the wall clock; a user's
+running tasks at time t are counted from those intervals.
+
+Measured
+    * per user, running tasks over time against its allocation (the coordinator's, sampled
+      every 0.5 s) — ``tenants.png``;
+    * the gap ``max_n |achieved_n - allocated_n| / allocated_n`` on consecutive 30 s windows
+      from when every user is in until ``batch`` runs out (achieved and allocated: time
+      averages over the window); plain Ray's against the same allocation;
+    * time from a late user's first submission to 90 % of its allocation;
+    * overhead on the same cluster, PS-DSF against plain Ray, alternating, median of
+      ``--repeats``: throughput of 1,000 empty tasks and of 100 ms tasks (1 CPU each),
+      latency of one task submitted and awaited alone (p50, p99 of 200);
+    * the allocator's CPU (seconds of CPU per second of wall clock) and memory (PSS) — the
+      coordinator, the server actors and the tenants' queues — over the PS-DSF phase.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+from ray.cluster_utils import Cluster
+
+from psdsf_dist.admission.shapes import GIB
+from psdsf_dist.protocol.config import ProtocolConfig
+from psdsf_dist.runtime.launcher import Run, launch
+from psdsf_dist.runtime.settings import RunConfig
+from psdsf_dist.runtime.tenant import Tenant
+from psdsf_dist.runtime.tenant_queue import AllocatorGoneError
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "experiments" / "results"
+SCENARIO = ROOT / "cluster_configs" / "tenants.yaml"
+RUN_ID = "bench-tenants"
+WINDOW = 30.0
+SAMPLE = 0.5
+
+
+@dataclass(frozen=True)
+class UserLoad:
+    name: str
+    options: dict[str, Any]
+    weight: float
+    start: float
+    tasks: int
+    seconds: tuple[float, float]
+
+
+def workload(quick: bool) -> list[UserLoad]:
+    scale = 0.2 if quick else 1.0
+    return [
+        UserLoad("batch", {"num_cpus": 1, "memory": GIB // 2}, 1.0, 0.0,
+                 int(5000 * scale), (0.05, 0.2)),
+        UserLoad("analytics", {"num_cpus": 0.5, "memory": 3 * GIB}, 1.0, 15.0 * scale,
+                 int(5000 * scale), (0.1, 0.2)),
+        UserLoad("training", {"num_cpus": 1, "memory": 2 * GIB, "resources": {"gpu": 1}},
+                 2.0, 30.0 * scale, int(1000 * scale), (0.5, 1.5)),
+    ]
+
+
+def task(seconds: float) -> tuple[str, float, float]:
+    t0 = time.time()
+    time.sleep(seconds)
+    return ray.get_runtime_context().get_node_id(), t0, time.time()
+
+
+def empty() -> None:
+    return None
+
+
+def hundred_ms() -> None:
+    time.sleep(0.1)
+
+
+@dataclass
+class Phase:
+    """One submission of the workload: every task's (user, start, end) and the samples."""
+
+    started: float
+    intervals: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    allocation: list[tuple[float, dict[str, float]]] = field(default_factory=list)
+    first_submit: dict[str, float] = field(default_factory=dict)
+    ended: float = 0.0
+
+
+def submit_on_schedule(loads: list[UserLoad], submit: Callable[[UserLoad, float], Any],
+                       t0: float, rng: np.random.Generator) -> dict[str, list[Any]]:
+    """Each user's tasks at its start time (durations drawn once per user, same seed)."""
+    refs: dict[str, list[Any]] = {}
+    for load in sorted(loads, key=lambda u: u.start):
+        wait = t0 + load.start - time.time()
+        if wait > 0:
+            time.sleep(wait)
+        durations = rng.uniform(*load.seconds, size=load.tasks)
+        refs[load.name] = [submit(load, float(d)) for d in durations]
+    return refs
+
+
+def collect(refs: list[Any], name: str, *, dropped_ok: bool) -> list[tuple[float, float]]:
+    """The intervals of the tasks that ran; tasks dropped when the phase ended are expected
+    (closed queue, cancelled) only where ``dropped_ok``, any other failure stops the run."""
+    out = []
+    dropped = 0
+    for r in refs:
+        try:
+            _, s, e = ray.get(r)
+            out.append((s, e))
+        except (AllocatorGoneError, ray.exceptions.TaskCancelledError):
+            if not dropped_ok:
+                raise
+            dropped += 1
+    print(f"  {name}: {len(out)} ran, {dropped} dropped at the end", flush=True)
+    return out
+
+
+def psdsf_phase(run: Run, loads: list[UserLoad], seed: int) -> tuple[Phase, dict[str, float]]:
+    tenants = {u.name: Tenant.connect(u.name, weight=u.weight, run_id=RUN_ID) for u in loads}
+    functions = {u.name: tenants[u.name].remote(**u.options)(task) for u in loads}
+    pids = allocator_pids()
+    cpu0 = {p: cpu_seconds(p) for p in pids}
+    phase = Phase(time.time())
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            phase.allocation.append((time.time() - phase.started, run.user_totals()))
+            time.sleep(SAMPLE)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+
+    def submit(load: UserLoad, seconds: float) -> Any:
+        phase.first_submit.setdefault(load.name, time.time() - phase.started)
+        return functions[load.name].remote(seconds)
+
+    refs = submit_on_schedule(loads, submit, phase.started, np.random.default_rng(seed))
+    phase.intervals["batch"] = collect(refs["batch"], "batch", dropped_ok=False)
+    for name, t in tenants.items():
+        if name != "batch":
+            t.close()  # the phase ends: what the others still queue is dropped
+    for name in refs:
+        if name != "batch":
+            phase.intervals[name] = collect(refs[name], name, dropped_ok=True)
+    phase.ended = time.time()
+    stop.set()
+    sampler.join()
+    wall = phase.ended - phase.started
+    usage = {"cpu_per_second": sum(max(cpu_seconds(p) - cpu0[p], 0.0) for p in pids) / wall,
+             "pss_mib": sum(pss_kib(p) for p in allocator_pids()) / 1024,
+             "processes": float(len(allocator_pids()))}
+    tenants["batch"].close()
+    return phase, usage
+
+
+def plain_phase(loads: list[UserLoad], seed: int) -> Phase:
+    functions = {u.name: ray.remote(task).options(**u.options) for u in loads}
+    phase = Phase(time.time())
+
+    def submit(load: UserLoad, seconds: float) -> Any:
+        phase.first_submit.setdefault(load.name, time.time() - phase.started)
+        return functions[load.name].remote(seconds)
+
+    refs = submit_on_schedule(loads, submit, phase.started, np.random.default_rng(seed))
+    phase.intervals["batch"] = collect(refs["batch"], "batch", dropped_ok=False)
+    for name in refs:
+        if name != "batch":
+            for r in refs[name]:
+                ray.cancel(r)
+            phase.intervals[name] = collect(refs[name], name, dropped_ok=True)
+    phase.ended = time.time()
+    return phase
+
+
+# -- analysis ---------------------------------------------------------------------------------
+def running_series(intervals: list[tuple[float, float]], origin: float,
+                   times: np.ndarray) -> np.ndarray:
+    starts = np.sort([s - origin for s, _ in intervals])
+    ends = np.sort([e - origin for _, e in intervals])
+    return (np.searchsorted(starts, times, side="right")
+            - np.searchsorted(ends, times, side="right")).astype(float)
+
+
+def mean_running(intervals: list[tuple[float, float]], origin: float, a: float,
+                 b: float) -> float:
+    """Time-average of running tasks over [a, b) (exact, from the intervals)."""
+    busy = sum(max(0.0, min(e - origin, b) - max(s - origin, a)) for s, e in intervals)
+    return busy / (b - a)
+
+
+def mean_allocation(samples: list[tuple[float, dict[str, float]]], user: str, a: float,
+                    b: float) -> float:
+    vals = [row.get(user, 0.0) for t, row in samples if a <= t < b]
+    return float(np.mean(vals)) if vals else 0.0
+
+
+def windows(psdsf: Phase, loads: list[UserLoad]) -> list[tuple[float, float]]:
+    """30 s windows from when every user is in until batch's last task started."""
+    start = max(psdsf.first_submit.values())
+    last_batch = max(s for s, _ in psdsf.intervals["batch"]) - psdsf.started
+    out = []
+    a = start
+    while a + WINDOW <= last_batch:
+        out.append((a, a + WINDOW))
+        a += WINDOW
+    if not out and last_batch - start > 5.0:  # --quick: one shorter window
+        out.append((start, last_batch))
+    return out
+
+
+def gaps(phase: Phase, reference: Phase, loads: list[UserLoad],
+         wins: list[tuple[float, float]]) -> list[dict[str, float]]:
+    out = []
+    for a, b in wins:
+        row: dict[str, float] = {"from": a, "to": b}
+        worst = 0.0
+        for u in loads:
+            x = mean_allocation(reference.allocation, u.name, a, b)
+            got = mean_running(phase.intervals[u.name], phase.started, a, b)
+            row[f"{u.name}_allocated"] = x
+            row[f"{u.name}_running"] = got
+            if x > 0:
+                worst = max(worst, abs(got - x) / x)
+        row["gap"] = worst
+        out.append(row)
+    return out
+
+
+def time_to_share(phase: Phase, reference: Phase, user: str, share: float = 0.9) -> float:
+    """Seconds from the user's first submission until it runs >= 90 % of its allocation."""
+    t0 = phase.first_submit[user]
+    times = np.arange(t0, t0 + 120.0, 0.05)
+    running = running_series(phase.intervals[user], phase.started, times)
+    for t, r in zip(times, running, strict=True):
+        rows = [row for ts, row in reference.allocation if ts <= t and user in row]
+        if rows and rows[-1][user] > 0 and r >= share * rows[-1][user]:
+            return float(t - t0)
+    return float("nan")
+
+
+# -- overhead ---------------------------------------------------------------------------------
+def overhead(repeats: int) -> dict[str, list[float]]:
+    t = Tenant.connect("probe", run_id=RUN_ID)
+    tenant_empty = t.remote(num_cpus=1)(empty)
+    tenant_100 = t.remote(num_cpus=1)(hundred_ms)
+    plain_empty = ray.remote(empty).options(num_cpus=1)
+    plain_100 = ray.remote(hundred_ms).options(num_cpus=1)
+    out: dict[str, list[float]] = {k: [] for k in (
+        "empty_tps_psdsf", "empty_tps_plain", "100ms_tps_psdsf", "100ms_tps_plain",
+        "latency_p50_psdsf", "latency_p50_plain", "latency_p99_psdsf", "latency_p99_plain")}
+
+    def rate(fn: Any, n: int) -> float:
+        t0 = time.perf_counter()
+        ray.get([fn.remote() for _ in range(n)])
+        return n / (time.perf_counter() - t0)
+
+    def latency(fn: Any, n: int = 200) -> tuple[float, float]:
+        seen = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            ray.get(fn.remote())
+            seen.append(time.perf_counter() - t0)
+        q = np.percentile(seen, [50, 99])
+        return float(q[0]), float(q[1])
+
+    rate(tenant_empty, 200)  # warm both paths (workers, the queue's leases)
+    rate(plain_empty, 200)
+    for _ in range(repeats):
+        out["empty_tps_psdsf"].append(rate(tenant_empty, 1000))
+        out["empty_tps_plain"].append(rate(plain_empty, 1000))
+        out["100ms_tps_psdsf"].append(rate(tenant_100, 280))
+        out["100ms_tps_plain"].append(rate(plain_100, 280))
+        p50, p99 = latency(tenant_empty)
+        out["latency_p50_psdsf"].append(p50)
+        out["latency_p99_psdsf"].append(p99)
+        p50, p99 = latency(plain_empty)
+        out["latency_p50_plain"].append(p50)
+        out["latency_p99_plain"].append(p99)
+    t.close()
+    return out
+
+
+def allocator_pids() -> list[int]:
+    from ray.util.state import list_actors
+
+    return [int(a.pid) for a in list_actors(filters=[("state", "=", "ALIVE")], detail=True,
+                                            limit=1000)
+            if a.class_name in ("Coordinator", "ServerActor", "TenantQueue") and a.pid]
+
+
+def cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
+    import os
+
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pss_kib(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return float(line.split()[1])
+    except FileNotFoundError:
+        pass
+    return 0.0
+
+
+# -- output -----------------------------------------------------------------------------------
+def plot(psdsf: Phase, plain: Phase, loads: list[UserLoad], wins: list[tuple[float, float]],
+         path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 1, figsize=(10, 7.5), sharex=True, sharey=True)
+    end = max(psdsf.ended - psdsf.started, plain.ended - plain.started)
+    times = np.arange(0.0, end, 0.1)
+    colors = {"batch": "tab:blue", "analytics": "tab:orange", "training": "tab:green"}
+    for ax, phase, title in ((axes[0], psdsf, "PS-DSF tenants (allocator's leases)"),
+                             (axes[1], plain, "plain Ray (its own scheduler)")):
+        for u in loads:
+            running = running_series(phase.intervals[u.name], phase.started, times)
+            ax.plot(times, running, color=colors[u.name], lw=1.0,
+                    label=f"{u.name}: running tasks")
+            ts = [t for t, row in psdsf.allocation]
+            xs = [row.get(u.name, 0.0) for _, row in psdsf.allocation]
+            ax.plot(ts, xs, color=colors[u.name], lw=1.8, ls="--",
+                    label=f"{u.name}: PS-DSF allocation")
+        for a, b in wins:
+            ax.axvspan(a, b, color="0.92", zorder=0)
+        ax.set_title(title)
+        ax.set_ylabel("tasks")
+        ax.grid(alpha=0.3)
+    axes[1].set_xlabel("time since batch submitted (s); grey: 30 s windows used for the gap")
+    axes[0].legend(ncol=3, fontsize=8, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="a fifth of the workload (example)")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    loads = workload(args.quick)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+
+    cluster: Any = Cluster(initialize_head=True,
+                           head_node_args={"num_cpus": 8, "memory": 8 * 2**30})
+    cluster.add_node(num_cpus=2, memory=24 * 2**30)
+    cluster.add_node(num_cpus=4, memory=8 * 2**30, resources={"gpu": 2})
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, namespace="psdsf", log_to_driver=False,
+             configure_logging=False)
+    run = launch(SCENARIO, RunConfig(ProtocolConfig(period=1.0)), run_id=RUN_ID)
+    try:
+        print("PS-DSF phase ...", flush=True)
+        psdsf, usage = psdsf_phase(run, loads, args.seed)
+        print("plain Ray phase ...", flush=True)
+        plain = plain_phase(loads, args.seed)
+        print("overhead ...", flush=True)
+        over = overhead(2 if args.quick else args.repeats)
+    finally:
+        try:
+            run.stop()
+        finally:
+            ray.shutdown()
+            cluster.shutdown()
+
+    wins = windows(psdsf, loads)
+    g_psdsf = gaps(psdsf, psdsf, loads, wins)
+    g_plain = gaps(plain, psdsf, loads, wins)
+    late = {u.name: (time_to_share(psdsf, psdsf, u.name), time_to_share(plain, psdsf, u.name))
+            for u in loads if u.start > 0}
+    suffix = "_quick" if args.quick else ""
+    plot(psdsf, plain, loads, wins, RESULTS / f"tenants{suffix}.png")
+    with open(RESULTS / f"tenants{suffix}.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["scheduler", "from_s", "to_s", "gap",
+                    *[f"{u.name}_{k}" for u in loads for k in ("allocated", "running")]])
+        for name, rows in (("psdsf", g_psdsf), ("plain", g_plain)):
+            for r in rows:
+                w.writerow([name, f"{r['from']:.1f}", f"{r['to']:.1f}", f"{r['gap']:.4f}",
+                            *[f"{r[f'{u.name}_{k}']:.3f}" for u in loads
+                              for k in ("allocated", "running")]])
+    med = {k: statistics.median(v) for k, v in over.items()}
+    lines = [
+        "| window (s) | PS-DSF gap | plain Ray gap | "
+        + " | ".join(f"{u.name} alloc / PS-DSF / plain" for u in loads) + " |",
+        "|---|---|---|" + "---|" * len(loads),
+    ]
+    for a, b in zip(g_psdsf, g_plain, strict=True):
+        cells = " | ".join(
+            f"{a[f'{u.name}_allocated']:.2f} / {a[f'{u.name}_running']:.2f} / "
+            f"{b[f'{u.name}_running']:.2f}" for u in loads)
+        lines.append(f"| {a['from']:.0f}-{a['to']:.0f} | {a['gap']:.1%} | {b['gap']:.1%} | "
+                     f"{cells} |")
+    lines += ["", "| late user | PS-DSF: to 90 % of its allocation (s) | plain Ray (s) |",
+              "|---|---|---|"]
+    for name, (p, q) in late.items():
+        lines.append(f"| {name} | {p:.1f} | {'never' if np.isnan(q) else f'{q:.1f}'} |")
+    lines += ["", f"| overhead (median of {len(over['empty_tps_psdsf'])}) | PS-DSF | plain Ray | "
+              "ratio |", "|---|---|---|---|"]
+    for key, label, unit in (("empty_tps", "empty tasks / s", ""),
+                             ("100ms_tps", "100 ms tasks / s", ""),
+                             ("latency_p50", "latency p50", " ms"),
+                             ("latency_p99", "latency p99", " ms")):
+        a_, b_ = med[f"{key}_psdsf"], med[f"{key}_plain"]
+        k = 1000.0 if unit else 1.0
+        lines.append(f"| {label} | {a_ * k:.1f}{unit} | {b_ * k:.1f}{unit} | {a_ / b_:.2f} |")
+    lines += ["", f"Allocator over the PS-DSF phase ({usage['processes']:.0f} processes: "
+              "coordinator, 3 server actors, the tenants' queues): "
+              f"{usage['cpu_per_second']:.3f} CPU-seconds per second, "
+              f"{usage['pss_mib']:.0f} MiB PSS in all."]
+    table = "\n".join(lines)
+    (RESULTS / f"tenants{suffix}.md").write_text(table + "\n")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -19,6 +19,18 @@ from a server for that long starts nothing more there, but tasks it started earl
 the book has given their room away meanwhile, Ray's own resource accounting queues the newcomers
 at the node — the node is still never over-committed, only the book's ledger is.)
 
+**Lending.**  Capacity the allocation leaves idle is lent, so that it is not left idle while
+the allocation catches up (a user just arrived, a backlog that grew, a user gone): besides its
+``min(target, fit)`` slots, a user that has more tasks waiting gets up to the most of its tasks
+that fit beside every other user's claim *or* reservation, whichever is larger — a user's
+reservation being its share of the column rounded up, ``ceil(x[n])`` tasks.  Lending thus never
+takes what the allocation gives anyone else (rounded up), only capacity nobody is allocated.
+In a converged allocation there is none to lend to a user that is not capped: PS-DSF fills
+every eligible user on the server until a resource it uses is full, so the room beside the
+others' reservations holds at most ``floor(x[n])`` of its tasks.  Lent slots are not charged
+to the user's credit (:meth:`LeaseBook.granted` counts the allocation's part only).  A lent
+slot goes back like any other: when the user's next lease is smaller, as its tasks finish.
+
 A book rebuilt after its server actor restarted knows no claims, so it first listens for
 ``LEASE_TTL_INTERVALS`` intervals — answering every ask with zero slots while recording the
 running counts — before it grants again: by then every live queue has asked once and the claims
@@ -62,6 +74,8 @@ class _Held:
     slots: int
     running: int
     expires_at: float
+    lent: int = 0
+    """Of ``slots``, those lent beyond the allocation's target."""
 
 
 @dataclass
@@ -84,25 +98,46 @@ class LeaseBook:
         return total
 
     def ask(self, user: str, running: int, target: int, now: float, ttl: float,
-            demand_of: dict[str, FloatArray]) -> Lease:
-        """Answer one ask of ``user``, which runs ``running`` tasks here now."""
+            demand_of: dict[str, FloatArray], *, queued: int = 0,
+            reserved: dict[str, int] | None = None) -> Lease:
+        """Answer one ask of ``user``, which runs ``running`` tasks here now and has ``queued``
+        more waiting; ``reserved``: each user's ``ceil(x[n])`` here (for lending)."""
         self._expire(now)
+        lent = 0
         if now < self.quarantine_until or user not in demand_of:
             slots = 0
         else:
             room = self.capacity - self.claims(now, demand_of, except_user=user)
             slots = min(max(target, 0), most_that_fit(demand_of[user], room, self.capacity))
-        self.held[user] = _Held(slots, max(running, 0), now + ttl)
-        return Lease(self.server, user, slots, ttl, max(target, 0))
+            wish = max(running, 0) + max(queued, 0)
+            if queued > 0 and wish > slots:
+                free = self.capacity - self._held_back(now, demand_of, reserved or {}, user)
+                lent = max(min(wish, most_that_fit(demand_of[user], free, self.capacity))
+                           - slots, 0)
+        self.held[user] = _Held(slots + lent, max(running, 0), now + ttl, lent)
+        return Lease(self.server, user, slots + lent, ttl, max(target, 0))
+
+    def _held_back(self, now: float, demand_of: dict[str, FloatArray],
+                   reserved: dict[str, int], user: str) -> FloatArray:
+        """What every other user claims or is allocated (rounded up), whichever is more."""
+        total = np.zeros_like(self.capacity)
+        for other, d in demand_of.items():
+            if other == user:
+                continue
+            h = self.held.get(other)
+            claim = 0 if h is None or h.expires_at <= now else max(h.slots, h.running)
+            total = total + max(claim, reserved.get(other, 0)) * d
+        return total
 
     def release(self, user: str) -> None:
         """The user's queue said goodbye: its claim goes at once."""
         self.held.pop(user, None)
 
     def granted(self, user: str) -> int:
-        """The slots of ``user``'s newest lease (0 without one)."""
+        """The slots of ``user``'s newest lease that the allocation gave (not those lent; 0
+        without a lease)."""
         h = self.held.get(user)
-        return 0 if h is None else h.slots
+        return 0 if h is None else h.slots - h.lent
 
     def running(self) -> dict[str, int]:
         """Running tasks per user as last reported (unexpired leases only)."""

@@ -23,7 +23,7 @@ from psdsf_dist.admission.leases import (
     Lease,
     LeaseBook,
 )
-from psdsf_dist.admission.rounding import charge, whole_targets
+from psdsf_dist.admission.rounding import WHOLE_TOL, charge, whole_targets
 from psdsf_dist.model.scenario import Scenario
 
 FloatArray = npt.NDArray[np.float64]
@@ -58,15 +58,20 @@ class ServerAdmission:
         return LEASE_TTL_INTERVALS * period / LEASE_INTERVALS_PER_PERIOD
 
     def ask(self, user: str, running: int, now: float, column: FloatArray,
-            scenario: Scenario) -> Lease:
-        """``user``'s queue runs ``running`` tasks here and asks for its lease."""
+            scenario: Scenario, queued: int = 0) -> Lease:
+        """``user``'s queue runs ``running`` tasks here, has ``queued`` more waiting, and asks
+        for its lease."""
         if self.planned_at is None or now - self.planned_at >= self.interval * (1 - 1e-9):
             self.plan(now, column, scenario)
         i = scenario.server_names.index(self.server)
-        demand_of = {name: np.asarray(scenario.demand[n], dtype=float)
-                     for n, name in enumerate(scenario.user_names) if scenario.eligible[n, i]}
+        eligible = [n for n in range(scenario.num_users) if scenario.eligible[n, i]]
+        names = scenario.user_names
+        demand_of = {names[n]: np.asarray(scenario.demand[n], dtype=float) for n in eligible}
+        reserved = {names[n]: int(np.ceil(column[n] - WHOLE_TOL)) if n < len(column) else 0
+                    for n in eligible}
         return self.book.ask(user, running, self.targets.get(user, 0), now,
-                             self.ttl_of(self.period), demand_of)
+                             self.ttl_of(self.period), demand_of, queued=queued,
+                             reserved=reserved)
 
     def plan(self, now: float, column: FloatArray, scenario: Scenario) -> None:
         """Charge the interval that ends (each user's credit by what its lease let it run),

@@ -160,10 +160,11 @@ class ServerActor:
         return await self.clock.advance_to(t)
 
     # -- admission (tenant runs) ----------------------------------------------------------------
-    async def lease(self, server: str, user: str, running: int) -> Lease:
-        """A tenant's queue runs ``running`` of ``user``'s tasks on ``server``'s node and asks
-        how many it may run (:class:`~psdsf_dist.admission.server_admission.ServerAdmission`,
-        from the server's own column).  A server not running here answers with no slots."""
+    async def lease(self, server: str, user: str, running: int, queued: int = 0) -> Lease:
+        """A tenant's queue runs ``running`` of ``user``'s tasks on ``server``'s node, has
+        ``queued`` more waiting, and asks how many it may run (the server's
+        :class:`~psdsf_dist.admission.server_admission.ServerAdmission`, from its own column).
+        A server not running here answers with no slots."""
         slot = self.slots.get(server)
         ttl = ServerAdmission.ttl_of(self.config.period)
         if slot is None or slot.node is None or self.clock is None or not slot.running:
@@ -178,7 +179,7 @@ class ServerActor:
             admission = ServerAdmission.start(server, scenario.capacity[i], self.config.period,
                                               now, restarted=self.reconstructed)
             self.admissions[server] = admission
-        return admission.ask(user, running, now, node.column, scenario)
+        return admission.ask(user, running, now, node.column, scenario, queued)
 
     async def release(self, server: str, user: str) -> None:
         """``user``'s queue runs nothing more on ``server``'s node: its claim goes at once."""

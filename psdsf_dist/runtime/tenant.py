@@ -161,8 +161,9 @@ class Tenant:
             return
         try:
             ray.get(self.queue.close.remote(), timeout=CONNECT_TIMEOUT)
-        except ray.exceptions.RayError:
-            pass  # the queue is stuck or gone: ending it fails what it still holds
-        finally:
+            # ends after the calls already sent to it, which fail with the closing message
+            self.queue.__ray_terminate__.remote()
+        except ray.exceptions.RayError:  # stuck or gone: ending it fails what it holds
             ray.kill(self.queue, no_restart=True)
+        finally:
             self.queue = None

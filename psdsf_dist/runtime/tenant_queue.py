@@ -179,7 +179,8 @@ class TenantQueue:
         """Drop what is queued, give the slots back and leave (the driver is done)."""
         for loop_task in self.loops:
             loop_task.cancel()
-        self._fail_queued(AllocatorGoneError, f"tenant {self.user!r} closed its queue")
+        self.gone = f"tenant {self.user!r} closed its queue"  # later submissions fail at once
+        self._fail_queued(AllocatorGoneError, self.gone)
         calls = [s.handle.release.remote(s.name, self.user) for s in self.servers.values()]
         calls.append(self.coordinator.tenant_leave.remote(self.user))
         await asyncio.gather(*(asyncio.wait_for(c, self.period) for c in calls),
@@ -314,7 +315,8 @@ class TenantQueue:
         s.asking = True
         sent = time.monotonic()
         try:
-            lease = await asyncio.wait_for(s.handle.lease.remote(s.name, self.user, s.running),
+            lease = await asyncio.wait_for(s.handle.lease.remote(s.name, self.user, s.running,
+                                                                 len(self.queue)),
                                            ASK_TIMEOUT_INTERVALS * self.interval)
         except (TimeoutError, ray.exceptions.RayError):
             return  # the old lease runs out on its own

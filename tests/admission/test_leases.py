@@ -66,6 +66,32 @@ def test_unknown_user_gets_nothing() -> None:
     assert book([2.0]).ask("x", 0, 3, 0.0, TTL, {}).slots == 0
 
 
+def test_idle_capacity_is_lent_to_a_user_with_tasks_waiting() -> None:
+    b = book([4.0])
+    d = {"a": np.array([1.0]), "b": np.array([1.0])}
+    lease = b.ask("a", 0, 1, 0.0, TTL, d, queued=10, reserved={"a": 1, "b": 0})
+    assert (lease.slots, lease.target) == (4, 1)  # nobody else is allocated anything here
+    assert b.granted("a") == 1  # the credit is charged for the allocation's part only
+    assert b.ask("a", 0, 1, 0.1, TTL, d, queued=2, reserved={"a": 1}).slots == 2  # its wish
+
+
+def test_lending_takes_no_one_elses_reservation() -> None:
+    b = book([4.0])
+    d = {"a": np.array([1.0]), "b": np.array([1.0])}
+    # b is allocated 1.5 here (reserved: 2) but runs nothing yet: a may borrow 2, not 3
+    assert b.ask("a", 0, 1, 0.0, TTL, d, queued=10, reserved={"a": 1, "b": 2}).slots == 2
+    assert b.ask("b", 0, 2, 0.1, TTL, d, queued=10, reserved={"a": 1, "b": 2}).slots == 2
+    # a's lent slots go back as its tasks finish: with 2 running it keeps its claim of 2
+    assert b.ask("a", 2, 1, 0.2, TTL, d, queued=10, reserved={"a": 1, "b": 2}).slots == 2
+    assert b.ask("a", 1, 1, 0.3, TTL, d, queued=0, reserved={"a": 1, "b": 2}).slots == 1
+
+
+def test_no_lending_without_tasks_waiting() -> None:
+    b = book([4.0])
+    d = {"a": np.array([1.0])}
+    assert b.ask("a", 1, 1, 0.0, TTL, d, queued=0, reserved={"a": 1}).slots == 1
+
+
 def test_most_that_fit() -> None:
     cap = np.array([4.0, 8.0])
     assert most_that_fit(np.array([1.0, 3.0]), cap, cap) == 2
@@ -92,7 +118,9 @@ def test_claims_never_exceed_capacity(data: st.DataObject) -> None:
         u = users[step % 3]
         now += data.draw(st.floats(0.0, 0.2))  # three asks take < TTL: no lease expires
         running[u] = data.draw(st.integers(0, running[u]))  # some tasks finished
-        lease = b.ask(u, running[u], data.draw(st.integers(0, 8)), now, TTL, demand)
+        reserved = {v: data.draw(st.integers(0, 4)) for v in users}
+        lease = b.ask(u, running[u], data.draw(st.integers(0, 8)), now, TTL, demand,
+                      queued=data.draw(st.integers(0, 10)), reserved=reserved)
         running[u] = max(running[u], data.draw(st.integers(0, lease.slots)))  # fills up
         used = sum((running[v] * demand[v] for v in users), np.zeros(2))
         assert np.all(used <= cap + 1e-9)

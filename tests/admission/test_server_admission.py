@@ -39,6 +39,26 @@ def test_fractional_column_is_met_on_average_over_intervals() -> None:
         assert got["u"][k] + got["v"][k] <= 4
 
 
+def test_a_converged_column_lends_nothing_even_with_long_queues() -> None:
+    """u, v: 1.5 and 2.5 tasks fill the 4 CPUs; however many tasks wait, the slots follow the
+    column as without lending (lending is for capacity the allocation leaves idle)."""
+    adm = admission()
+    column = np.array([1.5, 2.5, 3.0])
+    got: dict[str, list[int]] = {"u": [], "v": []}
+    for k in range(40):
+        for user in got:
+            got[user].append(adm.ask(user, 0, k * adm.interval, column, SCENARIO,
+                                     queued=100).slots)
+    assert abs(np.mean(got["u"][4:]) - 1.5) <= 0.25 and abs(np.mean(got["v"][4:]) - 2.5) <= 0.25
+
+
+def test_a_column_not_yet_grown_lends_the_idle_room() -> None:
+    adm = admission()
+    column = np.array([1.0, 0.0, 0.0])  # v just arrived: nothing allocated to it yet
+    assert adm.ask("v", 0, 0.0, column, SCENARIO, queued=50).slots == 3  # 3 CPU, 6 GiB idle
+    assert adm.ask("u", 0, 0.1, column, SCENARIO, queued=50).slots == 1
+
+
 def test_one_plan_per_interval() -> None:
     adm = admission()
     column = np.array([0.5, 0.0, 0.0])

@@ -44,8 +44,8 @@ def test_an_empty_backlog_leaves_and_a_silent_queue_expires() -> None:
     assert book.report("alice", SHAPE, None, 0, 1.0,
                        UserInTable(known=True, present=False)) == []
     book.report("bob", SHAPE, None, 3, 1.0, present)
-    assert book.expired(3.5, 1.0, {"bob": True}) == []
-    assert book.expired(4.5, 1.0, {"bob": True, "alice": False}) == [{"user_leaves": "bob"}]
+    assert book.expired(5.5, 1.0, {"bob": True}) == []
+    assert book.expired(6.5, 1.0, {"bob": True, "alice": False}) == [{"user_leaves": "bob"}]
     assert book.tenants == {}
 
 

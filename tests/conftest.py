@@ -94,8 +94,10 @@ def ray_session() -> Iterator[None]:
     import ray  # here: most tests need no Ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=2, namespace="psdsf", include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
+        # "local": a session of its own, even when a cluster started on this machine (e.g. a
+        # multinode test run elsewhere) would otherwise be joined
+        ray.init(address="local", num_cpus=2, namespace="psdsf", include_dashboard=False,
+                 log_to_driver=False, configure_logging=False)
     yield
     ray.shutdown()
 

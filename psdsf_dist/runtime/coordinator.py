@@ -48,6 +48,7 @@ from psdsf_dist.model.events import Event, ServerFails, ServerJoins
 from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.observability.metrics import AllocatorMetrics, RunMetrics, ServerCounts
 from psdsf_dist.observability.metrics_server import MetricsEndpointError, MetricsServer
+from psdsf_dist.observability.ray_export import RayMetricsExport
 from psdsf_dist.protocol.convergence import (
     EventConvergence,
     Observation,
@@ -172,7 +173,10 @@ class Coordinator:
         self.failure: str | None = None
         self.tenants = TenantBook()
         """Tenant runs: the queues' latest backlog reports."""
-        self.metrics: RunMetrics | None = None
+        self.metrics = RunMetrics(AllocatorMetrics())
+        """Always kept: exported through Ray's metrics pipeline after every observation, and on
+        an HTTP endpoint of its own once :meth:`serve_metrics` is asked for."""
+        self.ray_metrics = RayMetricsExport(self.metrics.metrics.registry)
         self.metrics_server: MetricsServer | None = None
         ctx = ray.get_runtime_context()
         self.restarted = bool(ctx.was_current_actor_reconstructed)
@@ -360,8 +364,7 @@ class Coordinator:
     async def _apply(self, event: Event, *, from_scenario: bool) -> None:
         assert self.churn is not None
         self.churn.apply(event, self.now(), from_scenario=from_scenario)
-        if self.metrics is not None:
-            self.metrics.event(event, self.now())
+        self.metrics.event(event, self.now())
         if isinstance(event, ServerFails):
             m = self.members.pop(event.server, None)
             if m is not None:
@@ -576,9 +579,8 @@ class Coordinator:
         ray.kill(handle, no_restart=True)
         names = [m.name for m in self.members.values() if m.actor == actor]
         self.restarts += len(names)
-        if self.metrics is not None:
-            for name in names:
-                self.metrics.restart(name)
+        for name in names:
+            self.metrics.restart(name)
         await self._spawn(names)
 
     # -- observing ----------------------------------------------------------------------------
@@ -619,8 +621,7 @@ class Coordinator:
             m.incarnation = self.incarnations.get(m.name, m.incarnation) + 1
             self.incarnations[m.name] = m.incarnation
             self.restarts += 1
-            if self.metrics is not None:
-                self.metrics.restart(m.name)
+            self.metrics.restart(m.name)
             await self._start_member(m, churn.table())
         for name in reply.failed:
             gone = self.members.get(name)
@@ -633,25 +634,29 @@ class Coordinator:
         obs = reply.observation
         self.observations.append(obs)
         self.last_allocation = reply.allocation
-        if self.metrics is not None:
-            self.metrics.observe(
-                current, reply.allocation, users=churn.users_present,
-                servers=churn.servers_present, residual=obs.residual, holds=obs.holds,
-                now=obs.time,
-                reports=[ServerCounts(r.name, r.origin, r.rounds, r.messages, r.bytes,
-                                      r.round_seconds, r.staleness_seconds)
-                         for r in by_server.values() if r.running])
+        self.metrics.observe(
+            current, reply.allocation, users=churn.users_present,
+            servers=churn.servers_present, residual=obs.residual, holds=obs.holds,
+            now=obs.time,
+            reports=[ServerCounts(r.name, r.origin, r.rounds, r.messages, r.bytes,
+                                  r.round_seconds, r.staleness_seconds)
+                     for r in by_server.values() if r.running])
+        try:
+            self.ray_metrics.push()
+        except Exception as err:  # the export must not stop the observations
+            self.failure = f"Ray metrics export: {type(err).__name__}: {err}"
         return obs
 
     # -- metrics ------------------------------------------------------------------------------
     async def serve_metrics(self, port: int, bind: str, per_pair: bool = True) -> str:
         """Export the run's Prometheus metrics (:mod:`psdsf_dist.observability.metrics`) on one
         HTTP endpoint served from this process; returns its URL.  Calling it again returns the same
-        URL."""
+        URL.  The registry is the one kept since the start (also exported through Ray's
+        pipeline); ``per_pair`` applies to both."""
         if self.metrics_server is None:
-            metrics = AllocatorMetrics(per_pair=per_pair)
+            metrics = self.metrics.metrics
+            metrics.per_pair = per_pair
             self.metrics_server = MetricsServer(metrics.registry, port, bind).start()
-            self.metrics = RunMetrics(metrics)
             # a restarted coordinator serves again on the port bound now (port 0 included)
             await self._note(metrics=(self.metrics_server.port, bind, per_pair))
         server = self.metrics_server
@@ -667,13 +672,12 @@ class Coordinator:
         if noted is None or self.metrics_server is not None:
             return
         port, bind, per_pair = noted
-        metrics = AllocatorMetrics(per_pair=bool(per_pair))
+        metrics = self.metrics.metrics
+        metrics.per_pair = bool(per_pair)
         try:
             self.metrics_server = MetricsServer(metrics.registry, int(port), str(bind)).start()
         except MetricsEndpointError as err:
             self.failure = str(err)
-            return
-        self.metrics = RunMetrics(metrics)
 
     # -- answers ------------------------------------------------------------------------------
     async def status(self) -> dict[str, Any]:

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import statistics
 import threading
 import time
@@ -150,14 +151,20 @@ def collect(refs: list[Any], name: str, *, dropped_ok: bool) -> list[tuple[float
 def psdsf_phase(run: Run, loads: list[UserLoad], seed: int) -> tuple[Phase, dict[str, float]]:
     tenants = {u.name: Tenant.connect(u.name, weight=u.weight, run_id=RUN_ID) for u in loads}
     functions = {u.name: tenants[u.name].remote(**u.options)(task) for u in loads}
-    pids = allocator_pids()
+    pids = allocator_pids(run, tenants)
     cpu0 = {p: cpu_seconds(p) for p in pids}
     phase = Phase(time.time())
     stop = threading.Event()
 
+    pss: list[float] = []
+
     def sample() -> None:
+        k = 0
         while not stop.is_set():
             phase.allocation.append((time.time() - phase.started, run.user_totals()))
+            if k % 10 == 0:  # every 5 s: the allocator's memory, all its processes
+                pss.append(sum(pss_kib(p) for p in pids) / 1024)
+            k += 1
             time.sleep(SAMPLE)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -180,8 +187,7 @@ def psdsf_phase(run: Run, loads: list[UserLoad], seed: int) -> tuple[Phase, dict
     sampler.join()
     wall = phase.ended - phase.started
     usage = {"cpu_per_second": sum(max(cpu_seconds(p) - cpu0[p], 0.0) for p in pids) / wall,
-             "pss_mib": sum(pss_kib(p) for p in allocator_pids()) / 1024,
-             "processes": float(len(allocator_pids()))}
+             "pss_mib": max(pss, default=0.0), "processes": float(len(pids))}
     tenants["batch"].close()
     return phase, usage
 
@@ -313,12 +319,15 @@ def overhead(repeats: int) -> dict[str, list[float]]:
     return out
 
 
-def allocator_pids() -> list[int]:
-    from ray.util.state import list_actors
+def pid_of(actor: Any) -> int:
+    return int(ray.get(actor.__ray_call__.remote(lambda _self: os.getpid())))
 
-    return [int(a.pid) for a in list_actors(filters=[("state", "=", "ALIVE")], detail=True,
-                                            limit=1000)
-            if a.class_name in ("Coordinator", "ServerActor", "TenantQueue") and a.pid]
+
+def allocator_pids(run: Run, tenants: dict[str, Tenant]) -> list[int]:
+    """The coordinator's, the server actors' and the tenants' queues' processes."""
+    actors = [run.coordinator, *run.handles().values(),
+              *(t.queue for t in tenants.values() if t.queue is not None)]
+    return sorted({pid_of(a) for a in actors})
 
 
 def cpu_seconds(pid: int) -> float:
@@ -326,8 +335,6 @@ def cpu_seconds(pid: int) -> float:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except FileNotFoundError:
         return 0.0
-    import os
-
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -450,7 +457,7 @@ def main() -> None:
     lines += ["", f"Allocator over the PS-DSF phase ({usage['processes']:.0f} processes: "
               "coordinator, 3 server actors, the tenants' queues): "
               f"{usage['cpu_per_second']:.3f} CPU-seconds per second, "
-              f"{usage['pss_mib']:.0f} MiB PSS in all."]
+              f"{usage['pss_mib']:.0f} MiB PSS in all (largest sample)."]
     table = "\n".join(lines)
     (RESULTS / f"tenants{suffix}.md").write_text(table + "\n")
     print(table)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
@@ -173,10 +174,18 @@ def run(args: argparse.Namespace) -> int:
             url = serve_metrics(the_run, args.metrics_port, args.metrics_bind,
                                 args.per_pair_metrics)
             print(f"psdsf-dist: run: serving metrics on {url}", file=sys.stderr, flush=True)
-        limit = args.duration if args.duration is not None else _default_limit(the_run)
-        converge = args.until_converged or args.duration is None
-        final = the_run.wait(duration=limit, until_converged=converge,
-                             progress=lambda st: say(st, None))
+        if _takes_tenants(source) and args.duration is None and not args.until_converged:
+            # tenants come and go: serve them until interrupted
+            say(None, "serving tenants (run 'default'); Ctrl-C stops")
+            limit, converge = None, False
+        else:
+            limit = args.duration if args.duration is not None else _default_limit(the_run)
+            converge = args.until_converged or args.duration is None
+        try:
+            final = the_run.wait(duration=limit, until_converged=converge,
+                                 progress=lambda st: say(st, None))
+        except KeyboardInterrupt:
+            final = the_run.status()
         result = the_run.result()
     except PsdsfError as err:
         raise CommandError(f"{args.scenario}: {err}") from None
@@ -200,6 +209,11 @@ def run(args: argparse.Namespace) -> int:
         print("psdsf-dist: run: the certificate did not hold at the end", file=sys.stderr)
         return EXIT_FAILURE
     return 0
+
+
+def _takes_tenants(source: Any) -> bool:
+    raw = source.raw if isinstance(source, Scenario) else source
+    return isinstance(raw, Mapping) and raw.get("tenants") is True
 
 
 def serve_metrics(the_run: Any, port: int, bind: str, per_pair: bool) -> str:

@@ -264,3 +264,21 @@ def test_scenario_error_survives_pickling() -> None:
     assert isinstance(back, ScenarioError)
     assert (back.field, back.message, back.source) == (err.field, err.message, err.source)
     assert str(back) == "a.yaml: users[0].weight: must be > 0, got 0"
+
+
+def test_a_tenants_scenario_may_declare_no_user_and_starts_with_none_present() -> None:
+    from psdsf_dist.model.universe import universe
+
+    servers = [{"name": "a", "capacity": {"CPU": 4, "memory": 8}}]
+    empty = Scenario.from_dict({"tenants": True, "resources": ["CPU", "memory"],
+                                "servers": servers})
+    assert empty.num_users == 0 and empty.demand.shape == (0, 2)
+    declared = Scenario.from_dict({"tenants": True, "resources": ["CPU", "memory"],
+                                   "servers": servers,
+                                   "users": [{"name": "u", "demand": {"CPU": 1}, "weight": 2}]})
+    assert not universe(declared).users_present.any()
+    with pytest.raises(ScenarioError, match="users: missing"):
+        Scenario.from_dict({"resources": ["CPU", "memory"], "servers": servers})
+    with pytest.raises(ScenarioError, match="tenants: expected true or false"):
+        Scenario.from_dict({"tenants": "yes", "resources": ["CPU", "memory"],
+                            "servers": servers})

@@ -724,6 +724,17 @@ class Coordinator:
         return RunResult(current, X.copy(), tuple(self.observations), tuple(conv), self.config,
                          len(self.members), self.restarts, tuple(self.pids.values()))
 
+    async def user_totals(self) -> dict[str, float]:
+        """Each present user's tasks in the latest observation, summed over the servers (a
+        light call, for watching a run)."""
+        await self._ensure()
+        assert self.churn is not None
+        X = self.last_allocation
+        if X is None:
+            return {}
+        return {u: float(X[n].sum()) for n, u in enumerate(self.churn.full.user_names)
+                if n < X.shape[0] and self.churn.users_present[n]}
+
     async def handles(self) -> dict[str, Any]:
         """server name -> the actor hosting it."""
         return {n: m.handle for n, m in self.members.items()}

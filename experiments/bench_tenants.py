@@ -15,16 +15,16 @@ it, each with its own task shape:
 user          shape                           weight  workload
 ============  ==============================  ======  ====================================
 ``batch``     1 CPU, 0.5 GiB                  1       5,000 tasks of 50-200 ms, at t = 0
-``analytics`` 0.5 CPU, 3 GiB                  1       tasks of 100-200 ms, from t = 15 s
-``training``  1 CPU, 2 GiB, 1 gpu             2       tasks of 0.5-1.5 s, from t = 30 s
+``analytics`` 0.5 CPU, 3 GiB                  1       tasks of 100-200 ms, from t = 10 s
+``training``  1 CPU, 2 GiB, 1 gpu             2       tasks of 0.5-1.5 s, from t = 20 s
 ============  ==============================  ======  ====================================
 
 The late users submit more than they can finish while ``batch`` has work; when ``batch``'s last
 task has started, the others close their queues (what is still queued is dropped) and the phase
 ends.  The same tasks, at the same times, then go to plain Ray (same shapes, Ray's own
 scheduler).  Before the first phase, tasks of every shape fill the cluster once, so that
-neither phase pays Ray's worker start-up.  Every task reports its node and its start and end on the wall clock; a user's
-running tasks at time t are counted from those intervals.
+neither phase pays Ray's worker start-up.  Every task reports its node and its start and end
+on the wall clock; a user's running tasks at time t are counted from those intervals.
 
 Measured
     * per user, running tasks over time against its allocation (the coordinator's, sampled
@@ -87,10 +87,10 @@ def workload(quick: bool) -> list[UserLoad]:
     return [
         UserLoad("batch", {"num_cpus": 1, "memory": GIB // 2}, 1.0, 0.0,
                  int(5000 * scale), (0.05, 0.2)),
-        UserLoad("analytics", {"num_cpus": 0.5, "memory": 3 * GIB}, 1.0, 15.0 * scale,
+        UserLoad("analytics", {"num_cpus": 0.5, "memory": 3 * GIB}, 1.0, 10.0 * scale,
                  int(5000 * scale), (0.1, 0.2)),
         UserLoad("training", {"num_cpus": 1, "memory": 2 * GIB, "resources": {"gpu": 1}},
-                 2.0, 30.0 * scale, int(1000 * scale), (0.5, 1.5)),
+                 2.0, 20.0 * scale, int(1000 * scale), (0.5, 1.5)),
     ]
 
 

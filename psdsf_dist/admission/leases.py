@@ -3,9 +3,10 @@
 A tenant's queue asks each server, every lease interval, how many of its tasks may run on that
 server's node; the answer is a :class:`Lease`: ``slots`` concurrent tasks until ``expires_at``.
 Between asks the queue starts a task whenever fewer than ``slots`` of its tasks run there — the
-data path is queue -> node, with no round trip per task.  The queue starts nothing on a server
-while its ask is in flight, so it never runs more than the newest lease it holds allows, plus
-the tasks it already ran before that lease shrank.
+data path is queue -> node, with no round trip per task.  While its ask is in flight it only
+replaces tasks that finish, never running more than it reported with the ask, so it never runs
+more than the newest lease it holds allows, plus the tasks it already ran before that lease
+shrank.
 
 The :class:`LeaseBook` keeps, per user, the newest lease and the running count reported with
 the ask.  A user's **claim** is ``max(slots, running)`` tasks of its demand (a shrunk lease

@@ -19,12 +19,15 @@ updated when it binds or is about to (the smaller of old and new backlog within
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 TENANT_TIMEOUT_PERIODS = 5.0
-"""A queue silent this many periods has gone (its driver exited): its user leaves."""
+"""A queue silent this many periods has gone (its driver exited) — unless Ray still reports
+its actor alive (a loaded queue or coordinator answers late): then its user leaves only after
+``LONG_SILENCE_PERIODS``."""
+LONG_SILENCE_PERIODS = 60.0
 IDLE_LINGER_PERIODS = 1.0
 """A queue reports an empty backlog only after being idle this long (bursty submitters do not
 leave and rejoin between bursts)."""
@@ -81,13 +84,21 @@ class TenantBook:
             out.append({"set_max_tasks": {"user": user, "max_tasks": backlog}})
         return out
 
-    def expired(self, now: float, period: float,
-                present: Mapping[str, bool]) -> list[dict[str, Any]]:
-        """Events for queues silent longer than ``TENANT_TIMEOUT_PERIODS``: their users leave
-        (and are forgotten here)."""
+    def silent(self, now: float, period: float) -> list[str]:
+        """Users whose queues have been silent longer than ``TENANT_TIMEOUT_PERIODS``."""
+        return [u for u, r in self.tenants.items()
+                if now - r.last_seen > TENANT_TIMEOUT_PERIODS * period]
+
+    def expired(self, now: float, period: float, present: Mapping[str, bool],
+                alive: Collection[str] = ()) -> list[dict[str, Any]]:
+        """Events for the :meth:`silent` queues: their users leave (and are forgotten here) —
+        but a queue in ``alive`` (Ray says its actor lives) only after
+        ``LONG_SILENCE_PERIODS``."""
         out: list[dict[str, Any]] = []
-        for user in [u for u, r in self.tenants.items()
-                     if now - r.last_seen > TENANT_TIMEOUT_PERIODS * period]:
+        for user in self.silent(now, period):
+            if user in alive and \
+                    now - self.tenants[user].last_seen <= LONG_SILENCE_PERIODS * period:
+                continue
             del self.tenants[user]
             if present.get(user, False):
                 out.append({"user_leaves": user})

@@ -173,6 +173,8 @@ class Coordinator:
         self.failure: str | None = None
         self.tenants = TenantBook()
         """Tenant runs: the queues' latest backlog reports."""
+        self.tenant_queues: dict[str, Any] = {}
+        """user -> its queue actor (to tell a silent queue from a gone one)."""
         self.metrics = RunMetrics(AllocatorMetrics())
         """Always kept: exported through Ray's metrics pipeline after every observation, and on
         an HTTP endpoint of its own once :meth:`serve_metrics` is asked for."""
@@ -404,13 +406,15 @@ class Coordinator:
                           self.config.period)
 
     async def tenant_report(self, user: str, demand: dict[str, float], weight: float | None,
-                            backlog: int) -> TenantReply:
+                            backlog: int, queue: Any = None) -> TenantReply:
         """One queue's periodic report: its backlog (queued + running) becomes the user's
         presence and ``max_tasks`` (:class:`~psdsf_dist.admission.tenants.TenantBook`).
         Returns where its tasks may go: every present server's actor and Ray node."""
         await self._ensure()
         assert self.churn is not None and self.lock is not None
         error = None
+        if queue is not None:
+            self.tenant_queues[user] = queue
         async with self.lock:  # one report's events apply together
             for item in self.tenants.report(user, demand, weight, backlog, self.now(),
                                             self._user_in_table(user)):
@@ -426,15 +430,40 @@ class Coordinator:
         """A queue closed: its user leaves now (it rejoins when it reports work again)."""
         assert self.churn is not None
         self.tenants.tenants.pop(user, None)
+        self.tenant_queues.pop(user, None)
         if self._user_in_table(user).present:
             await self.apply({"user_leaves": user})
 
     async def _expire_tenants(self) -> None:
+        """Users whose queues fell silent leave — at once if Ray reports the queue's actor
+        dead (its driver exited), else only after a long silence (a loaded queue)."""
         assert self.churn is not None
+        now, period = self.now(), self.config.period
+        silent = self.tenants.silent(now, period)
+        if not silent:
+            return
+
+        async def lives(user: str) -> bool:
+            queue = self.tenant_queues.get(user)
+            if queue is None:
+                return False
+            try:
+                await asyncio.wait_for(queue.status.remote(), period)
+            except ray.exceptions.RayActorError:
+                return False
+            except (TimeoutError, ray.exceptions.RayError):
+                return True  # there, but slow to answer
+            return True
+
+        answers = await asyncio.gather(*(lives(u) for u in silent))
+        alive = {u for u, up in zip(silent, answers, strict=True) if up}
         names = self.churn.full.user_names
         present = {u: bool(p) for u, p in zip(names, self.churn.users_present, strict=True)}
-        for item in self.tenants.expired(self.now(), self.config.period, present):
+        for item in self.tenants.expired(now, period, present, alive):
             await self.apply(item)
+        for user in silent:
+            if user not in self.tenants.tenants:
+                self.tenant_queues.pop(user, None)
 
     def _user_in_table(self, user: str) -> UserInTable:
         assert self.churn is not None

@@ -118,8 +118,13 @@ def observe_reports(request: ObservationRequest) -> ObservationReply:
         col[: len(rep.column)] = rep.column[:N]
         X[:, i] = col
         answered &= rep.epoch == request.epoch
+        # checked against the table the server acted on; users are only ever appended, so a
+        # table older than a user's arrival knows the first entries of the column only
         had = request.tables.get(rep.epoch, scenario)
-        feasible &= is_feasible_column(server_view(had, i, request.config.protocol.mode), col)
+        own = np.zeros(had.num_users)
+        k = min(had.num_users, len(rep.column))
+        own[:k] = rep.column[:k]
+        feasible &= is_feasible_column(server_view(had, i, request.config.protocol.mode), own)
         before = sent.get(name, (0, 0))
         if rep.messages < before[0]:
             before = (0, 0)  # a new incarnation counts from zero

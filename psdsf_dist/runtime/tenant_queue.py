@@ -19,8 +19,9 @@ What it does
     * Every lease interval (T/4) it asks each server where it has work to place or tasks
       running (:meth:`~psdsf_dist.runtime.server_actor.ServerActor.lease`): the answer is how
       many of its tasks may run there for the lease's lifetime, counted from when the ask was
-      sent.  It launches nothing on a server while its ask is in flight, and launches as soon
-      as a slot frees.
+      sent.  While an ask is in flight it only replaces tasks that finish (never more than ran
+      when the ask was sent, which the server counts as claimed), and otherwise launches as
+      soon as a slot frees.
     * A task lost to a system failure (its node or worker died, the node vanished before it
       started) goes back to the head of the queue, up to the task's ``max_retries``; an
       exception raised by the task's own code is the caller's result, as in plain Ray.
@@ -88,10 +89,16 @@ class _Server:
     expires: float = -1.0
     asking: bool = False
     running: int = 0
+    running_at_ask: int = 0
+    """Tasks running here when the ask in flight was sent."""
 
     def open_slots(self, now: float) -> int:
-        if self.asking or now >= self.expires:
+        if now >= self.expires:
             return 0
+        if self.asking:
+            # the server is deciding with ``running_at_ask``: replacing tasks that finish
+            # meanwhile keeps within the claim it records (max(new slots, running_at_ask))
+            return max(min(self.slots, self.running_at_ask) - self.running, 0)
         return max(self.slots - self.running, 0)
 
 
@@ -145,6 +152,7 @@ class TenantQueue:
         if not self.loops:
             loop = asyncio.get_running_loop()
             self.coordinator = ray.get_actor(coordinator_name(self.run_id), namespace=NAMESPACE)
+            self.handle = ray.get_runtime_context().current_actor
             self.loops = [loop.create_task(self._report_loop()),
                           loop.create_task(self._ask_loop())]
 
@@ -284,7 +292,7 @@ class TenantQueue:
         try:
             reply: TenantReply = await asyncio.wait_for(
                 self.coordinator.tenant_report.remote(self.user, self.demand, self.weight,
-                                                      backlog),
+                                                      backlog, self.handle),
                 silence)
         except (TimeoutError, ray.exceptions.RayError) as err:
             dead = isinstance(err, ray.exceptions.ActorDiedError)
@@ -323,6 +331,7 @@ class TenantQueue:
 
     async def _ask(self, s: _Server) -> None:
         s.asking = True
+        s.running_at_ask = s.running
         sent = time.monotonic()
         try:
             lease = await asyncio.wait_for(s.handle.lease.remote(s.name, self.user, s.running,

@@ -49,6 +49,16 @@ def test_an_empty_backlog_leaves_and_a_silent_queue_expires() -> None:
     assert book.tenants == {}
 
 
+def test_a_silent_queue_ray_reports_alive_is_kept_longer() -> None:
+    book = TenantBook()
+    present = UserInTable(known=True, present=True, demand=dict(SHAPE), weight=1.0)
+    book.report("bob", SHAPE, None, 3, 0.0, present)
+    assert book.silent(6.0, 1.0) == ["bob"]
+    assert book.expired(6.0, 1.0, {"bob": True}, alive={"bob"}) == []  # slow, not gone
+    assert book.expired(59.0, 1.0, {"bob": True}, alive={"bob"}) == []
+    assert book.expired(61.0, 1.0, {"bob": True}, alive={"bob"}) == [{"user_leaves": "bob"}]
+
+
 def test_cap_updates() -> None:
     assert not cap_needs_update(10, 10, 3.0)
     assert cap_needs_update(10, 9, 5.0)  # binding: 9 <= 2 x 5

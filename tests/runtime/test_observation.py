@@ -116,3 +116,19 @@ def test_change_is_measured_against_the_previous_totals() -> None:
     totals = X.sum(axis=1)
     reply = observe_reports(request(churn, all_reports(churn, X), previous_totals=totals * 0.5))
     assert reply.observation.max_relative_change == np.float64(0.5)
+
+
+def test_a_server_on_a_table_older_than_a_new_user_is_checked_against_that_table() -> None:
+    """A user joined (the table grew) and a server has not adopted it yet: its shorter column
+    is checked against the table it acted on, not the current one (no crash, still feasible,
+    not yet converged)."""
+    churn, X = setting()
+    old = churn.table()
+    names = churn.present_servers()
+    churn.apply(churn.parse({"user_joins": {"name": "late", "demand": {"cpu": 1}}}), 1.0)
+    new = churn.table()
+    reports = {n: report(n, X[:, i].copy(), epoch=old.epoch) for i, n in enumerate(names)}
+    reply = observe_reports(request(churn, reports, tables={old.epoch: old.scenario,
+                                                            new.epoch: new.scenario}))
+    assert reply.observation.feasible and not reply.observation.holds
+    assert reply.allocation.shape == (new.scenario.num_users, len(names))

@@ -150,11 +150,10 @@ def test_a_late_user_gets_its_share_and_a_leaving_one_releases_it(run: Run) -> N
 
     def bob_has_share() -> bool:
         # bob reaches 90 % of his allocation (whole tasks, rounded down)
-        result = run.result()
-        names = result.scenario.user_names
-        if "bob" not in names:
+        totals = run.user_totals()
+        if "bob" not in totals:
             return False
-        want = float(np.floor(result.allocation[names.index("bob")].sum() + 1e-9))
+        want = float(np.floor(totals["bob"] + 1e-9))
         return bool(want >= 1 and sum(sampler.sample()["bob"].values()) >= 0.9 * want)
 
     assert wait_for(bob_has_share, 10.0), sampler.samples[-3:]

@@ -127,7 +127,8 @@ def test_a_server_on_a_table_older_than_a_new_user_is_checked_against_that_table
     names = churn.present_servers()
     churn.apply(churn.parse({"user_joins": {"name": "late", "demand": {"cpu": 1}}}), 1.0)
     new = churn.table()
-    reports = {n: report(n, X[:, i].copy(), epoch=old.epoch) for i, n in enumerate(names)}
+    reports: dict[str, ServerReport | None] = {
+        n: report(n, X[:, i].copy(), epoch=old.epoch) for i, n in enumerate(names)}
     reply = observe_reports(request(churn, reports, tables={old.epoch: old.scenario,
                                                             new.epoch: new.scenario}))
     assert reply.observation.feasible and not reply.observation.holds

@@ -427,7 +427,7 @@ def main() -> None:
     g_plain = gaps(plain, psdsf, loads, wins)
     late = {u.name: (time_to_share(psdsf, psdsf, u.name), time_to_share(plain, psdsf, u.name))
             for u in loads if u.start > 0}
-    suffix = "_quick" if args.quick else ""
+    suffix = "_quick" if args.quick else ""  # an example run: not kept in the repository
     plot(psdsf, plain, loads, wins, RESULTS / f"tenants{suffix}.png")
     with open(RESULTS / f"tenants{suffix}.csv", "w", newline="") as f:
         w = csv.writer(f)

@@ -81,6 +81,29 @@ def write_scenario(tmp_path: Path) -> WriteScenario:
     return write
 
 
+def start_ray_cluster(head: dict[str, Any], *nodes: dict[str, Any]) -> Any:
+    """A local multi-node Ray cluster (``ray.cluster_utils.Cluster``) this process is
+    connected to, in place of the shared session; end it with :func:`stop_ray_cluster`."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    ray.shutdown()  # the shared single-node session, if any
+    c: Any = Cluster(initialize_head=True, head_node_args=head)
+    for node in nodes:
+        c.add_node(**node)
+    c.wait_for_nodes()
+    ray.init(address=c.address, namespace="psdsf", log_to_driver=False,
+             configure_logging=False)
+    return c
+
+
+def stop_ray_cluster(c: Any) -> None:
+    import ray
+
+    ray.shutdown()
+    c.shutdown()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "multinode: starts its own multi-node Ray cluster")
 

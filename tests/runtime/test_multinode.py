@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 import ray
-from ray.cluster_utils import Cluster
 
 from psdsf_dist.core.certificate import certificate
 from psdsf_dist.protocol.config import ProtocolConfig
@@ -21,6 +20,7 @@ from psdsf_dist.runtime.coordinator import RemoteCoordinator
 from psdsf_dist.runtime.launcher import Run, launch, prepare
 from psdsf_dist.runtime.names import NAMESPACE, coordinator_name
 from psdsf_dist.runtime.settings import RunConfig
+from tests.conftest import start_ray_cluster, stop_ray_cluster
 
 pytestmark = pytest.mark.multinode
 
@@ -30,19 +30,12 @@ MANUAL = RunConfig(ProtocolConfig(period=1.0, jitter=0.0, seed=5, ttl_periods=4.
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
-    ray.shutdown()  # the shared single-node session, if any
-    c: Any = Cluster(initialize_head=True,
-                head_node_args={"num_cpus": 1, "resources": {"slots": 4}})
-    for slots in (2, 3):
-        c.add_node(num_cpus=1, resources={"slots": slots})
-    c.wait_for_nodes()
-    ray.init(address=c.address, namespace="psdsf", log_to_driver=False,
-             configure_logging=False)
+    c = start_ray_cluster({"num_cpus": 1, "resources": {"slots": 4}},
+                          *({"num_cpus": 1, "resources": {"slots": n}} for n in (2, 3)))
     try:
         yield c
     finally:
-        ray.shutdown()
-        c.shutdown()
+        stop_ray_cluster(c)
 
 
 def advance_until_held(run: Run, hold: int = 3, limit: int = 80) -> list[dict[str, Any]]:

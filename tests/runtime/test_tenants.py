@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 import pytest
 import ray
-from ray.cluster_utils import Cluster
 
 from psdsf_dist.admission.shapes import GIB, ShapeError
 from psdsf_dist.protocol.config import ProtocolConfig
@@ -27,6 +26,7 @@ from psdsf_dist.runtime.launcher import Run, launch
 from psdsf_dist.runtime.settings import RunConfig
 from psdsf_dist.runtime.tenant import Tenant
 from psdsf_dist.runtime.tenant_queue import AllocatorGoneError
+from tests.conftest import start_ray_cluster, stop_ray_cluster
 
 pytestmark = pytest.mark.multinode
 
@@ -37,19 +37,13 @@ SCENARIO = {"servers": "from-ray", "tenants": True, "resources": ["CPU", "memory
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
-    ray.shutdown()  # the shared single-node session, if any
-    c: Any = Cluster(initialize_head=True,
-                     head_node_args={"num_cpus": 2, "memory": 4 * 2**30})
-    c.add_node(num_cpus=2, memory=8 * 2**30)
-    c.add_node(num_cpus=1, memory=2 * 2**30, resources={"gpu": 1})
-    c.wait_for_nodes()
-    ray.init(address=c.address, namespace="psdsf", log_to_driver=False,
-             configure_logging=False)
+    c = start_ray_cluster({"num_cpus": 2, "memory": 4 * 2**30},
+                          {"num_cpus": 2, "memory": 8 * 2**30},
+                          {"num_cpus": 1, "memory": 2 * 2**30, "resources": {"gpu": 1}})
     try:
         yield c
     finally:
-        ray.shutdown()
-        c.shutdown()
+        stop_ray_cluster(c)
 
 
 @pytest.fixture(scope="module")

@@ -3,15 +3,17 @@
 Each tenant's queue (:mod:`psdsf_dist.runtime.tenant_queue`) runs in its own Ray worker, so its
 series go out the way Ray's do: every Ray node's metrics agent exports them, and a Prometheus
 that already scrapes Ray (its service-discovery file) gets them with no extra target.  Ray
-prefixes each name with ``ray_``; the tags are ``user`` and ``node`` (the Ray node id the tasks
-run on), a bounded set: users times nodes.
+prefixes each name with ``ray_``; the tags are ``user`` and ``server`` (the allocator's server
+the tasks run on — with ``servers: from-ray`` one per Ray node, named ``node-<8 hex digits of
+its id>``), a bounded set: users times nodes.  ``server`` is the label of the allocator's own
+``psdsf_allocated_tasks``, so running and allocated tasks join per user and node.
 
 ==========================================  =========  ===============================
 name (as Prometheus shows it)               type       meaning
 ==========================================  =========  ===============================
 ``ray_psdsf_tenant_queued_tasks``           gauge      tasks waiting in the queue
-``ray_psdsf_tenant_running_tasks``          gauge      tasks running, per node
-``ray_psdsf_tenant_admitted_total``         counter    tasks launched, per node
+``ray_psdsf_tenant_running_tasks``          gauge      tasks running, per server (node)
+``ray_psdsf_tenant_admitted_total``         counter    tasks launched, per server
 ``ray_psdsf_tenant_completed_total``        counter    tasks finished (value or error)
 ``ray_psdsf_tenant_retried_total``          counter    tasks re-queued after a system failure
 ``ray_psdsf_tenant_queue_delay_seconds``    histogram  submission to launch
@@ -30,15 +32,16 @@ class TenantMetrics:
 
     def __init__(self, user: str) -> None:
         self.user = user
-        keys = ("user", "node")
+        keys = ("user", "server")
         self._queued = metrics.Gauge("psdsf_tenant_queued_tasks",
                                      "Tasks waiting in the tenant's queue.", tag_keys=("user",))
         self._running = metrics.Gauge("psdsf_tenant_running_tasks",
-                                      "Tenant tasks running, per node.", tag_keys=keys)
+                                      "Tenant tasks running, per server (node).", tag_keys=keys)
         self._admitted = metrics.Counter("psdsf_tenant_admitted_total",
-                                         "Tenant tasks launched, per node.", tag_keys=keys)
+                                         "Tenant tasks launched, per server (node).", tag_keys=keys)
         self._completed = metrics.Counter("psdsf_tenant_completed_total",
-                                          "Tenant tasks finished, per node.", tag_keys=keys)
+                                          "Tenant tasks finished, per server (node).",
+                                          tag_keys=keys)
         self._retried = metrics.Counter("psdsf_tenant_retried_total",
                                         "Tenant tasks re-queued after a system failure.",
                                         tag_keys=keys)
@@ -46,20 +49,21 @@ class TenantMetrics:
                                         "Seconds from submission to launch.",
                                         boundaries=list(QUEUE_DELAY_BOUNDS), tag_keys=("user",))
 
-    def _tags(self, node: str) -> dict[str, str]:
-        return {"user": self.user, "node": node}
+    def _tags(self, server: str) -> dict[str, str]:
+        return {"user": self.user, "server": server}
 
-    def admitted(self, node: str, delay: float) -> None:
-        self._admitted.inc(1.0, tags=self._tags(node))
+    def admitted(self, server: str, delay: float) -> None:
+        self._admitted.inc(1.0, tags=self._tags(server))
         self._delay.observe(max(delay, 0.0), tags={"user": self.user})
 
-    def completed(self, node: str) -> None:
-        self._completed.inc(1.0, tags=self._tags(node))
+    def completed(self, server: str) -> None:
+        self._completed.inc(1.0, tags=self._tags(server))
 
-    def retried(self, node: str) -> None:
-        self._retried.inc(1.0, tags=self._tags(node))
+    def retried(self, server: str) -> None:
+        self._retried.inc(1.0, tags=self._tags(server))
 
     def backlog(self, queued: int, running: dict[str, int]) -> None:
+        """Queued tasks, and running tasks per server."""
         self._queued.set(float(queued), tags={"user": self.user})
-        for node, n in running.items():
-            self._running.set(float(n), tags=self._tags(node))
+        for server, n in running.items():
+            self._running.set(float(n), tags=self._tags(server))

@@ -237,7 +237,7 @@ class TenantQueue:
             return
         server.running += 1
         self.admitted += 1
-        self.metrics.admitted(server.node, now - task.submitted)
+        self.metrics.admitted(server.name, now - task.submitted)
         asyncio.get_running_loop().create_task(self._watch(task, server, ref))
 
     async def _watch(self, task: _Task, server: _Server, ref: Any) -> None:
@@ -245,7 +245,7 @@ class TenantQueue:
             value = await ref
         except ray.exceptions.RayTaskError as err:  # the task's own code raised
             self.completed += 1
-            self.metrics.completed(server.node)
+            self.metrics.completed(server.name)
             if not task.result.done():
                 task.result.set_exception(err)
         except ray.exceptions.RayError as err:
@@ -254,7 +254,7 @@ class TenantQueue:
             if task.attempts < task.max_retries and self.gone is None:
                 task.attempts += 1
                 self.retried += 1
-                self.metrics.retried(server.node)
+                self.metrics.retried(server.name)
                 self.queue.appendleft(task)
             else:
                 self.failed += 1
@@ -262,7 +262,7 @@ class TenantQueue:
                     task.result.set_exception(err)
         else:
             self.completed += 1
-            self.metrics.completed(server.node)
+            self.metrics.completed(server.name)
             if not task.result.done():
                 task.result.set_result(value)
         finally:
@@ -320,7 +320,7 @@ class TenantQueue:
             s.slots = 0
             if s.running == 0:
                 del self.servers[name]
-        self.metrics.backlog(len(self.queue), {s.node: s.running for s in self.servers.values()})
+        self.metrics.backlog(len(self.queue), {s.name: s.running for s in self.servers.values()})
 
     async def _ask_loop(self) -> None:
         while True:

@@ -64,6 +64,7 @@ from psdsf_dist.protocol.node import (
 )
 from psdsf_dist.runtime.names import (
     NAMESPACE,
+    actor_key,
     server_actor_name,
     server_from_actor_name,
 )
@@ -414,6 +415,13 @@ class Coordinator:
         assert self.churn is not None and self.lock is not None
         error = None
         if queue is not None:
+            held = self.tenant_queues.get(user)
+            if held is not None and actor_key(held) != actor_key(queue) \
+                    and await self._queue_lives(held):
+                # one user, one queue: two would each report their own backlog and claim
+                # the same user's slots
+                return TenantReply({}, f"user {user!r} is already connected from another "
+                                       "driver (connect under another name)")
             self.tenant_queues[user] = queue
         async with self.lock:  # one report's events apply together
             for item in self.tenants.report(user, demand, weight, backlog, self.now(),
@@ -426,9 +434,14 @@ class Coordinator:
                    if m.node is not None and self._present(n)}
         return TenantReply(servers, error)
 
-    async def tenant_leave(self, user: str) -> None:
-        """A queue closed: its user leaves now (it rejoins when it reports work again)."""
+    async def tenant_leave(self, user: str, queue: Any = None) -> None:
+        """A queue closed: its user leaves now (it rejoins when it reports work again).  A
+        queue that is not the user's registered one (refused as a second connection) is
+        ignored."""
         assert self.churn is not None
+        held = self.tenant_queues.get(user)
+        if queue is not None and held is not None and actor_key(held) != actor_key(queue):
+            return
         self.tenants.tenants.pop(user, None)
         self.tenant_queues.pop(user, None)
         if self._user_in_table(user).present:
@@ -445,15 +458,7 @@ class Coordinator:
 
         async def lives(user: str) -> bool:
             queue = self.tenant_queues.get(user)
-            if queue is None:
-                return False
-            try:
-                await asyncio.wait_for(queue.status.remote(), period)
-            except ray.exceptions.RayActorError:
-                return False
-            except (TimeoutError, ray.exceptions.RayError):
-                return True  # there, but slow to answer
-            return True
+            return queue is not None and await self._queue_lives(queue)
 
         answers = await asyncio.gather(*(lives(u) for u in silent))
         alive = {u for u, up in zip(silent, answers, strict=True) if up}
@@ -464,6 +469,16 @@ class Coordinator:
         for user in silent:
             if user not in self.tenants.tenants:
                 self.tenant_queues.pop(user, None)
+
+    async def _queue_lives(self, queue: Any) -> bool:
+        """Whether Ray still has a tenant's queue actor (one slow to answer counts)."""
+        try:
+            await asyncio.wait_for(queue.status.remote(), self.config.period)
+        except ray.exceptions.RayActorError:
+            return False
+        except (TimeoutError, ray.exceptions.RayError):
+            return True  # there, but slow to answer
+        return True
 
     def _user_in_table(self, user: str) -> UserInTable:
         assert self.churn is not None

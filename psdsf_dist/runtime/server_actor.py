@@ -38,7 +38,7 @@ from psdsf_dist.protocol.membership import Table
 from psdsf_dist.protocol.node import Message, ServerNode, server_of, server_seed
 from psdsf_dist.protocol.update_rule import UpdateRule
 from psdsf_dist.runtime.clock import Clock, ManualClock, WallClock
-from psdsf_dist.runtime.names import NAMESPACE, server_actor_name
+from psdsf_dist.runtime.names import NAMESPACE, actor_key, server_actor_name
 from psdsf_dist.runtime.observation import ServerReport
 from psdsf_dist.runtime.settings import RunConfig
 
@@ -300,7 +300,7 @@ class ServerActor:
         handle = self._handle(target)
         if handle is None:
             return None
-        key = _actor_key(handle)
+        key = actor_key(handle)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         entry = self.outbox.get(key)
         if entry is None:
@@ -341,10 +341,6 @@ class ServerActor:
             self.handles[server] = h
         return h
 
-
-def _actor_key(handle: Any) -> str:
-    actor_id = getattr(handle, "_actor_id", None)
-    return actor_id.hex() if actor_id is not None else str(id(handle))
 
 
 RemoteServerActor: Any = ray.remote(ServerActor)

@@ -191,7 +191,7 @@ class TenantQueue:
         self.gone = f"tenant {self.user!r} closed its queue"  # later submissions fail at once
         self._fail_queued(AllocatorGoneError, self.gone)
         calls = [s.handle.release.remote(s.name, self.user) for s in self.servers.values()]
-        calls.append(self.coordinator.tenant_leave.remote(self.user))
+        calls.append(self.coordinator.tenant_leave.remote(self.user, self.handle))
         await asyncio.gather(*(asyncio.wait_for(c, self.period) for c in calls),
                              return_exceptions=True)
 

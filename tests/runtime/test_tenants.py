@@ -25,7 +25,7 @@ from psdsf_dist.runtime.coordinator import TenantRunError
 from psdsf_dist.runtime.launcher import Run, launch
 from psdsf_dist.runtime.settings import RunConfig
 from psdsf_dist.runtime.tenant import Tenant
-from psdsf_dist.runtime.tenant_queue import AllocatorGoneError
+from psdsf_dist.runtime.tenant_queue import AllocatorGoneError, TenantRefusedError
 from tests.conftest import start_ray_cluster, stop_ray_cluster
 
 pytestmark = pytest.mark.multinode
@@ -162,6 +162,23 @@ def test_a_late_user_gets_its_share_and_a_leaving_one_releases_it(run: Run) -> N
     assert wait_for(lambda: "alice" not in present(run), 4.0)
     assert ray.get(small.remote(7)) == 7
     a.close()
+
+
+def test_one_user_is_one_queue(run: Run) -> None:
+    first = Tenant.connect("solo", run_id=RUN)
+    work = first.remote(num_cpus=1)(lambda: time.sleep(0.5))
+    refs = [work.remote() for _ in range(10)]
+    assert wait_for(lambda: first.status().admitted > 0, 6.0)
+    second = Tenant.connect("solo", run_id=RUN)
+    again = second.remote(num_cpus=1)(lambda: 1)
+    with pytest.raises(TenantRefusedError, match="already connected from another driver"):
+        ray.get(again.remote(), timeout=30)
+    second.close()
+    ray.get(refs)  # the first connection is untouched
+    first.close()
+    third = Tenant.connect("solo", run_id=RUN)  # free again once the first has closed
+    assert ray.get(third.remote(num_cpus=1)(lambda: 3).remote(), timeout=30) == 3
+    third.close()
 
 
 def test_a_task_errors_as_in_plain_ray(run: Run) -> None:

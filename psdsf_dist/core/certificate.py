@@ -17,11 +17,13 @@ largest of
   consumes at i of ``max(1 - used/capacity, (Vmax[i, r] - V[n, i]) / Vmax[i, r])``, where Vmax is
   the largest V of the users consuming r at i.  Both parts are relative and lie in [0, 1].
 
-Amounts below ``DUST`` of a capacity count as zero, so round-off cannot invent a consumer.
+Amounts below ``DUST`` of a capacity count as zero, so round-off cannot invent a consumer.  An
+allocation or totals with a non-finite entry (NaN, infinity) never holds: residual infinite.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,7 +47,10 @@ class Certificate:
     rtol: float = DEFAULT_RTOL
 
     def to_json(self) -> dict[str, object]:
-        return {"holds": self.holds, "residual": self.residual}
+        # JSON has no infinity: a residual that is not finite (an allocation that is not a
+        # number of tasks) is written as null
+        return {"holds": self.holds,
+                "residual": self.residual if math.isfinite(self.residual) else None}
 
 
 def certificate(
@@ -84,6 +89,9 @@ def certify_columns(
     explain: bool = True,
 ) -> Certificate:
     """Certificate over the given servers' columns (``X[:, j]`` is server ``servers[j]``)."""
+    broken = _non_finite(scenario, X, x, servers)
+    if broken is not None:
+        return Certificate(False, math.inf, (broken,), rtol)
     caps = scenario.max_tasks
     phi = scenario.weight
     capacity_all = scenario.server_capacity(mode)
@@ -166,6 +174,22 @@ def certify_columns(
                 )
         worst = max(worst, float(deficit.max(initial=0.0)))
     return Certificate(worst <= rtol, float(worst), tuple(messages), rtol)
+
+
+def _non_finite(scenario: Scenario, X: FloatArray, x: FloatArray,
+                servers: npt.NDArray[np.int64]) -> str | None:
+    """What is not a number of tasks (NaN, infinite) in the allocation or the totals, if any:
+    such an allocation is never PS-DSF, whatever the comparisons below (NaN compares false)."""
+    bad = np.argwhere(~np.isfinite(X))
+    if len(bad):
+        n, j = map(int, bad[0])
+        return (f"user {scenario.user_names[n]}: {X[n, j]} tasks on "
+                f"{scenario.server_names[servers[j]]} (not a number of tasks)")
+    bad_total = np.flatnonzero(~np.isfinite(x))
+    if len(bad_total):
+        n = int(bad_total[0])
+        return f"user {scenario.user_names[n]}: {x[n]} tasks in all (not a number of tasks)"
+    return None
 
 
 def _consumption(scenario: Scenario, mode: Mode, servers: npt.NDArray[np.int64]) -> FloatArray:

@@ -190,3 +190,16 @@ def test_rdm_certificate_refuses_tdm_only_gamma() -> None:
 
 def test_to_json_has_holds_and_residual(fig1: Scenario) -> None:
     assert certificate(fig1, FIG1_X).to_json() == {"holds": True, "residual": 0.0}
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_a_non_finite_allocation_never_holds(fig1: Scenario, bad: float) -> None:
+    X = FIG1_X.copy()
+    X[1, 0] = bad
+    cert = certificate(fig1, X)
+    assert not cert.holds and cert.residual == np.inf
+    assert "not a number of tasks" in cert.violations[0]
+    assert cert.to_json() == {"holds": False, "residual": None}
+    totals = FIG1_X.sum(axis=1)
+    totals[0] = bad
+    assert not certificate(fig1, FIG1_X, totals=totals).holds

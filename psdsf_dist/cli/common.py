@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import json
 import os
+import stat
 import sys
 import tempfile
 import warnings
@@ -50,6 +51,15 @@ def load(path: str) -> Scenario:
     return scenario
 
 
+def _file_mode(target: Path) -> int:
+    try:
+        return stat.S_IMODE(target.stat().st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def emit(text: str, output: str | None) -> None:
     """Print ``text`` or write it to ``output`` atomically (never a half-written file)."""
     if output is None:
@@ -66,6 +76,9 @@ def emit(text: str, output: str | None) -> None:
     except OSError as err:  # e.g. no write permission: one line, not a traceback
         raise CommandError(f"{output}: cannot write: {err.strerror or err}") from None
     try:
+        # the mode a plain open() would give: an existing file's, else 0666 less the umask
+        # (mkstemp makes its file 0600)
+        os.fchmod(fd, _file_mode(target))
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text if text.endswith("\n") else text + "\n")
         os.replace(tmp, target)

@@ -11,6 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from psdsf_dist.errors import ScenarioError
+from psdsf_dist.model.limits import LARGEST, SMALLEST
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -56,10 +57,16 @@ def _name(value: Any, fld: str) -> str:
 
 
 def number(value: Any, fld: str, *, positive: bool = False, allow_inf: bool = False) -> float:
-    """A finite (or +inf when allowed) non-negative number; booleans are not numbers."""
+    """A non-negative number, 0 or within ``[SMALLEST, LARGEST]`` (:mod:`.limits`: so no ratio
+    the mechanism forms overflows or underflows), or +inf when allowed; booleans are not
+    numbers."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ScenarioError(fld, f"must be a number, got {_kind(value)} {value!r}")
-    x = float(value)
+        raise ScenarioError(fld, f"must be a number, got {_kind(value)} {_short(value)}")
+    try:
+        x = float(value)
+    except OverflowError:  # an integer beyond what a float holds
+        raise ScenarioError(fld, f"must be at most {LARGEST:g}, got an integer of "
+                                 f"{len(str(abs(value)))} digits") from None
     if math.isnan(x):
         raise ScenarioError(fld, "must be a number, got NaN")
     if math.isinf(x) and not (allow_inf and x > 0):
@@ -68,7 +75,17 @@ def number(value: Any, fld: str, *, positive: bool = False, allow_inf: bool = Fa
         raise ScenarioError(fld, f"must be >= 0, got {value}")
     if positive and x == 0:
         raise ScenarioError(fld, "must be > 0, got 0")
+    if LARGEST < x < math.inf:
+        raise ScenarioError(fld, f"must be at most {LARGEST:g}, got {x:g} (rescale the unit)")
+    if 0 < x < SMALLEST:
+        raise ScenarioError(fld, f"must be 0 or at least {SMALLEST:g}, got {x:g} "
+                                 "(rescale the unit)")
     return x
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def resource_vector(value: Any, resources: Sequence[str], fld: str) -> FloatArray:

@@ -42,6 +42,7 @@ from psdsf_dist.model.fields import (
     number,
     resource_vector,
 )
+from psdsf_dist.model.limits import LIMITS_ENV, Limits, current_limits, nesting_depth
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -193,7 +194,12 @@ def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario file (``.yaml``, ``.yml`` or ``.json``)."""
     p = Path(path)
     source = str(path)
+    limit = current_limits().file_bytes
     try:
+        size = p.stat().st_size
+        if size > limit:
+            raise ScenarioError("", f"{size:,} bytes is more than the limit of {limit:,} "
+                                    f"(raise it with {LIMITS_ENV}=\"file_bytes=N\")", source)
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ScenarioError("", "no such file", source) from None
@@ -209,9 +215,18 @@ def load_scenario(path: str | Path) -> Scenario:
             raise ScenarioError(
                 "", f"malformed JSON at line {err.lineno}: {err.msg}", source
             ) from None
+        except ValueError as err:  # e.g. an integer of more digits than Python converts
+            raise ScenarioError("", f"malformed JSON: {str(err).splitlines()[0]}",
+                                source) from None
+        except RecursionError:
+            raise ScenarioError("", "malformed JSON: nested too deeply to read",
+                                source) from None
     else:
         try:
             data = yaml.load(text, Loader=_StrictYamlLoader)  # a SafeLoader
+        except RecursionError:
+            raise ScenarioError("", "malformed YAML: nested too deeply to read",
+                                source) from None
         except yaml.YAMLError as err:
             mark = getattr(err, "problem_mark", None)
             at = f" at line {mark.line + 1}" if mark is not None else ""
@@ -278,6 +293,17 @@ def _frozen(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
     return a
 
 
+def _check_server_count(servers: Sequence[Any], limits: Limits) -> None:
+    """Refuse more servers than the limit before a class is expanded (a count is checked
+    for what it is when its class is read)."""
+    total = 0
+    for s, srv in enumerate(servers):
+        cnt = srv.get("count", 1) if isinstance(srv, Mapping) else 1
+        total += cnt if isinstance(cnt, int) and not isinstance(cnt, bool) and cnt > 0 else 1
+        if total > limits.servers:
+            limits.check("servers", total, f"servers[{s}].count")
+
+
 def _check_keys(obj: Mapping[str, Any], allowed: set[str], fld: str) -> None:
     for k in obj:
         if k not in allowed:
@@ -288,6 +314,11 @@ def _check_keys(obj: Mapping[str, Any], allowed: set[str], fld: str) -> None:
 def _build(data: Any) -> Scenario:
     if data is None:
         raise ScenarioError("", "empty scenario")
+    limits = current_limits()
+    depth = nesting_depth(data, limits.depth)
+    if depth > limits.depth:
+        raise ScenarioError("", f"nested more than {limits.depth} levels deep (a scenario "
+                                f"needs about 5; raise it with {LIMITS_ENV}=\"depth=N\")")
     top = _mapping(data, "scenario")
     _check_keys(top, TOP_KEYS, "")
     if "resources" not in top:
@@ -298,6 +329,7 @@ def _build(data: Any) -> Scenario:
     ]
     if not resources:
         raise ScenarioError("resources", "no resource declared")
+    limits.check("resources", len(resources), "resources")
     _unique(resources, "resources")
 
     # servers (classes expanded)
@@ -309,6 +341,7 @@ def _build(data: Any) -> Scenario:
     labels: list[Mapping[str, str]] = []
     caps: list[FloatArray] = []
     class_members: dict[str, list[int]] = {}
+    _check_server_count(_sequence(servers_in, "servers"), limits)
     for s, srv in enumerate(_sequence(servers_in, "servers")):
         fld = f"servers[{s}]"
         srv = _mapping(srv, fld)
@@ -364,6 +397,8 @@ def _build(data: Any) -> Scenario:
     if "users" not in top and not tenants:
         raise ScenarioError("users", "missing")
     users_in = _sequence(top.get("users") or [], "users")
+    limits.check("users", len(users_in), "users")
+    limits.check("cells", len(users_in) * len(names), "users")
     unames: list[str] = []
     demands: list[FloatArray] = []
     weights: list[float] = []
@@ -454,7 +489,7 @@ def _build(data: Any) -> Scenario:
             )
     events = top.get("events") or ()
     if events:
-        _sequence(events, "events")
+        limits.check("events", len(_sequence(events, "events")), "events")
     parse_events(top.get("events"), top, server_names=names, user_names=unames,
                  build=Scenario.from_dict)
     return Scenario(

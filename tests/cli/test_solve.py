@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import stat
 import subprocess
 import sys
 from collections.abc import Callable
@@ -349,3 +351,20 @@ def test_output_onto_a_directory_is_one_line(
     assert status == 2 and out == ""
     assert_one_line(err, str(tmp_path), "directory")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_output_files_get_the_umasks_mode_or_keep_their_own(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    target = tmp_path / "out.txt"
+    old = os.umask(0o027)
+    try:
+        status, _, _ = run(capsys, "solve", str(example_path("paper_fig1")), "-o", str(target))
+        assert status == 0
+        assert stat.S_IMODE(target.stat().st_mode) == 0o640
+        target.chmod(0o644)  # an overwritten file keeps its mode
+        status, _, _ = run(capsys, "solve", str(example_path("paper_fig1")), "-o", str(target))
+        assert status == 0
+        assert stat.S_IMODE(target.stat().st_mode) == 0o644
+    finally:
+        os.umask(old)

@@ -1,0 +1,98 @@
+"""How big a scenario may be, and which numbers it may state (checked before any work is done).
+
+Sizes
+    A scenario is refused, with one line naming the field and the limit, when it would make the
+    allocator allocate or loop without bound: more servers (after expanding classes) than
+    ``servers``, more users, resources or events than their limits, more user x server cells
+    (the dense allocation matrix, 8 bytes each) than ``cells``, a file larger than
+    ``file_bytes``, or nesting deeper than ``depth`` (a scenario is a handful of levels deep).
+    The limits are checked on the counts, before classes are expanded or matrices built, so a
+    ``count: 1000000000`` costs nothing.  To raise one, set ``PSDSF_LIMITS``, e.g.
+    ``PSDSF_LIMITS="servers=5000000,cells=200000000"``.
+
+Numbers
+    Every amount, weight, ``gamma`` and cap is 0 or lies in ``[SMALLEST, LARGEST]``
+    (``max_tasks`` may also be infinite).  Within that range every ratio the mechanism forms —
+    tasks of a demand in a capacity (``gamma``), virtual dominant shares ``x / (phi * gamma)``,
+    their products in the water-fill — stays between about 1e-45 and 1e45, far inside what a
+    float holds (1e-308 to 1e308): nothing overflows to infinity, underflows to zero, or becomes
+    NaN.  Outside it the answer could be silently wrong (a demand of 5e-324 is a zero
+    ``gamma`` and its user "eligible nowhere"; weights of 1e-300 and 1e300 made NaN tasks), so
+    such numbers are refused: rescale the unit instead (memory in GiB rather than bytes, ...).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from psdsf_dist.errors import ScenarioError
+
+LARGEST = 1e15
+"""The largest finite number a scenario may state."""
+SMALLEST = 1e-15
+"""The smallest non-zero number a scenario may state."""
+LIMITS_ENV = "PSDSF_LIMITS"
+"""Environment variable raising (or lowering) the size limits: ``name=value,...``."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Size limits of one scenario (see the module docstring)."""
+
+    servers: int = 1_000_000
+    users: int = 100_000
+    resources: int = 64
+    events: int = 100_000
+    cells: int = 50_000_000
+    """Users x servers: the dense allocation is 8 bytes a cell (400 MB at the default)."""
+    file_bytes: int = 64 * 2**20
+    depth: int = 32
+
+    def check(self, what: str, count: int, fld: str) -> None:
+        """Refuse ``count`` of ``what`` beyond its limit, naming ``fld``."""
+        limit = int(getattr(self, what))
+        if count > limit:
+            raise ScenarioError(fld, f"{count:,} {what.replace('_', ' ')} is more than the "
+                                     f"limit of {limit:,} (raise it with {LIMITS_ENV}="
+                                     f"\"{what}=N\")")
+
+
+def current_limits() -> Limits:
+    """The default limits, changed by ``PSDSF_LIMITS`` where it says so."""
+    text = os.environ.get(LIMITS_ENV, "").strip()
+    if not text:
+        return Limits()
+    names = {f.name for f in fields(Limits)}
+    changes: dict[str, Any] = {}
+    for part in text.split(","):
+        name, sep, value = part.partition("=")
+        name = name.strip()
+        if not sep or name not in names:
+            raise ScenarioError("", f"{LIMITS_ENV}: {part.strip()!r} is not name=N with a name "
+                                    f"among {', '.join(sorted(names))}")
+        try:
+            changes[name] = int(value.strip().replace("_", ""))
+        except ValueError:
+            raise ScenarioError("", f"{LIMITS_ENV}: {name} must be a whole number, got "
+                                    f"{value.strip()!r}") from None
+        if changes[name] < 1:
+            raise ScenarioError("", f"{LIMITS_ENV}: {name} must be >= 1")
+    return replace(Limits(), **changes)
+
+
+def nesting_depth(value: Any, limit: int) -> int:
+    """How deeply lists and mappings nest in ``value`` (iteratively: any depth is measured
+    without recursion); stops counting past ``limit``."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list | tuple):
+            deepest = max(deepest, depth)
+            if depth > limit:
+                return deepest
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return deepest

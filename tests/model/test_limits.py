@@ -1,0 +1,169 @@
+"""Limits: hostile sizes and numbers are refused at once, in one line naming the field; the
+loader never ends in a traceback, whatever the document."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from psdsf_dist.cli.main import main
+from psdsf_dist.errors import ScenarioError
+from psdsf_dist.model.limits import LIMITS_ENV, Limits, current_limits, nesting_depth
+from psdsf_dist.model.scenario import Scenario, load_scenario
+
+
+def doc(**user: Any) -> dict[str, Any]:
+    u = {"name": "u1", "demand": {"cpu": 1, "mem": 1}, **user}
+    return {"resources": ["cpu", "mem"],
+            "servers": [{"name": "s", "capacity": {"cpu": 4, "mem": 4}}],
+            "users": [u, {"name": "u2", "demand": {"cpu": 1}}]}
+
+
+def refused(data: Any, field: str, words: str) -> None:
+    with pytest.raises(ScenarioError) as info:
+        Scenario.from_dict(data)
+    assert info.value.field == field, str(info.value)
+    assert words in info.value.message, str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_a_billion_servers_are_refused_before_any_is_built() -> None:
+    d = doc()
+    d["servers"][0]["count"] = 1_000_000_000
+    began = time.perf_counter()
+    refused(d, "servers[0].count", "more than the limit of 1,000,000")
+    assert time.perf_counter() - began < 0.5
+
+
+def test_users_resources_events_and_cells_have_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(LIMITS_ENV, "users=1")
+    refused(doc(), "users", "2 users is more than the limit of 1")
+    monkeypatch.setenv(LIMITS_ENV, "resources=1")
+    refused(doc(), "resources", "2 resources")
+    monkeypatch.setenv(LIMITS_ENV, "cells=1")
+    refused(doc(), "users", "2 cells")
+    monkeypatch.setenv(LIMITS_ENV, "events=1")
+    d = doc()
+    d["events"] = [{"at": 1, "leave": "u1"}, {"at": 2, "join": "u1"}]
+    refused(d, "events", "2 events")
+
+
+def test_limits_are_raised_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    d = doc()
+    d["servers"][0]["count"] = 3
+    monkeypatch.setenv(LIMITS_ENV, "servers=2")
+    refused(d, "servers[0].count", f'{LIMITS_ENV}="servers=N"')
+    monkeypatch.setenv(LIMITS_ENV, "servers=3, cells=1_000")
+    assert Scenario.from_dict(d).num_servers == 3
+    assert current_limits() == Limits(servers=3, cells=1000)
+    for bad in ("servers", "planets=3", "servers=many", "servers=0"):
+        monkeypatch.setenv(LIMITS_ENV, bad)
+        with pytest.raises(ScenarioError, match=LIMITS_ENV):
+            current_limits()
+
+
+@pytest.mark.parametrize(("user", "field", "words"), [
+    ({"weight": 1e-300}, "users[0].weight", "at least 1e-15"),
+    ({"weight": 1e300}, "users[0].weight", "at most 1e+15"),
+    ({"demand": {"cpu": 5e-324}}, "users[0].demand.cpu", "at least 1e-15"),
+    ({"gamma": {"s": 1e308}}, "users[0].gamma.s", "at most 1e+15"),
+    ({"max_tasks": 10**400}, "users[0].max_tasks", "integer of 401 digits"),
+])
+def test_numbers_floats_cannot_carry_are_refused(user: dict[str, Any], field: str,
+                                                 words: str) -> None:
+    refused(doc(**user), field, words)
+
+
+def test_huge_capacities_are_refused() -> None:
+    d = doc()
+    d["servers"][0]["capacity"]["cpu"] = 1e308
+    refused(d, "servers[0].capacity.cpu", "at most 1e+15")
+    d["servers"][0]["capacity"]["cpu"] = 10**400
+    refused(d, "servers[0].capacity.cpu", "integer of 401 digits")
+    d["servers"][0]["capacity"]["cpu"] = 1e15  # the largest allowed works
+    assert Scenario.from_dict(d).capacity[0, 0] == 1e15
+
+
+def test_deep_nesting_is_refused_without_recursion() -> None:
+    deep: Any = 1
+    for _ in range(5000):
+        deep = [deep]
+    d = doc()
+    d["description"] = deep
+    refused(d, "", "nested more than 32 levels")
+    assert nesting_depth(deep, 40) == 41  # stops counting past the limit
+    assert nesting_depth({"a": [1, {"b": 2}]}, 40) == 3
+
+
+def test_hostile_files_give_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    files = {
+        "nested.yaml": "[" * 5000 + "]" * 5000,
+        "nested.json": "[" * 5000 + "]" * 5000,
+        "digits.json": '{"resources": [' + "9" * 5001 + "]}",
+        "digits.yaml": "resources: [cpu]\nservers: [{name: s, capacity: {cpu: "
+                       + "9" * 400 + "}}]\nusers: []\n",
+        "billion.yaml": "resources: [cpu]\nservers: [{name: s, count: 1000000000, "
+                        "capacity: {cpu: 1}}]\nusers: [{name: u, demand: {cpu: 1}}]\n",
+        "weights.yaml": "resources: [cpu]\nservers: [{name: s, capacity: {cpu: 1}}]\nusers: "
+                        "[{name: a, demand: {cpu: 1}, weight: 1.0e-300}, "
+                        "{name: b, demand: {cpu: 1}, weight: 1.0e+300}]\n",
+    }
+    for name, text in files.items():
+        path = tmp_path / name
+        path.write_text(text)
+        with pytest.raises(ScenarioError):
+            load_scenario(path)
+        status = main(["solve", str(path)])
+        out, err = capsys.readouterr()
+        assert status == 2, (name, out, err)
+        assert out == "" and err.count("\n") == 1, (name, err)
+        assert err.startswith(f"psdsf-dist: {path}: "), (name, err)
+
+
+def test_a_file_larger_than_the_limit_is_not_read(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_text("resources: [cpu]\n" + "# padding\n" * 200)
+    monkeypatch.setenv(LIMITS_ENV, "file_bytes=100")
+    with pytest.raises(ScenarioError, match="bytes is more than the limit of 100"):
+        load_scenario(path)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                max_size=4),
+    max_leaves=30)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(document=json_values, as_yaml=st.booleans())
+def test_random_documents_load_or_give_one_line(document: Any, as_yaml: bool,
+                                                tmp_path_factory: pytest.TempPathFactory) -> None:
+    path = tmp_path_factory.mktemp("fuzz") / ("s.yaml" if as_yaml else "s.json")
+    path.write_text(yaml.safe_dump(document) if as_yaml else json.dumps(document))
+    try:
+        load_scenario(path)
+    except ScenarioError as err:
+        assert "\n" not in str(err) and str(err).startswith(str(path))
+
+
+@settings(max_examples=100, deadline=None)
+@given(weight=st.floats(), amount=st.floats())
+def test_any_float_is_taken_or_refused(weight: float, amount: float) -> None:
+    """Any weight or demand either builds a scenario with finite, non-negative arrays or is
+    refused: nothing in between (no NaN or infinite gamma)."""
+    try:
+        s = Scenario.from_dict(doc(weight=weight, demand={"cpu": amount, "mem": 1}))
+    except ScenarioError:
+        return
+    assert np.all(np.isfinite(s.gamma)) and np.all(s.gamma >= 0)
+    assert np.all(np.isfinite(s.weight)) and np.all(s.weight > 0)

@@ -15,7 +15,7 @@ it, each with its own task shape:
 user          shape                           weight  workload
 ============  ==============================  ======  ====================================
 ``batch``     1 CPU, 0.5 GiB                  1       5,000 tasks of 50-200 ms, at t = 0
-``analytics`` 0.5 CPU, 3 GiB                  1       tasks of 100-200 ms, from t = 10 s
+``analytics`` 0.5 CPU, 2 GiB                  1       tasks of 100-200 ms, from t = 10 s
 ``training``  1 CPU, 2 GiB, 1 gpu             2       tasks of 0.5-1.5 s, from t = 20 s
 ============  ==============================  ======  ====================================
 
@@ -56,6 +56,7 @@ from typing import Any
 import numpy as np
 import ray
 from ray.cluster_utils import Cluster
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from psdsf_dist.admission.shapes import GIB
 from psdsf_dist.protocol.config import ProtocolConfig
@@ -82,12 +83,13 @@ class UserLoad:
     seconds: tuple[float, float]
 
 
-def workload(quick: bool) -> list[UserLoad]:
+def workload(quick: bool, analytics_gib: float = 2.0) -> list[UserLoad]:
     scale = 0.2 if quick else 1.0
     return [
         UserLoad("batch", {"num_cpus": 1, "memory": GIB // 2}, 1.0, 0.0,
                  int(5000 * scale), (0.05, 0.2)),
-        UserLoad("analytics", {"num_cpus": 0.5, "memory": 3 * GIB}, 1.0, 10.0 * scale,
+        UserLoad("analytics", {"num_cpus": 0.5, "memory": int(analytics_gib * GIB)}, 1.0,
+                 10.0 * scale,
                  int(5000 * scale), (0.1, 0.2)),
         UserLoad("training", {"num_cpus": 1, "memory": 2 * GIB, "resources": {"gpu": 1}},
                  2.0, 20.0 * scale, int(1000 * scale), (0.5, 1.5)),
@@ -104,8 +106,20 @@ def empty() -> None:
     return None
 
 
-def hundred_ms() -> None:
+def hundred_ms() -> tuple[float, float]:
+    t0 = time.time()
     time.sleep(0.1)
+    return t0, time.time()
+
+
+def most_at_once(intervals: list[tuple[float, float]]) -> int:
+    """The most intervals open at one instant."""
+    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
+    now = most = 0
+    for _, step in events:
+        now += step
+        most = max(most, now)
+    return most
 
 
 @dataclass
@@ -137,15 +151,18 @@ def collect(refs: list[Any], name: str, *, dropped_ok: bool) -> list[tuple[float
     (closed queue, cancelled) only where ``dropped_ok``, any other failure stops the run."""
     out = []
     dropped = 0
+    why: set[str] = set()
     for r in refs:
         try:
             _, s, e = ray.get(r)
             out.append((s, e))
-        except (AllocatorGoneError, ray.exceptions.TaskCancelledError):
+        except (AllocatorGoneError, ray.exceptions.TaskCancelledError) as err:
             if not dropped_ok:
                 raise
             dropped += 1
-    print(f"  {name}: {len(out)} ran, {dropped} dropped at the end", flush=True)
+            lines = str(err).strip().splitlines() or [type(err).__name__]
+            why.add(lines[-1][:160])  # the cause, not Ray's header
+    print(f"  {name}: {len(out)} ran, {dropped} dropped at the end {sorted(why)}", flush=True)
     return out
 
 
@@ -213,10 +230,24 @@ def plain_phase(loads: list[UserLoad], seed: int) -> Phase:
 
 
 def warm_up(loads: list[UserLoad]) -> None:
-    """Start every worker process the phases will use (Ray keeps them for the job): otherwise
-    the first phase alone pays seconds of process start-up on this 2-core machine."""
-    refs = [ray.remote(task).options(**u.options).remote(0.5) for u in loads for _ in range(30)]
-    ray.get(refs)
+    """Start the worker processes the phases will use (Ray keeps them for the job): on every
+    node, as many tasks of each shape at once as fit there.  Otherwise the first phase alone
+    pays seconds of process start-up on this 2-core machine."""
+    nodes = [n for n in ray.nodes() if n["Alive"]]  # type: ignore[no-untyped-call]
+    for u in loads:
+        refs = []
+        for n in nodes:
+            have = n["Resources"]
+            shape = {"CPU": float(u.options.get("num_cpus", 0)),
+                     "memory": float(u.options.get("memory", 0)),
+                     **{k: float(v) for k, v in u.options.get("resources", {}).items()}}
+            fit = min((int(have.get(k, 0.0) // v) for k, v in shape.items() if v > 0),
+                      default=0)
+            pinned = ray.remote(task).options(
+                **u.options, scheduling_strategy=NodeAffinitySchedulingStrategy(
+                    n["NodeID"], soft=False))
+            refs += [pinned.remote(0.5) for _ in range(fit)]
+        ray.get(refs)
 
 
 # -- analysis ---------------------------------------------------------------------------------
@@ -296,10 +327,18 @@ def overhead(repeats: int) -> dict[str, list[float]]:
         "empty_tps_psdsf", "empty_tps_plain", "100ms_tps_psdsf", "100ms_tps_plain",
         "latency_p50_psdsf", "latency_p50_plain", "latency_p99_psdsf", "latency_p99_plain")}
 
+    cpus = int(sum(n["Resources"].get("CPU", 0.0)
+                   for n in ray.nodes() if n["Alive"]))  # type: ignore[no-untyped-call]
+
     def rate(fn: Any, n: int) -> float:
         t0 = time.perf_counter()
-        ray.get([fn.remote() for _ in range(n)])
-        return n / (time.perf_counter() - t0)
+        values = ray.get([fn.remote() for _ in range(n)])
+        seconds = time.perf_counter() - t0
+        if values and values[0] is not None:  # 100 ms tasks: never more at once than CPUs
+            most = most_at_once(values)
+            if most > cpus:
+                raise RuntimeError(f"{most} one-CPU tasks ran at once on {cpus} CPUs")
+        return n / seconds
 
     def latency(fn: Any, n: int = 200) -> tuple[float, float]:
         seen = []
@@ -395,8 +434,11 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="a fifth of the workload (example)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--analytics-gib", type=float, default=2.0,
+                    help="memory of an analytics task (GiB); 3 makes the allocation ask for "
+                         "1.33 of them where one fits (results suffixed _3gib)")
     args = ap.parse_args()
-    loads = workload(args.quick)
+    loads = workload(args.quick, args.analytics_gib)
     RESULTS.mkdir(parents=True, exist_ok=True)
 
     cluster: Any = Cluster(initialize_head=True,
@@ -428,6 +470,8 @@ def main() -> None:
     late = {u.name: (time_to_share(psdsf, psdsf, u.name), time_to_share(plain, psdsf, u.name))
             for u in loads if u.start > 0}
     suffix = "_quick" if args.quick else ""  # an example run: not kept in the repository
+    if args.analytics_gib != 2.0:
+        suffix += f"_{args.analytics_gib:g}gib"
     plot(psdsf, plain, loads, wins, RESULTS / f"tenants{suffix}.png")
     with open(RESULTS / f"tenants{suffix}.csv", "w", newline="") as f:
         w = csv.writer(f)

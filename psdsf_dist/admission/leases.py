@@ -20,6 +20,16 @@ from a server for that long starts nothing more there, but tasks it started earl
 the book has given their room away meanwhile, Ray's own resource accounting queues the newcomers
 at the node — the node is still never over-committed, only the book's ledger is.)
 
+**Pipelining.**  Between a task's end and the next one's start on the same slot the queue
+notices the end, submits, and the node's raylet grants a worker: 5-10 % of a 100 ms task on a
+loaded machine.  Where that gap cannot be given to anyone else, the lease lets the queue keep
+``PIPELINE_DEPTH`` task waiting at the node beyond its slots (:attr:`Lease.pipeline`), so that
+Ray starts it the moment one of the user's tasks ends.  Only where it is safe: no other user
+claims or is allocated anything on this server, and the user's slots already fill it (one more
+task does not fit the capacity), so the waiting task can only start in place of one of the
+user's own — the user never runs more than its slots there.  The waiting task is reported as
+running with the next ask, so the book keeps its room for it if the allocation moves.
+
 **Lending.**  Capacity the allocation leaves idle is lent, so that it is not left idle while
 the allocation catches up (a user just arrived, a backlog that grew, a user gone): besides its
 ``min(target, fit)`` slots, a user that has more tasks waiting gets up to the most of its tasks
@@ -52,8 +62,16 @@ FloatArray = npt.NDArray[np.float64]
 
 LEASE_INTERVALS_PER_PERIOD = 4
 """Asks per period: a queue asks every server this often (T/4 between asks)."""
-LEASE_TTL_INTERVALS = 3
-"""A lease lasts this many intervals: a queue that misses two asks in a row still holds one."""
+LEASE_TTL_INTERVALS = 8
+"""A lease lasts this many intervals (two periods): a queue whose asks are late or lost for
+up to seven intervals in a row — a machine busy starting workers or taking a burst of
+submissions — keeps running its slots (with 3, leases ran out under such bursts and every
+user's tasks stalled for seconds).  It is also how long a gone driver's share stays claimed."""
+PIPELINE_DEPTH = 1
+"""Tasks a sole user whose slots fill the node keeps waiting there beyond its slots.  One
+8-CPU node, one user, 50-200 ms tasks: 7.64 of 8 slots busy on average without, 7.75 with one
+(plain Ray, every task submitted at once: 7.82); two or three waiting do no better (7.74,
+7.78)."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +86,8 @@ class Lease:
     it sent the ask, so a lease never outlives the book's record of it)."""
     target: int
     """The whole-task target the slots were capped by (``slots < target``: waiting for room)."""
+    pipeline: int = 0
+    """Tasks the queue may keep waiting at the node beyond ``slots`` (see Pipelining)."""
 
 
 @dataclass
@@ -116,7 +136,20 @@ class LeaseBook:
                 lent = max(min(wish, most_that_fit(demand_of[user], free, self.capacity))
                            - slots, 0)
         self.held[user] = _Held(slots + lent, max(running, 0), now + ttl, lent)
-        return Lease(self.server, user, slots + lent, ttl, max(target, 0))
+        pipeline = PIPELINE_DEPTH if self._alone(user, slots + lent, now, demand_of,
+                                                 reserved or {}) else 0
+        return Lease(self.server, user, slots + lent, ttl, max(target, 0), pipeline)
+
+    def _alone(self, user: str, slots: int, now: float, demand_of: dict[str, FloatArray],
+               reserved: dict[str, int]) -> bool:
+        """``user`` is the only one here (no other claim or allocation) and ``slots`` of its
+        tasks fill the node: a task waiting at the node can only start in place of its own."""
+        if slots <= 0 or any(u != user and h.expires_at > now and max(h.slots, h.running) > 0
+                             for u, h in self.held.items()):
+            return False
+        if any(u != user and r > 0 for u, r in reserved.items()):
+            return False
+        return most_that_fit(demand_of[user], self.capacity, self.capacity) <= slots
 
     def _held_back(self, now: float, demand_of: dict[str, FloatArray],
                    reserved: dict[str, int], user: str) -> FloatArray:

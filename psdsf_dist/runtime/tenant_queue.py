@@ -21,7 +21,9 @@ What it does
       many of its tasks may run there for the lease's lifetime, counted from when the ask was
       sent.  While an ask is in flight it only replaces tasks that finish (never more than ran
       when the ask was sent, which the server counts as claimed), and otherwise launches as
-      soon as a slot frees.
+      soon as a slot frees.  Where the lease allows it (``Lease.pipeline``: the user alone on
+      a node its slots fill) one task more waits at the node, so that Ray starts it the moment
+      one of the user's tasks there ends instead of after a round trip through the queue.
     * A task lost to a system failure (its node or worker died, the node vanished before it
       started) goes back to the head of the queue, up to the task's ``max_retries``; an
       exception raised by the task's own code is the caller's result, as in plain Ray.
@@ -53,8 +55,9 @@ from psdsf_dist.observability.tenant_metrics import TenantMetrics
 from psdsf_dist.runtime.coordinator import TenantReply
 from psdsf_dist.runtime.names import NAMESPACE, coordinator_name
 
-ASK_TIMEOUT_INTERVALS = 2.0
-"""An ask unanswered this long is given up (the lease it would have renewed runs out)."""
+ASK_TIMEOUT_INTERVALS = 4.0
+"""An ask unanswered this long is given up and asked again (a late answer still counts from
+when its ask was sent; the lease it renews lasts ``LEASE_TTL_INTERVALS``)."""
 ALLOCATOR_SILENCE_PERIODS = 30.0
 """A coordinator that has not answered a report for this long is taken for gone (one that
 Ray reports dead is taken for gone at once).  Long: a loaded coordinator answers late."""
@@ -86,20 +89,30 @@ class _Server:
     handle: Any
     node: str
     slots: int = 0
+    pipeline: int = 0
+    """Tasks the lease lets wait at the node beyond ``slots`` (Ray starts them as ours end)."""
     expires: float = -1.0
     asking: bool = False
     running: int = 0
+    """Tasks launched here and not yet ended (those waiting at the node included)."""
     running_at_ask: int = 0
     """Tasks running here when the ask in flight was sent."""
 
     def open_slots(self, now: float) -> int:
         if now >= self.expires:
             return 0
+        allowed = self.slots + self.pipeline
         if self.asking:
             # the server is deciding with ``running_at_ask``: replacing tasks that finish
             # meanwhile keeps within the claim it records (max(new slots, running_at_ask))
-            return max(min(self.slots, self.running_at_ask) - self.running, 0)
-        return max(self.slots - self.running, 0)
+            return max(min(allowed, self.running_at_ask) - self.running, 0)
+        return max(allowed - self.running, 0)
+
+    def waiting(self, now: float) -> int:
+        """Of ``running``, the tasks waiting at the node for one of ours to end (pipelined)."""
+        if now >= self.expires:
+            return 0
+        return min(self.pipeline, max(self.running - self.slots, 0))
 
 
 @dataclass
@@ -107,7 +120,8 @@ class QueueStatus:
     user: str
     queued: int
     running: dict[str, int]
-    """Server -> tasks running there."""
+    """Server -> tasks running there (launched and not ended; ``pipelined`` of them may still
+    wait at the node for one of the user's own to end)."""
     slots: dict[str, int]
     """Server -> slots of its current lease (0: none, or expired)."""
     admitted: int
@@ -118,6 +132,8 @@ class QueueStatus:
     gone: str | None
     nodes: dict[str, str] = field(default_factory=dict)
     """Server -> Ray node id."""
+    pipelined: dict[str, int] = field(default_factory=dict)
+    """Server -> tasks launched beyond the lease's slots, waiting at the node (pipelining)."""
 
 
 class TenantQueue:
@@ -182,7 +198,8 @@ class TenantQueue:
                             for n, s in self.servers.items()},
                            self.admitted, self.completed, self.retried, self.failed,
                            len(self.servers), self.gone,
-                           {n: s.node for n, s in self.servers.items()})
+                           {n: s.node for n, s in self.servers.items()},
+                           {n: s.waiting(now) for n, s in self.servers.items()})
 
     async def close(self) -> None:
         """Drop what is queued, give the slots back and leave (the driver is done)."""
@@ -250,7 +267,7 @@ class TenantQueue:
                 task.result.set_exception(err)
         except ray.exceptions.RayError as err:
             # lost to the system (node or worker died, node gone before it started)
-            server.slots = 0  # nothing more there until the next lease says otherwise
+            server.slots = server.pipeline = 0  # nothing more there until the next lease
             if task.attempts < task.max_retries and self.gone is None:
                 task.attempts += 1
                 self.retried += 1
@@ -317,10 +334,14 @@ class TenantQueue:
                 s.handle = handle
         for name in [n for n in self.servers if n not in reply.servers]:
             s = self.servers[name]
-            s.slots = 0
+            s.slots = s.pipeline = 0
             if s.running == 0:
                 del self.servers[name]
-        self.metrics.backlog(len(self.queue), {s.name: s.running for s in self.servers.values()})
+        now = time.monotonic()
+        waiting = {s.name: s.waiting(now) for s in self.servers.values()}
+        self.metrics.backlog(len(self.queue) + sum(waiting.values()),
+                             {s.name: s.running - waiting[s.name]
+                              for s in self.servers.values()})
 
     async def _ask_loop(self) -> None:
         while True:
@@ -334,13 +355,17 @@ class TenantQueue:
         s.running_at_ask = s.running
         sent = time.monotonic()
         try:
-            lease = await asyncio.wait_for(s.handle.lease.remote(s.name, self.user, s.running,
+            # a task waiting at the node (pipelined) takes the place of one of ours when it
+            # starts: the server's claim counts what runs, not what waits
+            lease = await asyncio.wait_for(s.handle.lease.remote(s.name, self.user,
+                                                                 s.running - s.waiting(sent),
                                                                  len(self.queue)),
                                            ASK_TIMEOUT_INTERVALS * self.interval)
         except (TimeoutError, ray.exceptions.RayError):
             return  # the old lease runs out on its own
         else:
             s.slots = lease.slots
+            s.pipeline = lease.pipeline
             s.expires = sent + lease.ttl
         finally:
             s.asking = False

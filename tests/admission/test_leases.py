@@ -92,6 +92,20 @@ def test_no_lending_without_tasks_waiting() -> None:
     assert b.ask("a", 1, 1, 0.0, TTL, d, queued=0, reserved={"a": 1}).slots == 1
 
 
+def test_a_sole_user_filling_the_node_may_pipeline() -> None:
+    b = book([4.0, 8.0])
+    d = {"a": np.array([1.0, 1.0]), "b": np.array([1.0, 4.0])}
+    assert b.ask("a", 0, 4, 0.0, TTL, d, reserved={"a": 4, "b": 0}).pipeline == 1
+    # slots that leave room for one more task: a waiting task could start beside them
+    assert b.ask("a", 3, 3, 0.1, TTL, d, reserved={"a": 3, "b": 0}).pipeline == 0
+    # another user allocated here, or holding a claim: a freed slot may be theirs
+    assert b.ask("a", 4, 4, 0.2, TTL, d, reserved={"a": 3, "b": 1}).pipeline == 0
+    c = book([4.0, 8.0])
+    c.ask("b", 1, 1, 0.0, TTL, d, reserved={"a": 0, "b": 0})
+    assert c.ask("a", 0, 4, 0.1, TTL, d, reserved={"a": 4, "b": 0}).pipeline == 0
+    assert c.ask("a", 0, 4, 0.8, TTL, d, reserved={"a": 4, "b": 0}).pipeline == 1  # b expired
+
+
 def test_most_that_fit() -> None:
     cap = np.array([4.0, 8.0])
     assert most_that_fit(np.array([1.0, 3.0]), cap, cap) == 2
@@ -122,6 +136,11 @@ def test_claims_never_exceed_capacity(data: st.DataObject) -> None:
         lease = b.ask(u, running[u], data.draw(st.integers(0, 8)), now, TTL, demand,
                       queued=data.draw(st.integers(0, 10)), reserved=reserved)
         running[u] = max(running[u], data.draw(st.integers(0, lease.slots)))  # fills up
+        if lease.pipeline:
+            # a task waiting at the node starts only in place of one of u's: u is alone here
+            # and one more of its tasks would not fit
+            assert all(running[v] == 0 and reserved[v] == 0 for v in users if v != u)
+            assert most_that_fit(demand[u], cap, cap) <= lease.slots
         used = sum((running[v] * demand[v] for v in users), np.zeros(2))
         assert np.all(used <= cap + 1e-9)
         assert np.all(b.claims(now, demand) <= cap + 1e-9)

@@ -112,7 +112,10 @@ class Sampler:
         self.samples: list[tuple[float, dict[str, dict[str, int]]]] = []
 
     def sample(self) -> dict[str, dict[str, int]]:
-        running = {u: t.status().running for u, t in self.tenants.items()}
+        status = {u: t.status() for u, t in self.tenants.items()}
+        # a pipelined task waits at the node: it starts only in place of one of the user's own
+        running = {u: {n: k - st.pipelined.get(n, 0) for n, k in st.running.items()}
+                   for u, st in status.items()}
         self.samples.append((time.monotonic(), running))
         for server, cap in self.capacity.items():
             used = sum(running[u].get(server, 0) * self.demand[u] for u in self.tenants)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -10,7 +11,7 @@ import stat
 import sys
 import tempfile
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,31 @@ def load(path: str) -> Scenario:
     for w in caught:
         print(f"psdsf-dist: warning: {path}: {w.message}", file=sys.stderr)
     return scenario
+
+
+@contextlib.contextmanager
+def results_only_on_stdout() -> Iterator[None]:
+    """While inside, whatever is written to standard output — Ray's forwarded worker and
+    raylet lines (printed to ``sys.stdout`` by its log threads), anything written to file
+    descriptor 1 by native code — goes to standard error instead, so that the command's own
+    output, written after, is all that stdout carries (``--json`` stays valid JSON)."""
+    sys.stdout.flush()
+    saved_object = sys.stdout
+    try:
+        saved_fd: int | None = os.dup(1)
+    except OSError:  # no descriptor 1 (a closed stdout): nothing to protect at that level
+        saved_fd = None
+    if saved_fd is not None:
+        os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        sys.stdout = saved_object
+        if saved_fd is not None:
+            os.dup2(saved_fd, 1)
+            os.close(saved_fd)
 
 
 def _file_mode(target: Path) -> int:

@@ -31,6 +31,7 @@ from psdsf_dist.cli.common import (
     load,
     protocol_config,
     protocol_json,
+    results_only_on_stdout,
 )
 from psdsf_dist.core.certificate import certificate
 from psdsf_dist.core.report import allocation_json, allocation_table
@@ -140,10 +141,6 @@ def source_of(path: str, events: list[Any]) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    import ray
-
-    from psdsf_dist.runtime.launcher import connect, launch
-
     cfg = config_from(args)
     if args.duration is not None and not args.duration > 0:
         raise CommandError(f"--duration: must be > 0 seconds, got {args.duration}")
@@ -156,6 +153,29 @@ def run(args: argparse.Namespace) -> int:
         except ScenarioError as err:
             raise CommandError(f"{args.scenario}: {err}") from None
     began = time.monotonic()
+    with results_only_on_stdout():  # Ray's lines go to stderr: stdout is the result alone
+        result, final, converge = _run_on_ray(args, cfg, source, began)
+    emit(render(result, json_output=args.json, seconds=time.monotonic() - began),
+         args.output)
+    if final.get("failure"):
+        print(f"psdsf-dist: run: {final['failure']}", file=sys.stderr)
+        return EXIT_FAILURE
+    if not all(o.feasible for o in result.observations):
+        print("psdsf-dist: run: a column exceeded its server's capacity", file=sys.stderr)
+        return EXIT_FAILURE
+    if converge and not (result.observations and result.observations[-1].holds):
+        print("psdsf-dist: run: the certificate did not hold at the end", file=sys.stderr)
+        return EXIT_FAILURE
+    return 0
+
+
+def _run_on_ray(args: argparse.Namespace, cfg: RunConfig, source: Any,
+                began: float) -> tuple[RunResult, dict[str, Any], bool]:
+    """Connect, launch, wait, collect the result, stop (and shut Ray down if started here)."""
+    import ray
+
+    from psdsf_dist.runtime.launcher import connect, launch
+
     try:
         started_ray = connect(args.address, num_cpus=args.num_cpus)
     except (ConnectionError, RuntimeError, ValueError) as err:
@@ -197,18 +217,7 @@ def run(args: argparse.Namespace) -> int:
             the_run.stop()
         if started_ray:
             ray.shutdown()
-    emit(render(result, json_output=args.json, seconds=time.monotonic() - began),
-         args.output)
-    if final.get("failure"):
-        print(f"psdsf-dist: run: {final['failure']}", file=sys.stderr)
-        return EXIT_FAILURE
-    if not all(o.feasible for o in result.observations):
-        print("psdsf-dist: run: a column exceeded its server's capacity", file=sys.stderr)
-        return EXIT_FAILURE
-    if converge and not (result.observations and result.observations[-1].holds):
-        print("psdsf-dist: run: the certificate did not hold at the end", file=sys.stderr)
-        return EXIT_FAILURE
-    return 0
+    return result, final, converge
 
 
 def _takes_tenants(source: Any) -> bool:

@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -54,3 +60,53 @@ def test_bad_input_is_one_line_exit_2_before_ray_starts(
     assert main(args) == 2
     out, err = capsys.readouterr()
     assert out == "" and needle in err and err.count("\n") == 1
+
+
+def _descendants(root: int) -> list[int]:
+    """Every process under ``root`` (from /proc: the raylet a run starts is its child, and the
+    actors' workers are the raylet's)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def test_json_stays_valid_when_an_actor_is_killed(tmp_path: Path) -> None:
+    """kill -9 of a server actor's process during ``run --json``: Ray reports the death on
+    the driver, and that line goes to stderr; stdout parses as the result."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "psdsf_dist.cli.main", "run", str(EXAMPLES / "paper_fig1.yaml"),
+         "--json", "--period", "0.3", "--duration", "12", "--num-cpus", "2",
+         "--servers-per-actor", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    killed = None
+    deadline = time.monotonic() + 60
+    while killed is None and time.monotonic() < deadline and proc.poll() is None:
+        actors = [p for p in _descendants(proc.pid) if "ray::ServerActor" in _cmdline(p)]
+        if actors:
+            time.sleep(3.0)  # let it run a few periods first
+            os.kill(actors[0], signal.SIGKILL)
+            killed = actors[0]
+        time.sleep(0.2)
+    out, err = proc.communicate(timeout=120)
+    assert killed is not None, err
+    doc = json.loads(out)  # nothing but the result on stdout
+    assert doc["run"]["servers"] == 2
+    assert doc["run"]["restarts"] >= 1, err

@@ -97,6 +97,10 @@ class _Server:
     """Tasks launched here and not yet ended (those waiting at the node included)."""
     running_at_ask: int = 0
     """Tasks running here when the ask in flight was sent."""
+    waiting: int = 0
+    """Of ``running``, tasks launched beyond the slots (pipelined) that have not started: each
+    takes the place of the next of ours here to end (the lease allowed it only while the
+    user's slots filled the node and nobody else held anything there)."""
 
     def open_slots(self, now: float) -> int:
         if now >= self.expires:
@@ -108,11 +112,15 @@ class _Server:
             return max(min(allowed, self.running_at_ask) - self.running, 0)
         return max(allowed - self.running, 0)
 
-    def waiting(self, now: float) -> int:
-        """Of ``running``, the tasks waiting at the node for one of ours to end (pipelined)."""
-        if now >= self.expires:
-            return 0
-        return min(self.pipeline, max(self.running - self.slots, 0))
+    def launched(self) -> None:
+        if self.running >= self.slots:
+            self.waiting += 1  # the pipeline's task: it waits at the node
+        self.running += 1
+
+    def ended(self) -> None:
+        self.running -= 1
+        if self.waiting:
+            self.waiting -= 1  # a waiting task took the slot (or was the one that ended)
 
 
 @dataclass
@@ -199,7 +207,7 @@ class TenantQueue:
                            self.admitted, self.completed, self.retried, self.failed,
                            len(self.servers), self.gone,
                            {n: s.node for n, s in self.servers.items()},
-                           {n: s.waiting(now) for n, s in self.servers.items()})
+                           {n: s.waiting for n, s in self.servers.items()})
 
     async def close(self) -> None:
         """Drop what is queued, give the slots back and leave (the driver is done)."""
@@ -252,7 +260,7 @@ class TenantQueue:
             self.failed += 1
             task.result.set_exception(err)
             return
-        server.running += 1
+        server.launched()
         self.admitted += 1
         self.metrics.admitted(server.name, now - task.submitted)
         asyncio.get_running_loop().create_task(self._watch(task, server, ref))
@@ -283,7 +291,7 @@ class TenantQueue:
             if not task.result.done():
                 task.result.set_result(value)
         finally:
-            server.running -= 1
+            server.ended()
             self._pump()
 
     # -- talking to the allocator -------------------------------------------------------------
@@ -337,8 +345,7 @@ class TenantQueue:
             s.slots = s.pipeline = 0
             if s.running == 0:
                 del self.servers[name]
-        now = time.monotonic()
-        waiting = {s.name: s.waiting(now) for s in self.servers.values()}
+        waiting = {s.name: s.waiting for s in self.servers.values()}
         self.metrics.backlog(len(self.queue) + sum(waiting.values()),
                              {s.name: s.running - waiting[s.name]
                               for s in self.servers.values()})
@@ -358,7 +365,7 @@ class TenantQueue:
             # a task waiting at the node (pipelined) takes the place of one of ours when it
             # starts: the server's claim counts what runs, not what waits
             lease = await asyncio.wait_for(s.handle.lease.remote(s.name, self.user,
-                                                                 s.running - s.waiting(sent),
+                                                                 s.running - s.waiting,
                                                                  len(self.queue)),
                                            ASK_TIMEOUT_INTERVALS * self.interval)
         except (TimeoutError, ray.exceptions.RayError):

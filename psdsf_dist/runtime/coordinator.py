@@ -168,6 +168,9 @@ class Coordinator:
         self.traffic: dict[str, tuple[int, int]] = {}
         self.pids: dict[str, int] = {}
         self.restarts = 0
+        self.faults: list[tuple[str, float]] = []
+        """Faults as events (description, run time): crashed servers started again, servers
+        moved off a lost node, coordinator restarts — kept in the notes with ``restarts``."""
         self.monitor: asyncio.Task[None] | None = None
         self.last_allocation: FloatArray | None = None
         self.lock: asyncio.Lock | None = None
@@ -274,7 +277,13 @@ class Coordinator:
             if s in self.pinned and self.pinned[s] not in alive:
                 await self._apply(ServerFails(self.now(), -1, s), from_scenario=False)
         restart = [s for s in missing if s not in self.pinned or self.pinned[s] in alive]
+        self.restarts = int(self.notes.get("restarts", 0))
+        self.faults = [(str(d), float(t)) for d, t in self.notes.get("faults", [])]
+        await self._fault("coordinator restarted")
         if restart:
+            self.restarts += len(restart)
+            for s in restart:
+                await self._fault(f"server {s} restarted (no actor hosted it)")
             await self._spawn(restart)
 
     async def stop(self) -> None:
@@ -289,6 +298,12 @@ class Coordinator:
         if self.metrics_server is not None:
             self.metrics_server.stop()
             self.metrics_server = None
+
+    async def _fault(self, description: str) -> None:
+        """A fault as an event of the run (its re-convergence is measured like churn's), kept
+        in the notes so that a restarted coordinator still reports it."""
+        self.faults.append((description, self.now()))
+        await self._note(faults=list(self.faults), restarts=self.restarts)
 
     async def _note(self, **notes: Any) -> None:
         """Keep notes in every server actor (what a restarted coordinator must know)."""
@@ -625,6 +640,7 @@ class Coordinator:
         self.restarts += len(names)
         for name in names:
             self.metrics.restart(name)
+            await self._fault(f"server {name} restarted on another node (its node is gone)")
         await self._spawn(names)
 
     # -- observing ----------------------------------------------------------------------------
@@ -666,6 +682,7 @@ class Coordinator:
             self.incarnations[m.name] = m.incarnation
             self.restarts += 1
             self.metrics.restart(m.name)
+            await self._fault(f"server {m.name} restarted after a crash")
             await self._start_member(m, churn.table())
         for name in reply.failed:
             gone = self.members.get(name)
@@ -763,8 +780,8 @@ class Coordinator:
             await self._observe()
             X = self.last_allocation
         assert X is not None
-        conv = event_convergence(list(self.churn.history), self.observations, self.config.period,
-                                 self.config.protocol.hold)
+        conv = event_convergence([*self.churn.history, *self.faults], self.observations,
+                                 self.config.period, self.config.protocol.hold)
         return RunResult(current, X.copy(), tuple(self.observations), tuple(conv), self.config,
                          len(self.members), self.restarts, tuple(self.pids.values()))
 

@@ -110,3 +110,4 @@ def test_json_stays_valid_when_an_actor_is_killed(tmp_path: Path) -> None:
     doc = json.loads(out)  # nothing but the result on stdout
     assert doc["run"]["servers"] == 2
     assert doc["run"]["restarts"] >= 1, err
+    assert any(e["event"].endswith("restarted after a crash") for e in doc["events"])

@@ -95,7 +95,11 @@ def test_a_crashed_server_restarts_as_a_new_incarnation_and_rejoins(manual_run: 
     advance_until_held(manual_run, limit=100)  # the expiry moves the totals: settle again
     other = ray.get(manual_run.handles()["A-1"].status.remote())["servers"]["A-1"]
     assert other["members"] == 6
-    assert manual_run.result().restarts == 1
+    res = manual_run.result()
+    assert res.restarts == 1
+    # the crash is an event of the run, with its re-convergence
+    crash = [e for e in res.events if e.description == "server B-1 restarted after a crash"]
+    assert len(crash) == 1 and crash[0].rounds is not None
     assert_certified(manual_run)
 
 
@@ -114,6 +118,8 @@ def test_a_restarted_coordinator_keeps_membership_and_users(manual_run: Run) -> 
     assert all(o["feasible"] for o in seen)
     res = manual_run.result()
     assert not res.scenario.eligible[2].any() and np.all(res.allocation[2] == 0)
+    told = [e.description for e in res.events]
+    assert told == ["start", "user u3 leaves", "coordinator restarted"]
     assert_certified(manual_run)
 
 
@@ -175,6 +181,10 @@ def test_a_restarted_coordinator_serves_metrics_again_and_restarts_a_lost_server
     seen = advance_until_held(manual_run)
     assert all(o["feasible"] and o["servers"] == 6 for o in seen)
     assert ray.get(manual_run.handles()["B-2"].report.remote())[0].origin == "B-2#1"
+    res = manual_run.result()
+    assert res.restarts == 1  # counted by the restarted coordinator
+    assert [e.description for e in res.events][1:] == [
+        "coordinator restarted", "server B-2 restarted (no actor hosted it)"]
     assert_certified(manual_run)
     text = scrape(url)
     assert "psdsf_converged 1.0" in text and 'psdsf_members{role="server"} 6.0' in text

@@ -86,7 +86,9 @@ def allocation_table(
     """A readable summary: tasks per user and class, utilisation per class, the certificate."""
     X = np.asarray(allocation, dtype=float)
     classes = scenario.class_names
-    members = {c: [i for i, k in enumerate(scenario.server_class) if k == c] for c in classes}
+    members: dict[str, list[int]] = {c: [] for c in classes}
+    for i, k in enumerate(scenario.server_class):  # one pass: K classes of one server each
+        members[k].append(i)
     util = utilization(scenario, X)
     lines = [f"policy {policy} ({mode.upper()}), {scenario.num_servers} servers in "
              f"{len(classes)} classes, {scenario.num_users} users"]

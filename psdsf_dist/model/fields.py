@@ -78,8 +78,8 @@ def number(value: Any, fld: str, *, positive: bool = False, allow_inf: bool = Fa
     if LARGEST < x < math.inf:
         raise ScenarioError(fld, f"must be at most {LARGEST:g}, got {x:g} (rescale the unit)")
     if 0 < x < SMALLEST:
-        raise ScenarioError(fld, f"must be 0 or at least {SMALLEST:g}, got {x:g} "
-                                 "(rescale the unit)")
+        least = "at least" if positive else "0 or at least"
+        raise ScenarioError(fld, f"must be {least} {SMALLEST:g}, got {x:g} (rescale the unit)")
     return x
 
 

@@ -71,7 +71,7 @@ def test_limits_are_raised_by_the_environment(monkeypatch: pytest.MonkeyPatch) -
 
 
 @pytest.mark.parametrize(("user", "field", "words"), [
-    ({"weight": 1e-300}, "users[0].weight", "at least 1e-15"),
+    ({"weight": 1e-300}, "users[0].weight", "must be at least 1e-15"),
     ({"weight": 1e300}, "users[0].weight", "at most 1e+15"),
     ({"demand": {"cpu": 5e-324}}, "users[0].demand.cpu", "at least 1e-15"),
     ({"gamma": {"s": 1e308}}, "users[0].gamma.s", "at most 1e+15"),

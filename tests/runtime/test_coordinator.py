@@ -134,7 +134,8 @@ def test_several_servers_per_actor_behave_the_same(small_cluster: Path) -> None:
         seen = run.advance(60)
         assert all(o["feasible"] and o["servers"] == 6 for o in seen)
         assert seen[-1]["holds"]
-        assert all(e.rounds is not None for e in run.result().events)
+        events = run.result().events
+        assert all(e.rounds is not None for e in events), events
         assert_certified(run)
     finally:
         run.stop()

@@ -279,11 +279,10 @@ class Coordinator:
         restart = [s for s in missing if s not in self.pinned or self.pinned[s] in alive]
         self.restarts = int(self.notes.get("restarts", 0))
         self.faults = [(str(d), float(t)) for d, t in self.notes.get("faults", [])]
-        await self._fault("coordinator restarted")
+        self.restarts += len(restart)
+        await self._faults("coordinator restarted",
+                           *(f"server {s} restarted (no actor hosted it)" for s in restart))
         if restart:
-            self.restarts += len(restart)
-            for s in restart:
-                await self._fault(f"server {s} restarted (no actor hosted it)")
             await self._spawn(restart)
 
     async def stop(self) -> None:
@@ -299,10 +298,12 @@ class Coordinator:
             self.metrics_server.stop()
             self.metrics_server = None
 
-    async def _fault(self, description: str) -> None:
-        """A fault as an event of the run (its re-convergence is measured like churn's), kept
-        in the notes so that a restarted coordinator still reports it."""
-        self.faults.append((description, self.now()))
+    async def _faults(self, *descriptions: str) -> None:
+        """Faults as events of the run (their re-convergence is measured like churn's), kept
+        in the notes — one update for them all — so that a restarted coordinator still
+        reports them."""
+        now = self.now()
+        self.faults += [(d, now) for d in descriptions]
         await self._note(faults=list(self.faults), restarts=self.restarts)
 
     async def _note(self, **notes: Any) -> None:
@@ -640,7 +641,8 @@ class Coordinator:
         self.restarts += len(names)
         for name in names:
             self.metrics.restart(name)
-            await self._fault(f"server {name} restarted on another node (its node is gone)")
+        await self._faults(*(f"server {name} restarted on another node (its node is gone)"
+                             for name in names))
         await self._spawn(names)
 
     # -- observing ----------------------------------------------------------------------------
@@ -682,7 +684,7 @@ class Coordinator:
             self.incarnations[m.name] = m.incarnation
             self.restarts += 1
             self.metrics.restart(m.name)
-            await self._fault(f"server {m.name} restarted after a crash")
+            await self._faults(f"server {m.name} restarted after a crash")
             await self._start_member(m, churn.table())
         for name in reply.failed:
             gone = self.members.get(name)

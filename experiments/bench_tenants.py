@@ -58,8 +58,9 @@ import ray
 from ray.cluster_utils import Cluster
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from psdsf_dist.admission.shapes import GIB
+from psdsf_dist.admission.shapes import GIB, task_shape
 from psdsf_dist.protocol.config import ProtocolConfig
+from psdsf_dist.runtime.from_ray import node_capacity
 from psdsf_dist.runtime.launcher import Run, launch
 from psdsf_dist.runtime.settings import RunConfig
 from psdsf_dist.runtime.tenant import Tenant
@@ -236,13 +237,10 @@ def warm_up(loads: list[UserLoad]) -> None:
     nodes = [n for n in ray.nodes() if n["Alive"]]  # type: ignore[no-untyped-call]
     for u in loads:
         refs = []
+        shape = task_shape(u.options).as_dict()  # memory in GiB, as node_capacity gives it
         for n in nodes:
-            have = n["Resources"]
-            shape = {"CPU": float(u.options.get("num_cpus", 0)),
-                     "memory": float(u.options.get("memory", 0)),
-                     **{k: float(v) for k, v in u.options.get("resources", {}).items()}}
-            fit = min((int(have.get(k, 0.0) // v) for k, v in shape.items() if v > 0),
-                      default=0)
+            have = node_capacity(n, list(shape))
+            fit = min(int(have[k] // v) for k, v in shape.items())
             pinned = ray.remote(task).options(
                 **u.options, scheduling_strategy=NodeAffinitySchedulingStrategy(
                     n["NodeID"], soft=False))

@@ -300,8 +300,7 @@ def _check_server_count(servers: Sequence[Any], limits: Limits) -> None:
     for s, srv in enumerate(servers):
         cnt = srv.get("count", 1) if isinstance(srv, Mapping) else 1
         total += cnt if isinstance(cnt, int) and not isinstance(cnt, bool) and cnt > 0 else 1
-        if total > limits.servers:
-            limits.check("servers", total, f"servers[{s}].count")
+        limits.check("servers", total, f"servers[{s}].count")
 
 
 def _check_keys(obj: Mapping[str, Any], allowed: set[str], fld: str) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 from psdsf_dist.errors import PsdsfError, ScenarioError, ScenarioWarning
 from psdsf_dist.model.scenario import Scenario, load_scenario
 from psdsf_dist.protocol.config import ProtocolConfig
-from psdsf_dist.protocol.convergence import EventConvergence
+from psdsf_dist.protocol.convergence import CAP_EXCESS_RTOL, EventConvergence, Observation
 from psdsf_dist.protocol.update_rule import RULES
 
 EXIT_USAGE = 2
@@ -198,6 +198,15 @@ def protocol_config(args: argparse.Namespace) -> ProtocolConfig:
 def protocol_json(cfg: ProtocolConfig) -> dict[str, Any]:
     """A run's protocol settings as ``simulate --json`` and ``run --json`` report them."""
     return {**dataclasses.asdict(cfg), "rule_params": dict(cfg.rule_params)}
+
+
+def cap_line(observations: Sequence[Observation]) -> str:
+    """Whether any user's total went above its ``max_tasks`` during the run (text reports)."""
+    worst = max(observations, key=lambda o: o.cap_excess, default=None)
+    if worst is None or worst.cap_excess <= CAP_EXCESS_RTOL:
+        return "caps: no user's total exceeded its max_tasks"
+    return (f"caps: a user's total exceeded its max_tasks by up to "
+            f"{100 * worst.cap_excess:.2f}% (round {worst.round}, t={worst.time:g}s)")
 
 
 def convergence_lines(events: Sequence[EventConvergence], hold: int) -> list[str]:

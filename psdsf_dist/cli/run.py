@@ -25,6 +25,7 @@ from psdsf_dist.cli.common import (
     EXIT_FAILURE,
     CommandError,
     add_protocol_options,
+    cap_line,
     convergence_lines,
     dumps,
     emit,
@@ -288,7 +289,8 @@ def render(result: RunResult, *, json_output: bool, seconds: float) -> str:
         return dumps(allocation_json(result.scenario, result.allocation, policy=policy,
                                      mode=cfg.mode, certificate=final, extra=extra))
     lines = [allocation_table(result.scenario, result.allocation, policy=policy, mode=cfg.mode,
-                              certificate=final), "", *convergence_lines(result.events, cfg.hold)]
+                              certificate=final), "", *convergence_lines(result.events, cfg.hold),
+             cap_line(result.observations)]
     processes = len(set(result.pids))
     lines.append(f"{len(result.observations)} rounds of {result.servers} servers "
                  f"({processes} actor process{'' if processes == 1 else 'es'}) in {seconds:.1f} s")

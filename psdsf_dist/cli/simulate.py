@@ -10,6 +10,7 @@ from psdsf_dist.cli.common import (
     EXIT_FAILURE,
     CommandError,
     add_protocol_options,
+    cap_line,
     convergence_lines,
     dumps,
     emit,
@@ -106,7 +107,8 @@ def render(result: SimulationResult, *, json_output: bool) -> str:
         return dumps(allocation_json(result.scenario, result.allocation, policy=policy,
                                      mode=cfg.mode, certificate=final, extra=extra))
     lines = [allocation_table(result.scenario, result.allocation, policy=policy, mode=cfg.mode,
-                              certificate=final), "", *convergence_lines(result.events, cfg.hold)]
+                              certificate=final), "", *convergence_lines(result.events, cfg.hold),
+             cap_line(result.trace)]
     lines.append(f"{len(result.trace)} rounds, {result.gossip} gossip, "
                  f"{result.seconds_per_round:.4f} s per simulated round")
     return "\n".join(lines)

@@ -13,6 +13,13 @@ user n exactly as it does, and values n's level at the predicted total
 offset ``(o - (gain - 1) * X_old) / gain``; fixed points are unchanged.  ``gain = 1`` is the
 plain best response.  The exact solver uses ``gain`` = the size of a class of identical servers
 (where the prediction is exact); the asynchronous rule uses a locally estimated gain.
+
+``max_raise`` bounds how far one step may raise each user here (the asynchronous rule uses it
+to keep the servers together within a user's cap while they act on stale totals; see
+:func:`psdsf_dist.protocol.update_rule.cap_raise_limit`).  A bound that is positive wherever the
+user is below its cap changes no fixed point: a column that is a best response without it is
+one with it, and conversely (the water-fill is an exact convex program; a bound met with room to
+spare changes nothing, and a user at its cap cannot be raised anyway).
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ def server_procedure(
     *,
     mode: Literal["rdm", "tdm"] = "rdm",
     gain: FloatArray | float | None = None,
+    max_raise: FloatArray | None = None,
 ) -> FloatArray:
     """Return server i's new column (tasks per user).
 
@@ -52,9 +60,11 @@ def server_procedure(
         max_tasks: (N,) finite backlogs (``inf`` = unlimited).
         mode: ``"rdm"`` (divisible resources) or ``"tdm"`` (time-shared server).
         gain: servers assumed to move each user together (>= 1); default 1.
+        max_raise: (N,) >= 0: the most this step may raise each user's entry; default none.
     """
     return server_water_fill(
-        capacity, consumption, gamma, weight, totals, column, max_tasks, mode=mode, gain=gain
+        capacity, consumption, gamma, weight, totals, column, max_tasks, mode=mode, gain=gain,
+        max_raise=max_raise,
     ).column
 
 
@@ -69,6 +79,7 @@ def server_water_fill(
     *,
     mode: Literal["rdm", "tdm"] = "rdm",
     gain: FloatArray | float | None = None,
+    max_raise: FloatArray | None = None,
 ) -> WaterFill:
     """:func:`server_procedure` with the water-fill structure (groups, levels, saturation)."""
     eligible = gamma > 0
@@ -82,6 +93,8 @@ def server_water_fill(
         w = w / k
         upper = np.maximum(column + (max_tasks - offset - column) / k, 0.0)
         offset = (offset - (k - 1.0) * column) / k
+    if max_raise is not None:
+        upper = np.minimum(upper, column + np.maximum(max_raise, 0.0))
     if mode == "tdm":
         with np.errstate(divide="ignore"):
             cons = np.where(eligible, 1.0 / np.where(eligible, gamma, 1.0), 0.0)[:, None]

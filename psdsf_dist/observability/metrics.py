@@ -108,6 +108,9 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("psdsf_certificate_residual", "gauge", (),
                "Largest relative violation of the PS-DSF certificate (Theorem 1/2) by the "
                "current allocation"),
+    MetricSpec("psdsf_cap_excess_ratio", "gauge", (),
+               "Largest relative excess of a user's task total over its max_tasks (0: every "
+               "cap held)"),
     MetricSpec("psdsf_converged", "gauge", (),
                "1 if the current allocation passes the PS-DSF certificate, else 0"),
     MetricSpec("psdsf_last_reconvergence_seconds", "gauge", (),
@@ -192,7 +195,8 @@ def allocation_state(
 _SPECS = {m.name: m for m in METRICS}
 _SERVER_COUNTERS = ("psdsf_server_rounds_total", "psdsf_gossip_messages_total",
                     "psdsf_gossip_bytes_total", "psdsf_server_restarts_total")
-_SCALARS = ("psdsf_certificate_residual", "psdsf_converged", "psdsf_last_reconvergence_seconds")
+_SCALARS = ("psdsf_certificate_residual", "psdsf_cap_excess_ratio", "psdsf_converged",
+            "psdsf_last_reconvergence_seconds")
 
 
 @dataclass(frozen=True)
@@ -347,10 +351,12 @@ class AllocatorMetrics:
             if staleness_seconds is not None:
                 self._staleness[str(server)] = float(staleness_seconds)
 
-    def set_certificate(self, residual: float, converged: bool) -> None:
+    def set_certificate(self, residual: float, converged: bool, cap_excess: float = 0.0) -> None:
         _check_nonnegative("residual", residual)
+        _check_nonnegative("cap excess", cap_excess)
         with self._lock:
             self._scalars["psdsf_certificate_residual"] = float(residual)
+            self._scalars["psdsf_cap_excess_ratio"] = float(cap_excess)
             self._scalars["psdsf_converged"] = 1.0 if converged else 0.0
 
     # -- churn --------------------------------------------------------------------------------
@@ -488,6 +494,7 @@ class RunMetrics:
         holds: bool,
         now: float,
         reports: Sequence[ServerCounts] = (),
+        cap_excess: float = 0.0,
     ) -> None:
         """One observation at run time ``now`` (seconds): ``allocation`` (N x K) on
         ``scenario`` with the present users and live servers masked in."""
@@ -495,7 +502,7 @@ class RunMetrics:
         state = allocation_state(scenario, allocation, users=users, servers=servers)
         with m.atomically():  # a scrape sees the allocation with its own certificate
             m.set_state(state)
-            m.set_certificate(residual, holds)
+            m.set_certificate(residual, holds, cap_excess)
             m.set_membership(int(np.count_nonzero(servers)), int(np.count_nonzero(users)))
             for counts in reports:
                 before = self._counts.get(counts.server)

@@ -29,6 +29,10 @@ FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
 
+CAP_EXCESS_RTOL = 1e-9
+"""A user's total above its cap by no more than this (relative) is round-off, not an excess."""
+
+
 @dataclass(frozen=True)
 class Observation:
     round: int
@@ -53,6 +57,10 @@ class Observation:
     """Servers whose columns were read."""
     seconds: float = 0.0
     """Wall-clock seconds the driver spent on this round."""
+    cap_excess: float = 0.0
+    """Largest relative excess of a user's total over its ``max_tasks`` (0: every cap held).
+    The servers' headroom shares keep it 0 on one shared snapshot of the totals; gossip that
+    reaches the servers at different ages can leave a transient excess, reported here."""
 
     def to_json(self) -> dict[str, Any]:
         return {"round": self.round, "time": self.time, "residual": self.residual,
@@ -60,7 +68,7 @@ class Observation:
                 "utilization": self.utilization,
                 "max_relative_change": self.max_relative_change, "messages": self.messages,
                 "bytes": self.bytes, "max_bytes": self.max_bytes, "servers": self.servers,
-                "seconds": self.seconds}
+                "seconds": self.seconds, "cap_excess": self.cap_excess}
 
 
 @dataclass(frozen=True)
@@ -90,6 +98,9 @@ def observe(scenario: Scenario, allocation: FloatArray, servers_present: BoolArr
                 np.maximum(np.abs(previous_totals), np.abs(totals)), 1e-12)
         change = float(rel.max(initial=0.0))
     live = max(int(up.sum()), 1)
+    caps = np.asarray(scenario.max_tasks, dtype=float)
+    capped = np.isfinite(caps) & (caps > 0)
+    excess = float(np.max((totals[capped] - caps[capped]) / caps[capped], initial=0.0))
     return Observation(
         round=round, time=time, residual=float(cert.residual),
         holds=bool(cert.holds and answered), feasible=feasible,
@@ -97,7 +108,7 @@ def observe(scenario: Scenario, allocation: FloatArray, servers_present: BoolArr
         max_relative_change=change,
         messages=float(traffic.messages.sum() / live), bytes=float(traffic.bytes.sum() / live),
         max_bytes=float(traffic.bytes.max(initial=0.0)), servers=int(up.sum()),
-        seconds=seconds)
+        seconds=seconds, cap_excess=max(excess, 0.0))
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ PINNED = (
     ("psdsf_gossip_bytes_total", "counter", ("server",)),
     ("psdsf_gossip_staleness_seconds", "gauge", ("server",)),
     ("psdsf_certificate_residual", "gauge", ()),
+    ("psdsf_cap_excess_ratio", "gauge", ()),
     ("psdsf_converged", "gauge", ()),
     ("psdsf_last_reconvergence_seconds", "gauge", ()),
     ("psdsf_reconvergence_seconds", "histogram", ()),

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from psdsf_dist.protocol.convergence import Observation, event_convergence
+from typing import Any
+
+import numpy as np
+import pytest
+
+from psdsf_dist.cli.common import cap_line
+from psdsf_dist.model.scenario import Scenario
+from psdsf_dist.protocol.convergence import Observation, Traffic, event_convergence, observe
 
 
 def obs(t: float, holds: bool) -> Observation:
@@ -40,3 +47,24 @@ def test_the_last_phase_needs_hold_observations_unless_an_event_cuts_it_short() 
     assert out[0].converged_at == 2.0
     assert out[1].converged_at is None and out[1].rounds is None
     assert event_convergence([("u4 leaves", 3.5)], seen, period=1.0, hold=2)[1].converged_at == 6.0
+
+
+def test_an_observation_reports_how_far_a_total_went_above_its_cap() -> None:
+    scenario = Scenario.from_dict({
+        "resources": ["cpu"],
+        "servers": [{"name": "s1", "capacity": {"cpu": 10}},
+                    {"name": "s2", "capacity": {"cpu": 10}}],
+        "users": [{"name": "a", "demand": {"cpu": 1}, "max_tasks": 4},
+                  {"name": "b", "demand": {"cpu": 1}}],
+    })
+    none = np.zeros(2)
+    kw: dict[str, Any] = {"round": 0, "time": 1.0, "mode": "rdm", "rtol": 1e-3,
+                          "traffic": Traffic(none, none), "previous_totals": None}
+    up = np.ones(2, dtype=bool)
+    over = observe(scenario, np.array([[3.0, 2.0], [7.0, 8.0]]), up, **kw)
+    assert over.cap_excess == pytest.approx(0.25)  # 5 tasks against a cap of 4
+    assert over.to_json()["cap_excess"] == pytest.approx(0.25)
+    within = observe(scenario, np.array([[2.0, 2.0], [8.0, 8.0]]), up, **kw)
+    assert within.cap_excess == 0.0
+    assert cap_line([within]) == "caps: no user's total exceeded its max_tasks"
+    assert "by up to 25.00% (round 0" in cap_line([within, over])

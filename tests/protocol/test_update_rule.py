@@ -22,6 +22,7 @@ from psdsf_dist.protocol.update_rule import (
     ServerView,
     SplitState,
     UpdateRule,
+    cap_raise_limit,
     feasible_column,
     make_rule,
     server_view,
@@ -276,6 +277,7 @@ def test_a_grown_state_works_with_a_grown_view() -> None:
     small = replace(
         view, consumption=view.consumption[:3], gamma=view.gamma[:3], weight=view.weight[:3],
         max_tasks=view.max_tasks[:3],
+        cap_share=None if view.cap_share is None else view.cap_share[:3],
     )
     for rule in all_rules():
         col, state = rule.update(rule.initial_state(3), small, np.zeros(3), np.zeros(3))
@@ -331,3 +333,72 @@ def test_staleness_counts_the_rounds_beyond_the_usual_one() -> None:
     assert staleness_rounds(0.5, 1.0) == 0.0  # fresher than one period: no extra delay
     assert staleness_rounds(3.0, 1.0) == 2.0
     assert staleness_rounds(3.0, 0.5) == 5.0
+
+
+def _run_with_staleness(scenario: Scenario, rule: UpdateRule, delays: npt.NDArray[np.int_],
+                        rounds: int) -> float:
+    """Every server updates each round on the other columns ``delays[r, i]`` rounds older
+    than the previous round's (its own current); returns the largest relative excess of a
+    user's total over its cap."""
+    N, K = scenario.num_users, scenario.num_servers
+    views = [server_view(scenario, i, "rdm") for i in range(K)]
+    states = [rule.initial_state(N) for _ in range(K)]
+    history = [np.zeros((N, K))]
+    caps = np.asarray(scenario.max_tasks)
+    capped = np.isfinite(caps)
+    worst = 0.0
+    for r in range(rounds):
+        X = history[-1]
+        new = X.copy()
+        for i in range(K):
+            d = int(delays[r, i])
+            seen = history[max(len(history) - 1 - d, 0)]
+            totals = seen.sum(axis=1) - seen[:, i] + X[:, i]
+            view = replace(views[i], staleness=float(d))
+            new[:, i], states[i] = rule.update(states[i], view, totals, X[:, i])
+        history.append(new)
+        T = new.sum(axis=1)
+        worst = max(worst, float(np.max((T[capped] - caps[capped]) / caps[capped],
+                                        initial=0.0)))
+    return worst
+
+
+def _capped_scenario(seed: int) -> Scenario:
+    rng = np.random.default_rng([seed, 17])
+    return random_scenario(rng, K=int(rng.integers(2, 16)), N=int(rng.integers(2, 6)),
+                           M=int(rng.integers(1, 4)), cap_prob=0.8)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10**6), staleness=st.integers(0, 3))
+def test_caps_hold_when_every_server_acts_on_one_snapshot(seed: int, staleness: int) -> None:
+    """cap_raise_limit's guarantee: servers sharing a snapshot of the totals (any fixed
+    staleness) never take a user above its cap, though each acts on its own."""
+    scenario = _capped_scenario(seed)
+    delays = np.full((40, scenario.num_servers), staleness)
+    rules = all_rules() if staleness == 0 else [make_rule("split")]
+    for rule in rules:
+        assert _run_with_staleness(scenario, rule, delays, 40) <= 1e-9
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10**6), most=st.integers(1, 3))
+def test_caps_are_exceeded_little_on_totals_of_uneven_age(seed: int, most: int) -> None:
+    """Totals of a random age (0..most rounds) per server and round: no guarantee, but the
+    excess stays bounded (measured on 120 seeded cases of this test: 17 above a cap, p95
+    0.95 %, worst 10.7 %; with each server free to take all of the headroom, 50-2,400 %) —
+    and it is reported (Observation.cap_excess)."""
+    scenario = _capped_scenario(seed)
+    rng = np.random.default_rng(seed)
+    delays = rng.integers(0, most + 1, size=(40, scenario.num_servers))
+    assert _run_with_staleness(scenario, make_rule("split"), delays, 40) <= 0.25
+
+
+def test_cap_raise_limit_takes_a_share_of_the_headroom_less_what_was_raised() -> None:
+    share = np.array([0.5, 0.25, 1.0])
+    caps = np.array([10.0, 8.0, np.inf])
+    got = cap_raise_limit(share, caps, np.array([4.0, 9.0, 3.0]), np.array([1.0, 0.0, 2.0]))
+    # user 0: the total was 3 before this server's raise of 1: 0.5 * 7 - 1
+    assert got[0] == pytest.approx(2.5)
+    assert got[1] == 0.0  # above its cap: no raise
+    assert got[2] == np.inf  # unlimited

@@ -168,7 +168,8 @@ def fill_pairs(state: FillState, per_task: Column) -> IntArray:
     rows = _RowMin(state, per_task)
     while True:
         fits = np.isfinite(rows.min)
-        value = np.where(fits, np.where(state.x > 0, state.x * rows.min, 0.0), np.inf)
+        with np.errstate(invalid="ignore"):  # 0 * inf where nothing fits: masked
+            value = np.where(fits, np.where(state.x > 0, state.x * rows.min, 0.0), np.inf)
         n = int(np.argmin(value))
         if not fits[n]:
             return state.X

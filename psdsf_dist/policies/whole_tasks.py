@@ -15,13 +15,14 @@ They differ only in *how* the pair is picked, and this module implements the thr
   drawn uniformly among those that still take a task offers one task to its fitting user with
   the smallest ``V[n, i]`` (RRR, the default of Mesos; section VI of Kesidis et al.).
 
-A *criterion* gives ``V`` (or ``P``) one column or one row at a time from the current state, so
-that after placing a task on server ``i`` for user ``n`` only column ``i`` (its residual capacity
-moved) and row ``n`` (its total moved) are recomputed; the state keeps the matrix, which pairs
-fit, and each row's minimum, so a step costs ``O(N M + K M)`` numpy work plus ``O(K)`` per user
-whose best server was ``i`` and got worse.  This is exact: a pair's criterion changes only when
-its user's total or its server's residual does, and a pair that stops fitting never fits again
-(residuals only shrink, totals only grow), so a server nobody fits on is dropped for good.
+A *criterion* gives one server's column of values from the current state.  Every criterion
+here depends on the user's total only through a common factor of its row (pair order: ``V =
+x[n] A[n, i]``) or not at all, so placing a task on server ``i`` changes only column ``i`` (its
+residual moved) of the matrix the engine keeps, with each row's minimum over blocks of about
+``sqrt(K)`` servers: a step costs ``O(N (M + sqrt(K)))`` numpy work.  This is exact: a pair's
+value changes only when its server's residual does, and a pair that stops fitting never fits
+again (residuals only shrink, totals only grow), so a server nobody fits on is dropped for good
+(``tests/policies/test_whole_tasks.py`` checks every choice against a full recomputation).
 
 Feasibility is by construction: a task is placed only where its per-task consumption (RDM: the
 demand, scaled where a ``gamma`` override was given; TDM: a share ``1/gamma`` of the server's

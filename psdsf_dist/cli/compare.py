@@ -3,7 +3,8 @@
 Rows: tasks per user; utilisation of each resource per server class (busy share of the class's
 total capacity, %), and of each external resource; total tasks, weighted tasks ``sum phi*x``,
 Jain's index of the weight-normalised task shares ``x / (phi * sum_i gamma)``; which properties
-hold (``properties`` explains each); the policy's compute time.  Pooled ``drf`` ignores server
+hold (``properties`` explains each); the policy's compute time.  Whole-task policies give integer
+tasks; ``--seed`` seeds ``rrr-psdsf`` and the misreport probes alike.  Pooled ``drf`` ignores server
 boundaries, so its per-class utilisation is of task equivalents and may pass 100%.
 """
 
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
 def evaluate(scenario: Scenario, policy: str, mode: Mode, trials: int, seed: int) -> dict[str, Any]:
     """One column of the comparison, as plain data (also the ``--json`` format)."""
     env = scenario if models_external(policy) else without_external(scenario)
-    outcome = allocate(env, policy, mode)
+    outcome = allocate(env, policy, mode, seed=seed)
     report: PropertyReport = check_properties(env, policy, mode, trials=trials, seed=seed,
                                               allocation=outcome)
     X = outcome.allocation
@@ -76,6 +77,7 @@ def evaluate(scenario: Scenario, policy: str, mode: Mode, trials: int, seed: int
         "properties": {c.key: c.holds for c in report.checks},
         "seconds": outcome.seconds,
         "pooled": outcome.pooled,
+        "whole_tasks": outcome.whole,
     }
 
 
@@ -140,6 +142,10 @@ def render(scenario: Scenario, mode: str, results: dict[str, dict[str, Any]]) ->
                    for j, (c, w) in enumerate(zip(cells, widths, strict=True)))
         lines.append("  ".join(aligned).rstrip())
     notes = []
+    whole = [p for p in policies if results[p]["whole_tasks"]]
+    if whole:
+        notes.append(f"whole tasks ({', '.join(whole)}): properties judged among whole-task "
+                     "allocations, bottleneck fairness against divisible ones (see properties)")
     if any(results[p]["pooled"] for p in policies):
         notes.append("* servers pooled into one machine: per-class use is of task equivalents")
     if scenario.external_resources and any(not models_external(p) for p in policies):

@@ -9,6 +9,7 @@ from psdsf_dist.errors import PsdsfError
 from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.policies import POLICIES
 from psdsf_dist.policies.properties import DEFAULT_TRIALS, PropertyReport, check_properties
+from psdsf_dist.policies.whole_task_policies import DEFAULT_SEED
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -30,7 +31,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def add_probe_arguments(p: argparse.ArgumentParser, trials: int) -> None:
     p.add_argument("--trials", type=_count, default=trials, metavar="N",
                    help=f"random misreports probing strategy-proofness (default {trials}; 0 skips)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the misreports (default 0)")
+    add_seed_argument(p, "and of the misreports")
+
+
+def add_seed_argument(p: argparse.ArgumentParser, also: str = "") -> None:
+    """``--seed``: the same option, meaning and default in solve, compare and properties."""
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED, metavar="S",
+                   help="seed of every random choice: rrr-psdsf's server draws"
+                        f"{' ' + also if also else ''} (default {DEFAULT_SEED})")
 
 
 def _count(text: str) -> int:

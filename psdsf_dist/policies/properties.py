@@ -25,6 +25,16 @@ Definitions follow the PS-DSF paper (sections II-A and III-B), extended to sever
 
 Pooled DRF (task equivalents, no per-server bundles) is checked on the pooled machine: its
 feasibility and PO against the pooled capacity, EF with whole bundles ``x[m] D[m]``.
+
+Whole-task policies (``Allocation.whole``) are judged among whole-task allocations where the
+property has a whole-task meaning: feasibility also asks for integers; the uniform split of SI
+gives ``floor(phi[n] / sum(phi) * gamma[n, i])`` whole tasks per server; a bundle is worth the
+whole tasks it runs, per server; PO asks whether some *integer* allocation gives one user a
+task more with nobody losing - first whether a task still fits anywhere, then, for at most
+``WHOLE_PO_MAX_VARIABLES`` variables, an integer program (HiGHS, ``WHOLE_PO_SECONDS``) - and
+undecided beyond; a liar's true tasks are the whole tasks its grants run.  BF and SRF keep the
+divisible reference (max-min over divisible allocations), which whole tasks seldom meet: a NO
+there measures the integrality gap, not a bug.  SP probes rerun the policy with the same seed.
 """
 
 from __future__ import annotations
@@ -35,13 +45,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
-from scipy.optimize import linprog
+from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 
 from psdsf_dist.errors import PsdsfError
 from psdsf_dist.model.scenario import Mode, Scenario
 from psdsf_dist.policies import Allocation, allocate, models_external, without_external
 from psdsf_dist.policies.feasibility import LinearModel, pooled_model, task_model
 from psdsf_dist.policies.progressive import HIGHS_OPTIONS
+from psdsf_dist.policies.whole_tasks import FillState, whole_caps
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -51,6 +62,9 @@ RTOL = 1e-6  # a property fails only by more than this (relative); LPs are accur
 KEEP = 1e-12
 DEFAULT_TRIALS = 20
 DEMAND_FACTOR = 2.0  # demand misreports scale each entry by a factor in [1/2, 2]
+WHOLE_PO_MAX_VARIABLES = 2000  # whole-task PO: largest integer program tried
+WHOLE_PO_SECONDS = 10.0  # and its time limit
+WHOLE_EPS = 1e-9  # whole tasks a bundle runs: floor(value + WHOLE_EPS)
 
 
 @dataclass(frozen=True)
@@ -108,15 +122,16 @@ def check_properties(
 ) -> PropertyReport:
     """Run the policy (unless given its allocation) and check every property."""
     env = scenario if models_external(policy) else without_external(scenario)
-    alloc = allocation if allocation is not None else allocate(env, policy, mode)
+    alloc = allocation if allocation is not None else allocate(env, policy, mode, seed=seed)
     X = alloc.allocation
+    whole = alloc.whole
     checks = [
-        feasible(env, X, mode, pooled=alloc.pooled),
-        sharing_incentive(env, X),
-        envy_freeness(env, X, mode, pooled=alloc.pooled),
-        pareto_optimality(env, X, mode, pooled=alloc.pooled),
-        bottleneck_fairness(env, X, mode, pooled=alloc.pooled),
-        single_resource_fairness(env, X, mode, pooled=alloc.pooled),
+        feasible(env, X, mode, pooled=alloc.pooled, whole=whole),
+        sharing_incentive(env, X, whole=whole),
+        envy_freeness(env, X, mode, pooled=alloc.pooled, whole=whole),
+        pareto_optimality(env, X, mode, pooled=alloc.pooled, whole=whole),
+        _divisible_note(bottleneck_fairness(env, X, mode, pooled=alloc.pooled), whole),
+        _divisible_note(single_resource_fairness(env, X, mode, pooled=alloc.pooled), whole),
         strategy_proofness(env, policy, mode, X, trials=trials, seed=seed),
     ]
     return PropertyReport(policy, alloc.mode, alloc.totals, tuple(checks))
@@ -150,11 +165,24 @@ def _consumption(scenario: Scenario, mode: Mode) -> FloatArray:
 # feasibility and sharing incentive
 
 
+def _divisible_note(check: PropertyCheck, whole: bool) -> PropertyCheck:
+    if not whole or check.holds is None:
+        return check
+    return PropertyCheck(check.key, check.name, check.holds,
+                         f"{check.detail} (reference: divisible allocations; whole tasks seldom "
+                         "meet it)", check.witness)
+
+
 def feasible(
-    scenario: Scenario, X: FloatArray, mode: Mode, *, pooled: bool = False
+    scenario: Scenario, X: FloatArray, mode: Mode, *, pooled: bool = False, whole: bool = False
 ) -> PropertyCheck:
     key, name = "feasible", PROPERTY_NAMES["feasible"]
     x = X.sum(axis=1)
+    if whole and (np.abs(X - np.round(X)) > 1e-9).any():
+        n, i = map(int, np.argwhere(np.abs(X - np.round(X)) > 1e-9)[0])
+        return PropertyCheck(key, name, False, f"{_user(scenario, n)} has {_num(X[n, i])} tasks "
+                             f"on {scenario.server_names[i]}, not a whole number",
+                             {"user": _user(scenario, n), "server": scenario.server_names[i]})
     caps = scenario.max_tasks
     over_cap = np.flatnonzero(x > caps * (1 + RTOL) + 1e-12)
     if len(over_cap):
@@ -190,7 +218,8 @@ def feasible(
     if len(excess) and excess[j] > RTOL:
         return PropertyCheck(key, name, False, f"constraint {_row_name(scenario, mode, j)} at "
                              f"{_num(load[j])} of 1", {"constraint": _row_name(scenario, mode, j)})
-    return PropertyCheck(key, name, True, "within every capacity, eligibility and backlog")
+    ok = "within every capacity, eligibility and backlog"
+    return PropertyCheck(key, name, True, ok + (", whole tasks" if whole else ""))
 
 
 def _row_name(scenario: Scenario, mode: Mode, row: int) -> str:
@@ -207,9 +236,13 @@ def _row_name(scenario: Scenario, mode: Mode, row: int) -> str:
     return f"external {scenario.external_resources[row]}"
 
 
-def uniform_split_tasks(scenario: Scenario) -> FloatArray:
-    """N: tasks under the uniform split ``phi[n] / sum(phi)`` of everything, capped."""
+def uniform_split_tasks(scenario: Scenario, *, whole: bool = False) -> FloatArray:
+    """N: tasks under the uniform split ``phi[n] / sum(phi)`` of everything, capped (whole:
+    the whole tasks that share runs on each server, summed)."""
     frac = scenario.weight / scenario.weight.sum()
+    if whole:
+        per_server = np.floor(frac[:, None] * scenario.gamma + WHOLE_EPS)
+        return np.asarray(np.minimum(per_server.sum(axis=1), whole_caps(scenario.max_tasks)))
     tasks = frac * scenario.gamma.sum(axis=1)
     E = scenario.external_capacity
     if len(E):
@@ -220,10 +253,10 @@ def uniform_split_tasks(scenario: Scenario) -> FloatArray:
     return np.asarray(np.minimum(tasks, scenario.max_tasks))
 
 
-def sharing_incentive(scenario: Scenario, X: FloatArray) -> PropertyCheck:
+def sharing_incentive(scenario: Scenario, X: FloatArray, *, whole: bool = False) -> PropertyCheck:
     key, name = "si", PROPERTY_NAMES["si"]
     x = X.sum(axis=1)
-    floor = uniform_split_tasks(scenario)
+    floor = uniform_split_tasks(scenario, whole=whole)
     short = (floor - x) / np.maximum(floor, 1e-300)
     n = int(np.argmax(short))
     if short[n] > RTOL:
@@ -239,9 +272,10 @@ def sharing_incentive(scenario: Scenario, X: FloatArray) -> PropertyCheck:
 
 
 def envy_matrix(
-    scenario: Scenario, X: FloatArray, mode: Mode, *, pooled: bool = False
+    scenario: Scenario, X: FloatArray, mode: Mode, *, pooled: bool = False, whole: bool = False
 ) -> FloatArray:
-    """N x N: ``U[n, m]`` = tasks n could run with m's bundle scaled by phi[n]/phi[m]."""
+    """N x N: ``U[n, m]`` = tasks n could run with m's bundle scaled by phi[n]/phi[m] (whole:
+    the whole tasks it runs on each server, summed)."""
     N = scenario.num_users
     phi = scenario.weight
     ratio = phi[:, None] / phi[None, :]
@@ -255,6 +289,9 @@ def envy_matrix(
     if mode == "tdm":
         with np.errstate(divide="ignore", invalid="ignore"):
             time = np.where(gam > 0, X / np.where(gam > 0, gam, 1.0), 0.0)  # N x K
+        if whole:  # per server: floor(ratio[n, m] * gamma[n, i] * time[m, i])
+            per = ratio[:, :, None] * gam[:, None, :] * time[None, :, :]
+            return np.asarray(np.floor(per + WHOLE_EPS).sum(axis=2))
         U = gam @ time.T  # U[n, m] = sum_i gamma[n, i] * time[m, i]
         return np.asarray(ratio * U)
     cons = _consumption(scenario, mode)  # K x N x M
@@ -264,16 +301,20 @@ def envy_matrix(
             # q[n, m] = min over r used by n of c[m, r] / c[n, r]
             q = np.where(c[:, None, :] > 0, c[None, :, :] / c[:, None, :], np.inf).min(axis=2)
         q = np.where((gam[:, i] > 0)[:, None] & np.isfinite(q), q, 0.0)
-        U += q * X[:, i][None, :]
-    return np.asarray(ratio * U)
+        if whole:
+            U += np.floor(ratio * q * X[:, i][None, :] + WHOLE_EPS)
+        else:
+            U += q * X[:, i][None, :]
+    return np.asarray(U if whole else ratio * U)
 
 
 def envy_freeness(
-    scenario: Scenario, X: FloatArray, mode: Mode, *, pooled: bool = False
+    scenario: Scenario, X: FloatArray, mode: Mode, *, pooled: bool = False, whole: bool = False
 ) -> PropertyCheck:
     key, name = "ef", PROPERTY_NAMES["ef"]
     x = X.sum(axis=1)
-    U = np.minimum(envy_matrix(scenario, X, mode, pooled=pooled), scenario.max_tasks[:, None])
+    U = np.minimum(envy_matrix(scenario, X, mode, pooled=pooled, whole=whole),
+                   scenario.max_tasks[:, None])
     np.fill_diagonal(U, 0.0)
     gain = (U - x[:, None]) / np.maximum(x[:, None], 1e-12)
     n, m = map(int, np.unravel_index(np.argmax(gain), gain.shape))
@@ -290,9 +331,11 @@ def envy_freeness(
 
 
 def pareto_optimality(
-    scenario: Scenario, X: FloatArray, mode: Mode, *, pooled: bool = False
+    scenario: Scenario, X: FloatArray, mode: Mode, *, pooled: bool = False, whole: bool = False
 ) -> PropertyCheck:
     key, name = "po", PROPERTY_NAMES["po"]
+    if whole:
+        return _whole_pareto_optimality(scenario, X, mode)
     model = _model(scenario, mode, pooled)
     T = model.totals
     x = X.sum(axis=1)
@@ -323,6 +366,45 @@ def pareto_optimality(
                                                "improved": float(better[n]),
                                                "totals": [float(v) for v in better[:N]]})
     return PropertyCheck(key, name, True, "no user can gain without another losing")
+
+
+def _whole_pareto_optimality(scenario: Scenario, X: FloatArray, mode: Mode) -> PropertyCheck:
+    """PO among whole-task allocations: a task that still fits, else an integer program."""
+    key, name = "po", PROPERTY_NAMES["po"]
+    Xi = np.round(X).astype(np.int64)
+    state = FillState(scenario, mode, Xi)
+    if state.fit.any():
+        n, i = map(int, np.argwhere(state.fit)[0])
+        return PropertyCheck(key, name, False, f"a task of {_user(scenario, n)} still fits on "
+                             f"{scenario.server_names[i]}", {"user": _user(scenario, n),
+                                                             "server": scenario.server_names[i]})
+    model = task_model(scenario, mode)
+    P = model.num_variables
+    if P > WHOLE_PO_MAX_VARIABLES:
+        return PropertyCheck(key, name, None, f"no task fits anywhere; undecided beyond that "
+                             f"({P} task variables, the integer program is tried up to "
+                             f"{WHOLE_PO_MAX_VARIABLES})")
+    T = model.totals
+    x = Xi.sum(axis=1).astype(float)
+    caps = whole_caps(scenario.max_tasks)
+    # maximise total tasks over integer allocations where nobody loses
+    cons = [LinearConstraint(model.A, -np.inf, model.b * (1 + 1e-9)),
+            LinearConstraint(T, x, np.where(np.isfinite(caps), caps, np.inf))]
+    res = milp(-np.ones(P), constraints=cons, integrality=np.ones(P),
+               bounds=Bounds(0, np.inf), options={"time_limit": WHOLE_PO_SECONDS})
+    if res.status != 0 or res.x is None:
+        return PropertyCheck(key, name, None, f"integer program undecided: {res.message}")
+    better = np.asarray(T @ np.round(res.x))
+    gain = better - x
+    n = int(np.argmax(gain))
+    if gain[n] >= 1:
+        return PropertyCheck(key, name, False, f"{_user(scenario, n)} could run "
+                             f"{_num(better[n])} instead of {_num(x[n])} whole tasks with nobody "
+                             "running fewer", {"user": _user(scenario, n), "tasks": float(x[n]),
+                                               "improved": float(better[n]),
+                                               "totals": [float(v) for v in better]})
+    return PropertyCheck(key, name, True, "no user can gain a whole task without another "
+                         "losing (integer program)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -457,7 +539,7 @@ def strategy_proofness(
         if not (liar.gamma[n] > 0).any():
             continue
         try:
-            outcome = allocate(liar, policy, mode)
+            outcome = allocate(liar, policy, mode, seed=seed)
         except PsdsfError:
             failed += 1
             continue
@@ -489,14 +571,16 @@ def true_tasks(truth: Scenario, liar: Scenario, outcome: Allocation, n: int) -> 
     elif outcome.mode == "tdm":
         with np.errstate(divide="ignore", invalid="ignore"):
             time = np.where(liar.gamma[n] > 0, X[n] / liar.gamma[n], 0.0)
-        got = float((time * truth.gamma[n]).sum())
+        runs_at = time * truth.gamma[n]
+        got = float((np.floor(runs_at + WHOLE_EPS) if outcome.whole else runs_at).sum())
     else:
         got = 0.0
         for i in np.flatnonzero((X[n] > 0) & (truth.gamma[n] > 0)):
             held = X[n, i] * liar.consumption(int(i), "rdm")[n]
             need = truth.consumption(int(i), "rdm")[n]
             with np.errstate(divide="ignore", invalid="ignore"):
-                got += float(np.where(need > 0, held / need, np.inf).min())
+                runs = float(np.where(need > 0, held / need, np.inf).min())
+            got += np.floor(runs + WHOLE_EPS) if outcome.whole else runs
     if len(truth.external_resources):
         e = truth.external_demand[n]
         held_e = X[n].sum() * liar.external_demand[n]

@@ -1,7 +1,9 @@
 """Every allocation policy by name: ``allocate(scenario, policy, mode) -> Allocation``.
 
 ``psdsf`` is the certified exact solver (:func:`psdsf_dist.core.solver.solve`); the others are the
-baselines of :mod:`drf`, :mod:`drfh`, :mod:`tsf` and :mod:`tsf_er`.  Only ``tsf-er`` models the
+baselines of :mod:`drf`, :mod:`drfh`, :mod:`tsf` and :mod:`tsf_er`; the whole-task schedulers
+(integer tasks, ``Allocation.whole``) are :mod:`whole_task_policies`, ``rrr-psdsf`` seeded by
+``allocate``'s ``seed``.  Only ``tsf-er`` models the
 external resources of a scenario; every other policy allocates as if they did not exist (as the
 mechanisms are defined), so its use of them may exceed their capacity.
 """
@@ -23,6 +25,11 @@ from psdsf_dist.policies.drf import drf, per_server_drf
 from psdsf_dist.policies.drfh import drfh
 from psdsf_dist.policies.tsf import tsf
 from psdsf_dist.policies.tsf_er import tsf_er
+from psdsf_dist.policies.whole_task_policies import (
+    DEFAULT_SEED,
+    WHOLE_TASK_POLICIES,
+    whole_task_allocation,
+)
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -35,6 +42,7 @@ POLICIES: tuple[str, ...] = (
     "tsf",
     "cdrf",
     "tsf-er",
+    *WHOLE_TASK_POLICIES,
 )
 
 DESCRIPTIONS: dict[str, str] = {
@@ -46,6 +54,12 @@ DESCRIPTIONS: dict[str, str] = {
     "tsf": "max-min task share, tasks alone on the cluster counted ignoring placement",
     "cdrf": "max-min task share, tasks alone on the cluster counted respecting placement",
     "tsf-er": "TSF with the external resources (task share over servers and external)",
+    "drfh-first-fit": "whole tasks: lowest DRFH global dominant share first, first server it fits",
+    "drfh-best-fit": "whole tasks: lowest DRFH global dominant share first, best-fit server H",
+    "psdsf-pf": "whole tasks: progressive filling, pair of smallest PS-DSF share x/(phi gamma)",
+    "rpsdsf": "whole tasks: progressive filling by PS-DSF share on residual capacities",
+    "rrr-psdsf": "whole tasks: random server each step (seeded), user by PS-DSF share there",
+    "bf-drf": "whole tasks: lowest pooled DRF dominant share first, best-fit server H",
 }
 
 
@@ -67,6 +81,7 @@ class Allocation:
     lp_solves: int = 0
     pooled: bool = False  # server boundaries ignored: per-server feasibility is not claimed
     certificate: Certificate | None = None  # psdsf only: its own certificate
+    whole: bool = False  # integer tasks (the whole-task policies)
 
     @property
     def totals(self) -> FloatArray:
@@ -90,8 +105,11 @@ def without_external(scenario: Scenario) -> Scenario:
     )
 
 
-def allocate(scenario: Scenario, policy: str, mode: Mode = "rdm") -> Allocation:
-    """Run one policy. Raises :class:`UnknownPolicyError`, ScenarioError or SolverError."""
+def allocate(
+    scenario: Scenario, policy: str, mode: Mode = "rdm", *, seed: int = DEFAULT_SEED
+) -> Allocation:
+    """Run one policy (``seed``: of ``rrr-psdsf``'s server draws; the other policies are
+    deterministic). Raises :class:`UnknownPolicyError`, ScenarioError or SolverError."""
     if policy not in POLICIES:
         raise UnknownPolicyError(policy)
     mode = scenario.check_mode(mode)
@@ -100,6 +118,9 @@ def allocate(scenario: Scenario, policy: str, mode: Mode = "rdm") -> Allocation:
         sol = solve(scenario, mode)
         return Allocation(policy, mode, sol.allocation, time.perf_counter() - t0,
                           certificate=sol.certificate)
+    if policy in WHOLE_TASK_POLICIES:
+        W = whole_task_allocation(scenario, policy, mode, seed=seed)
+        return Allocation(policy, mode, W.astype(float), time.perf_counter() - t0, whole=True)
     if policy == "per-server-drf":
         X = per_server_drf(scenario, mode)
         return Allocation(policy, mode, X, time.perf_counter() - t0)

@@ -133,3 +133,26 @@ def test_solve_policy_json(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = run(["solve", example("paper_fig1"), "--json"], capsys)
     doc = json.loads(out)
     assert doc["policy"] == "psdsf" and doc["certificate"]["holds"] is True
+
+
+def test_compare_and_properties_take_the_whole_task_policies(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    whole = ["drfh-first-fit", "drfh-best-fit", "psdsf-pf", "rpsdsf", "rrr-psdsf", "bf-drf"]
+    path = example("kesidis_two_servers")
+    status, out, err = run(["compare", path, "--json", "--trials", "2", "--seed", "5",
+                            "--policies", "psdsf", *whole], capsys)
+    assert status == 0 and err == ""
+    doc = json.loads(out)["policies"]
+    assert doc["psdsf-pf"]["tasks"] == {"f1": 19.0, "f2": 22.0}
+    assert doc["rpsdsf"]["total_tasks"] == 42.0
+    for p in whole:
+        assert doc[p]["whole_tasks"] is True
+        assert all(float(v).is_integer() for v in doc[p]["tasks"].values())
+    assert doc["psdsf"]["whole_tasks"] is False
+    status, out, _ = run(["properties", path, "--policy", "rpsdsf", "--json", "--trials", "3"],
+                         capsys)
+    assert status == 0
+    props = json.loads(out)["properties"]
+    assert props["feasible"]["holds"] is True and "whole tasks" in props["feasible"]["detail"]
+    assert props["po"]["holds"] is True and "integer program" in props["po"]["detail"]

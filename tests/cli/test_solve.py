@@ -368,3 +368,49 @@ def test_output_files_get_the_umasks_mode_or_keep_their_own(
         assert stat.S_IMODE(target.stat().st_mode) == 0o644
     finally:
         os.umask(old)
+
+
+# -- whole tasks ---------------------------------------------------------------------------------
+
+
+def test_whole_tasks_rounds_psdsf_and_states_the_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run(capsys, "solve", str(example_path("paper_cluster")), "--whole-tasks",
+                           "--json")
+    assert status == 0, err
+    doc = json.loads(out)
+    assert doc["policy"] == "psdsf"
+    assert doc["tasks"] == {"u1": 263, "u2": 84, "u3": 66, "u4": 22}
+    assert all(float(v).is_integer() for row in doc["allocation"].values() for v in row.values())
+    whole = doc["whole_tasks"]
+    assert whole["fractional_tasks"]["u2"] == pytest.approx(105)
+    assert whole["split_servers"] == {"u1": 68, "u2": 76, "u3": 33, "u4": 11}
+    for u, x in doc["tasks"].items():
+        assert x > whole["lower_bound"][u]
+    status, out, _ = run(capsys, "solve", str(example_path("paper_cluster")), "--whole-tasks")
+    assert status == 0 and "split over 76" in out and "u2  84 tasks, fractional 105" in out
+
+
+def test_whole_task_policy_and_seed(capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(example_path("kesidis_two_servers"))
+    status, out, _ = run(capsys, "solve", path, "--policy", "psdsf-pf", "--json")
+    assert status == 0
+    assert json.loads(out)["allocation"] == {"f1": {"s1": 19.0}, "f2": {"s1": 2.0, "s2": 20.0}}
+    seen = set()
+    for seed in ("0", "0", "1", "2", "3"):
+        status, out, _ = run(capsys, "solve", path, "--policy", "rrr-psdsf", "--seed", seed,
+                             "--json")
+        assert status == 0
+        seen.add((seed, json.dumps(json.loads(out)["allocation"], sort_keys=True)))
+    assert len({a for s, a in seen if s == "0"}) == 1  # a seed gives one allocation
+    assert len({a for _, a in seen}) > 1
+
+
+def test_whole_tasks_with_another_policy_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, out, err = run(capsys, "solve", str(example_path("paper_fig1")), "--policy", "tsf",
+                           "--whole-tasks")
+    assert status == 2 and out == ""
+    assert err.count("\n") == 1 and "--whole-tasks rounds the PS-DSF allocation" in err
+    status, _, err = run(capsys, "solve", str(example_path("paper_fig1")), "--seed", "x")
+    assert status == 2 and err.count("\n") == 1

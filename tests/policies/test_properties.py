@@ -225,3 +225,33 @@ def test_progressive_filling_is_pareto_optimal(seed: int, K: int, N: int, M: int
     sc = random_scenario(np.random.default_rng(seed), K=K, N=N, M=M)
     out = allocate(sc, policy)
     assert pareto_optimality(sc, out.allocation, "rdm", pooled=out.pooled).holds
+
+
+# -- whole-task allocations ----------------------------------------------------------------------
+
+
+def test_whole_task_allocations_are_judged_among_whole_tasks() -> None:
+    from psdsf_dist.policies.properties import (
+        feasible,
+        pareto_optimality,
+        sharing_incentive,
+        uniform_split_tasks,
+    )
+    from tests.conftest import EXAMPLES
+
+    sc = load_scenario(str(EXAMPLES / "kesidis_two_servers.yaml"))
+    report = check_properties(sc, "drfh-first-fit", trials=0)
+    assert report.totals.tolist() == [10, 10]
+    # the uniform split runs floor(20 / 2) + floor(6 / 2) = 13 whole tasks per user
+    np.testing.assert_array_equal(uniform_split_tasks(sc, whole=True), [13, 13])
+    assert report.get("si").holds is False
+    po = report.get("po")
+    assert po.holds is False and po.witness is not None and po.witness["improved"] >= 11
+    # psdsf-pf's 19 + 22 is maximal and no integer allocation improves on it for both users
+    assert check_properties(sc, "psdsf-pf", trials=0).get("po").holds is True
+    # a maximal-looking fractional allocation is not whole
+    X = np.array([[19.5, 0.0], [2.0, 20.0]])
+    assert feasible(sc, X, "rdm", whole=True).holds is False
+    assert pareto_optimality(sc, np.array([[19.0, 0.0], [0.0, 20.0]]), "rdm",
+                             whole=True).holds is False  # a task of f2 still fits on s1
+    assert sharing_incentive(sc, np.array([[13.0, 0.0], [13.0, 0.0]]), whole=True).holds

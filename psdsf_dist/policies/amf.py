@@ -24,8 +24,8 @@ therefore exactly ``c-drfh``.
   must be executed at its associated site").
 * ``amf-si`` (SIG-AMF, section 4.4.4): also ``a[i, j] >= min(d[i, j], u_j / n)`` at every server,
   (4.3)-(4.4), where ``u_j / n`` is user n's share ``phi[n] / sum(phi)`` of server j, in tasks
-  ``phi[n] / sum(phi) * gamma[n, j]`` (an unbound user's ``d`` is unlimited; with a backlog
-  ``max_tasks`` below the sum, the floors are scaled down to it).
+  ``phi[n] / sum(phi) * gamma[n, j]`` (an unbound user's ``d`` is unlimited; a user whose
+  backlog ``max_tasks`` is below the sum gets its backlog as an aggregate floor instead).
 * ``gamf-si`` (SIG-GAMF, section 5.3.4): also ``A_i >= X_i``, (5.24), where ``X_i`` is what job i
   could run owning that share of every server, the LP (5.22)-(5.23)
   (:func:`static_share_tasks`).
@@ -91,8 +91,11 @@ def static_share_tasks(scenario: Scenario) -> FloatArray:
     R = gm.capacity_rows
     blocks = []
     rhs = []
-    users = np.flatnonzero(groups.bound)
-    for n in users.tolist():
+    users = [n for n in np.flatnonzero(groups.bound).tolist() if (model.user == n).any()]
+    out[groups.bound] = 0.0  # a bound user without a variable (no task it can run) runs none
+    if not users:
+        return np.asarray(out)
+    for n in users:
         cols = np.flatnonzero(model.user == n)
         block = model.A[:, cols]
         rows = np.flatnonzero(np.diff(block.indptr) > 0)
@@ -111,7 +114,7 @@ def static_share_tasks(scenario: Scenario) -> FloatArray:
         raise SolverError(f"static-share LP failed: {res.message}")
     z = np.asarray(res.x)
     start = 0
-    for n, block in zip(users.tolist(), blocks, strict=True):
+    for n, block in zip(users, blocks, strict=True):
         width = block.shape[1]
         out[n] = float(z[start: start + width].sum())
         start += width
@@ -123,7 +126,9 @@ def amf(scenario: Scenario, mode: Mode, policy: str) -> tuple[FloatArray, Fillin
     view = task_group_view(scenario, policy)
     model = group_model(view, mode).model
     if policy == "amf-si":
-        model = _with_floors(model, _pair_floors(view), per_server=True)
+        per_server, total = pair_floors(view)
+        model = _with_floors(model, per_server, per_server=True)
+        model = _with_floors(model, total[:, None], per_server=False)
     elif policy == "gamf-si":
         model = _with_floors(model, static_share_tasks(view)[:, None], per_server=False)
     mu = global_dominant_share(view, respect_placement=False)
@@ -133,23 +138,21 @@ def amf(scenario: Scenario, mode: Mode, policy: str) -> tuple[FloatArray, Fillin
     return model.allocation(filling.z), filling
 
 
-def pair_floors(scenario: Scenario) -> FloatArray:
-    """N x K: SIG-AMF's per-server floors (4.3)-(4.4), ``min(d[n, i], share * gamma[n, i])``,
-    scaled down to the backlog where they sum above it (``scenario`` as ``amf-si`` sees it)."""
-    return _pair_floors(task_group_view(scenario, "amf-si"))
-
-
-def _pair_floors(view: Scenario) -> FloatArray:
-    floor = share(view)[:, None] * view.gamma
-    groups = view.task_groups
+def pair_floors(scenario: Scenario) -> tuple[FloatArray, FloatArray]:
+    """SIG-AMF's floors (``scenario`` as ``amf-si`` sees it): N x K per-server floors (4.3)-(4.4),
+    ``min(d[n, i], share * gamma[n, i])``, and N aggregate floors.  A user whose per-server
+    floors sum above its backlog ``max_tasks`` (a cap the thesis does not have) needs no
+    particular server to reach what its share would give it, its backlog: it gets that as an
+    aggregate floor instead (binding it to servers would cost others for nothing)."""
+    floor = share(scenario)[:, None] * scenario.gamma
+    groups = scenario.task_groups
     if groups is not None:
         bound = groups.bound
         floor[bound] = np.minimum(floor[bound],
-                                  groups.per_server_tasks(view.num_servers)[bound])
-    total = floor.sum(axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        cut = np.where(total > view.max_tasks, view.max_tasks / total, 1.0)
-    return np.asarray(floor * cut[:, None])
+                                  groups.per_server_tasks(scenario.num_servers)[bound])
+    capped = floor.sum(axis=1) > scenario.max_tasks
+    floor[capped] = 0.0
+    return floor, np.where(capped, scenario.max_tasks, 0.0)
 
 
 def _with_floors(model: LinearModel, floor: FloatArray, *, per_server: bool) -> LinearModel:

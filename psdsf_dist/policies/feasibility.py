@@ -225,6 +225,7 @@ def fit_to_groups(scenario: Scenario, n: int, per_server: FloatArray) -> float:
     if groups is None or not groups.bound[n]:
         return float(t.sum())
     gs = groups.of_user(n)
+    gs = gs[groups.tasks[gs] > 0]
     if not len(gs):
         return 0.0
     sizes = groups.ptr[gs + 1] - groups.ptr[gs]

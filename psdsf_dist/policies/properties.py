@@ -354,6 +354,8 @@ def pareto_optimality(
 ) -> PropertyCheck:
     key, name = "po", PROPERTY_NAMES["po"]
     model = _model(scenario, mode, pooled)
+    if not model.num_variables:
+        return PropertyCheck(key, name, True, "nothing can be allocated to anyone")
     T = model.totals
     x = X.sum(axis=1)
     N = scenario.num_users
@@ -430,6 +432,8 @@ def _max_min_check(
 ) -> PropertyCheck:
     """Are the amounts of resource r weighted max-min fair over the feasible set?"""
     model = _model(scenario, mode, pooled)
+    if not model.num_variables:
+        return PropertyCheck(key, name, True, "nothing can be allocated to anyone")
     T = model.totals
     x = X.sum(axis=1)
     if pooled:

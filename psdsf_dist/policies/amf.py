@@ -31,8 +31,11 @@ therefore exactly ``c-drfh``.
   (:func:`static_share_tasks`).
 Floors of different users are jointly feasible (each within its own share of every server), so
 the restricted set is still compact, convex and non-empty.  Pareto efficiency, envy-freeness
-and strategy-proofness are Theorems 4.3-4.5 and 5.2-5.4; sharing incentive holds only for the
-``-si`` versions (Theorem 4.6 is the counterexample for the others).
+and strategy-proofness are Theorems 4.3-4.5 and 5.2-5.4, proved (and asserted for the ``-si``
+versions) in the thesis's model - one resource, each task one slot - where the tests check them;
+sharing incentive holds only for the ``-si`` versions (Theorem 4.6 is the counterexample for the
+others).  Outside that model, when users turn a server into tasks at different rates, SIG-AMF's
+per-server floors can cost Pareto optimality (tests/policies/test_amf.py has a witness).
 """
 
 from __future__ import annotations

@@ -22,7 +22,12 @@ Clusters (seeded, ``SEED``):
   two servers are identical.
 
 Users: N users with demands 0.2-5 % of the largest machine, weights in {1, 2, 4}, each restricted
-to a random subset of machine configurations with probability 0.2; unlimited backlogs.
+to a random subset of machine configurations with probability 0.2; unlimited backlogs.  Each user
+also declares three task groups (read only by the AMF family, ignored by every other policy): a
+group of a random tenth of its allowed machines (at least one), of 5-20 tasks per machine in it.
+
+``--policies P ...`` times only those (the reference ``psdsf`` is always run) and ``--name STEM``
+writes ``STEM.md``/``STEM.csv`` instead of ``baselines.*``.
 """
 
 from __future__ import annotations
@@ -46,7 +51,8 @@ from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.policies import allocate
 
 SEED = 20260
-POLICIES = ("psdsf", "drfh", "c-drfh", "tsf", "cdrf", "drf", "per-server-drf")
+POLICIES = ("psdsf", "drfh", "c-drfh", "tsf", "cdrf", "drf", "per-server-drf", "amf", "amf-si",
+            "gamf", "gamf-si")
 REFERENCE = "psdsf"
 KINDS = ("google", "hetero")
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -69,7 +75,24 @@ def cluster(kind: str, K: int, N: int) -> Scenario:
             if "servers" in user:
                 user["servers"] = [m for c in user["servers"] for m in members[c]]
         doc["servers"] = servers
+    add_task_groups(doc, rng)
     return Scenario.from_dict(doc, f"{kind} K={K}")
+
+
+def add_task_groups(doc: dict[str, Any], rng: np.random.Generator) -> None:
+    """Three task groups per user over random tenths of its allowed machines (AMF family)."""
+    members = {e["name"]: [f"{e['name']}-{k + 1}" if "count" in e else e["name"]
+                           for k in range(e.get("count", 1))] for e in doc["servers"]}
+    everywhere = [m for ms in members.values() for m in ms]
+    for user in doc["users"]:
+        allowed = ([m for c in user["servers"] for m in members.get(c, [c])]
+                   if "servers" in user else everywhere)
+        groups = []
+        for _ in range(3):
+            size = max(1, len(allowed) // 10)
+            at = [str(m) for m in rng.choice(allowed, size=size, replace=False)]
+            groups.append({"servers": at, "tasks": round(float(rng.uniform(5, 20)) * size, 3)})
+        user["task_groups"] = groups
 
 
 def time_policy(scenario: Scenario, policy: str, runs: int, cap: float) -> tuple[float, int]:
@@ -110,7 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cap", type=float, default=10.0)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES))
+    parser.add_argument("--name", default="baselines")
     args = parser.parse_args(argv)
+    chosen = [p for p in POLICIES if p == REFERENCE or p in args.policies]
     sizes = [k for k in args.sizes if k <= 100] if args.quick else args.sizes
     started = time.perf_counter()
     rows: list[dict[str, Any]] = []
@@ -119,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         for K in sizes:
             sc = cluster(kind, K, args.users)
             timings: dict[str, tuple[float, int]] = {}
-            for policy in POLICIES:
+            for policy in chosen:
                 if policy in skipped:
                     continue
                 timings[policy] = time_policy(sc, policy, args.runs, args.cap)
@@ -135,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
     elapsed = time.perf_counter() - started
     args.out.mkdir(parents=True, exist_ok=True)
-    write_csv(args.out / "baselines.csv", rows)
-    (args.out / "baselines.md").write_text(markdown(rows, args, elapsed), encoding="utf-8")
+    write_csv(args.out / f"{args.name}.csv", rows)
+    (args.out / f"{args.name}.md").write_text(markdown(rows, args, elapsed), encoding="utf-8")
     return 0
 
 

@@ -20,7 +20,7 @@ from psdsf_dist.cli.common import dumps, emit, failed, load
 from psdsf_dist.cli.properties import add_probe_arguments, verdict
 from psdsf_dist.errors import PsdsfError
 from psdsf_dist.model.scenario import Mode, Scenario
-from psdsf_dist.policies import POLICIES, allocate, models_external, without_external
+from psdsf_dist.policies import POLICIES, allocate, models_external, policy_view
 from psdsf_dist.policies.fairness_metrics import jain_index, task_shares
 from psdsf_dist.policies.properties import PROPERTY_NAMES, PropertyReport, check_properties
 
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
 def evaluate(scenario: Scenario, policy: str, mode: Mode, trials: int, seed: int) -> dict[str, Any]:
     """One column of the comparison, as plain data (also the ``--json`` format)."""
-    env = scenario if models_external(policy) else without_external(scenario)
+    env = policy_view(scenario, policy)
     outcome = allocate(env, policy, mode, seed=seed)
     report: PropertyReport = check_properties(env, policy, mode, trials=trials, seed=seed,
                                               allocation=outcome)
@@ -150,6 +150,10 @@ def render(scenario: Scenario, mode: str, results: dict[str, dict[str, Any]]) ->
         notes.append("* servers pooled into one machine: per-class use is of task equivalents")
     if scenario.external_resources and any(not models_external(p) for p in policies):
         notes.append("only tsf-er models the external resources; the other policies ignore them")
+    if scenario.task_groups is not None and any(policy_view(scenario, p).task_groups is None
+                                                for p in policies):
+        notes.append("only the amf family models per-server task counts and task groups; the "
+                     "other policies ignore them")
     if "sp" in PROPERTY_ROWS:
         notes.append("strategy-proofness is probed with seeded random misreports, not proven; "
                      "`psdsf-dist properties` gives witnesses")

@@ -24,6 +24,8 @@ USER_KEYS = {
     "max_tasks",
     "gamma",
     "external_demand",
+    "server_tasks",
+    "task_groups",
 }
 
 

@@ -15,6 +15,8 @@ Array conventions (used by every other module):
 * ``demand_gamma`` N x K  the demand-based gamma before per-user overrides
 * ``max_tasks`` N       finite backlog, ``inf`` when unlimited
 * ``gamma_given`` N x K  per-user gamma overrides (section IV extension), NaN where not given
+* ``task_groups`` per-server task counts and task groups of bound users (Guan thesis chapters
+  4-5, :mod:`.task_groups`), None when no user declares any
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from psdsf_dist.model.fields import (
     resource_vector,
 )
 from psdsf_dist.model.limits import LIMITS_ENV, Limits, current_limits, nesting_depth
+from psdsf_dist.model.task_groups import TaskGroups, build_task_groups
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -76,6 +79,7 @@ class Scenario:
     external_demand: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
     events: tuple[Mapping[str, Any], ...] = ()
     raw: Mapping[str, Any] = field(default_factory=dict)
+    task_groups: TaskGroups | None = None
 
     # -- sizes -------------------------------------------------------------------------------
     @property
@@ -160,6 +164,7 @@ class Scenario:
         weight: FloatArray | None = None,
         max_tasks: FloatArray | None = None,
         placement: BoolArray | None = None,
+        task_groups: TaskGroups | None = None,
     ) -> Scenario:
         """A copy with some user arrays replaced (gamma recomputed). Used by churn and probes."""
         d = self.demand if demand is None else np.asarray(demand, dtype=float)
@@ -187,6 +192,7 @@ class Scenario:
             external_demand=self.external_demand,
             events=self.events,
             raw=self.raw,
+            task_groups=self.task_groups if task_groups is None else task_groups,
         )
 
 
@@ -399,6 +405,7 @@ def _build(data: Any) -> Scenario:
     limits.check("users", len(users_in), "users")
     limits.check("cells", len(users_in) * len(names), "users")
     unames: list[str] = []
+    entries: list[Mapping[str, Any]] = []
     demands: list[FloatArray] = []
     weights: list[float] = []
     caps_n: list[float] = []
@@ -462,6 +469,7 @@ def _build(data: Any) -> Scenario:
                 raise ScenarioError(f"{fld}.external_demand", "no `external` resource is declared")
             xd = resource_vector(usr["external_demand"], ext_names, f"{fld}.external_demand")
         unames.append(uname)
+        entries.append(usr)
         demands.append(d)
         weights.append(w)
         caps_n.append(mt)
@@ -473,6 +481,7 @@ def _build(data: Any) -> Scenario:
 
     demand = np.array(demands, dtype=float).reshape(len(unames), len(resources))
     placement = np.array(placement_rows, dtype=bool).reshape(len(unames), K)
+    task_groups = build_task_groups(entries, placement, server_index, class_members, limits)
     dg = demand_gamma(capacity, demand) * placement
     given = np.full(dg.shape, np.nan)
     for n, ov in enumerate(overrides):
@@ -512,6 +521,7 @@ def _build(data: Any) -> Scenario:
         ),
         events=tuple(events),
         raw=dict(top),
+        task_groups=task_groups,
     )
 
 

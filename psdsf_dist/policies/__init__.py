@@ -7,6 +7,7 @@ from psdsf_dist.policies.registry import (
     UnknownPolicyError,
     allocate,
     models_external,
+    policy_view,
     without_external,
 )
 
@@ -17,5 +18,6 @@ __all__ = [
     "UnknownPolicyError",
     "allocate",
     "models_external",
+    "policy_view",
     "without_external",
 ]

@@ -12,6 +12,10 @@ Two models of a cluster:
 
 Rows are scaled to right-hand side 1 (or 0) so that the LP is well conditioned whatever the units.
 Both models expose ``totals``: the sparse N x P matrix turning the variables into user totals.
+
+With task groups (Guan thesis chapters 4-5, :mod:`psdsf_dist.model.task_groups`),
+:func:`group_model` splits a bound user's per-server tasks by group and bounds each group by its
+count; :func:`fit_to_groups` says how many of a user's tasks given per-server amounts can run.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
+from scipy.optimize import linprog
 
+from psdsf_dist.errors import SolverError
 from psdsf_dist.model.scenario import Mode, Scenario
 
 FloatArray = npt.NDArray[np.float64]
@@ -150,3 +156,91 @@ def pooled_model(scenario: Scenario) -> LinearModel:
     user[:Pa][on_dominant] = an[on_dominant]
     server[:Pa][on_dominant] = ai[on_dominant]
     return LinearModel(A, b, totals, N, K, user, server, task_equivalents=True)
+
+
+@dataclass(frozen=True)
+class GroupModel:
+    """:func:`task_model` with bound users' tasks split by task group.
+
+    ``model``'s variables are the unbound users' per-server tasks followed by one variable
+    ``a[g, i]`` per task group g and eligible server i of it; its rows are the capacity rows of
+    :func:`task_model` (the first ``capacity_rows``) and then one row per group with tasks,
+    ``sum_i a[g, i] / tasks[g] <= 1``.  ``group`` gives each variable's group (-1: unbound).
+    """
+
+    model: LinearModel
+    capacity_rows: int
+    group: IntArray
+
+
+def group_model(scenario: Scenario, mode: Mode, *, external: bool = False) -> GroupModel:
+    """The feasible set with task groups: the Guan thesis's (5.1)-(5.3) (chapter 4's (4.1)-(4.2)
+    when every group has one server), with the servers' capacities of :func:`task_model`.
+
+    Built from :func:`task_model` by a column selection: a variable of group g on server i is a
+    copy of the (user, i) column, so the capacity rows are task_model's, unchanged.  Groups with
+    0 tasks and servers where the user is not eligible (gamma 0) get no variable.
+    """
+    base = task_model(scenario, mode, external=external)
+    groups = scenario.task_groups
+    R = int(base.A.shape[0])
+    if groups is None:
+        return GroupModel(base, R, np.full(base.num_variables, -1, dtype=np.int64))
+    K = scenario.num_servers
+    P = base.num_variables
+    keys = base.user * K + base.server  # ascending: task_model takes np.nonzero's row order
+    free = np.flatnonzero(~groups.bound[base.user])
+    g_of = groups.group_of_entry()
+    key = groups.user[g_of] * K + groups.server
+    if P:
+        pos = np.minimum(np.searchsorted(keys, key), P - 1)
+        ok = (keys[pos] == key) & (groups.tasks[g_of] > 0)
+    else:
+        pos, ok = np.zeros(len(key), dtype=np.int64), np.zeros(len(key), dtype=bool)
+    cols = np.concatenate([free, pos[ok]]).astype(np.int64)
+    group = np.concatenate([np.full(len(free), -1), g_of[ok]]).astype(np.int64)
+    V = len(cols)
+    E = sp.csr_matrix((np.ones(V), (cols, np.arange(V))), shape=(P, V))
+    live = np.unique(group[group >= 0])
+    row_of = np.full(groups.num_groups, -1, dtype=np.int64)
+    row_of[live] = np.arange(len(live))
+    vg = np.flatnonzero(group >= 0)
+    G = sp.csr_matrix((1.0 / groups.tasks[group[vg]], (row_of[group[vg]], vg)),
+                      shape=(len(live), V))
+    A = sp.vstack([base.A @ E, G], format="csr")
+    b = np.concatenate([base.b, np.ones(len(live))])
+    model = LinearModel(A, b, sp.csr_matrix(base.totals @ E), base.num_users, K,
+                        base.user[cols], base.server[cols])
+    return GroupModel(model, R, group)
+
+
+def fit_to_groups(scenario: Scenario, n: int, per_server: FloatArray) -> float:
+    """Most of user n's tasks that ``per_server[i]`` tasks on each server can run, given its
+    task groups: ``max sum a[g, i]`` s.t. ``sum_g a[g, i] <= per_server[i]``,
+    ``sum_i a[g, i] <= tasks[g]`` (a transportation problem; closed form
+    ``sum_i min(per_server[i], tasks bound to i)`` when every group has one server).  An unbound
+    user runs them all."""
+    groups = scenario.task_groups
+    t = np.maximum(np.asarray(per_server, dtype=float), 0.0)
+    if groups is None or not groups.bound[n]:
+        return float(t.sum())
+    gs = groups.of_user(n)
+    gs = gs[groups.tasks[gs] > 0]
+    if not len(gs):
+        return 0.0
+    sizes = groups.ptr[gs + 1] - groups.ptr[gs]
+    if (sizes == 1).all():
+        limit = np.zeros(len(t))
+        np.add.at(limit, groups.server[groups.ptr[gs]], groups.tasks[gs])
+        return float(np.minimum(t, limit).sum())
+    gi = np.concatenate([np.full(s, j) for j, s in enumerate(sizes)])
+    si = np.concatenate([groups.servers_of(int(g)) for g in gs])
+    V = len(gi)
+    A = sp.vstack([sp.csr_matrix((np.ones(V), (si, np.arange(V))), shape=(len(t), V)),
+                   sp.csr_matrix((np.ones(V), (gi, np.arange(V))), shape=(len(gs), V))],
+                  format="csr")
+    b = np.concatenate([t, groups.tasks[gs]])
+    res = linprog(-np.ones(V), A_ub=A, b_ub=b, bounds=(0.0, None), method="highs")
+    if res.status != 0:  # a transportation problem from 0 is always feasible and bounded
+        raise SolverError(f"task-group fit LP failed: {res.message}")
+    return float(-res.fun)

@@ -35,6 +35,19 @@ task more with nobody losing - first whether a task still fits anywhere, then, f
 undecided beyond; a liar's true tasks are the whole tasks its grants run.  BF and SRF keep the
 divisible reference (max-min over divisible allocations), which whole tasks seldom meet: a NO
 there measures the integrality gap, not a bug.  SP probes rerun the policy with the same seed.
+
+Task counts and task groups (the AMF family; Guan thesis chapters 4-5) are checked as the thesis
+defines the properties, which the definitions above become once a bound user can run only its
+declared tasks: the feasible set is :func:`~psdsf_dist.policies.feasibility.group_model`'s
+(feasible *and rational*, (4.1)-(4.2) / (5.1)-(5.3)) for feasibility, PO, BF and SRF; SI's
+uniform split counts only the tasks the user could run within its groups on its share of every
+server (the LP (5.22)-(5.23)); a bundle is worth to a bound user only what its groups can use
+(:func:`~psdsf_dist.policies.feasibility.fit_to_groups`: for one-server groups the thesis's
+``sum_j min(a[k, j], d[i, j])``; with groups at least as strict as the thesis's section 5.3.2,
+which lets the user reuse the other's group split only); and strategy-proofness is probed with
+the thesis's misreports too - task counts scaled, a task claimed where the user has none - the
+liar's true tasks being what its true groups can use of what it got.  AMF's per-server sharing
+incentive (4.3)-(4.4) implies this aggregate one.
 """
 
 from __future__ import annotations
@@ -49,8 +62,16 @@ from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 
 from psdsf_dist.errors import PsdsfError
 from psdsf_dist.model.scenario import Mode, Scenario
-from psdsf_dist.policies import Allocation, allocate, models_external, without_external
-from psdsf_dist.policies.feasibility import LinearModel, pooled_model, task_model
+from psdsf_dist.model.task_groups import TaskGroups
+from psdsf_dist.policies import Allocation, allocate, policy_view
+from psdsf_dist.policies.amf import static_share_tasks
+from psdsf_dist.policies.feasibility import (
+    LinearModel,
+    fit_to_groups,
+    group_model,
+    pooled_model,
+    task_model,
+)
 from psdsf_dist.policies.progressive import HIGHS_OPTIONS
 from psdsf_dist.policies.whole_tasks import FillState, whole_caps
 
@@ -121,7 +142,7 @@ def check_properties(
     allocation: Allocation | None = None,
 ) -> PropertyReport:
     """Run the policy (unless given its allocation) and check every property."""
-    env = scenario if models_external(policy) else without_external(scenario)
+    env = policy_view(scenario, policy)
     alloc = allocation if allocation is not None else allocate(env, policy, mode, seed=seed)
     X = alloc.allocation
     whole = alloc.whole
@@ -144,6 +165,8 @@ def check_properties(
 def _model(scenario: Scenario, mode: Mode, pooled: bool) -> LinearModel:
     if pooled:
         return pooled_model(scenario)
+    if scenario.task_groups is not None:
+        return group_model(scenario, mode, external=bool(scenario.external_resources)).model
     return task_model(scenario, mode, external=bool(scenario.external_resources))
 
 
@@ -218,6 +241,17 @@ def feasible(
     if len(excess) and excess[j] > RTOL:
         return PropertyCheck(key, name, False, f"constraint {_row_name(scenario, mode, j)} at "
                              f"{_num(load[j])} of 1", {"constraint": _row_name(scenario, mode, j)})
+    groups = scenario.task_groups
+    if groups is not None:
+        for n in np.flatnonzero(groups.bound).tolist():
+            fit = fit_to_groups(scenario, n, X[n])
+            if x[n] - fit > RTOL * max(x[n], 1.0):
+                return PropertyCheck(key, name, False, f"{_user(scenario, n)} runs {_num(x[n])} "
+                                     f"tasks, of which only {_num(fit)} fit its task counts and "
+                                     "groups", {"user": _user(scenario, n), "tasks": float(x[n]),
+                                                "fit_groups": fit})
+        return PropertyCheck(key, name, True, "within every capacity, eligibility, backlog, task "
+                             "count and group")
     ok = "within every capacity, eligibility and backlog"
     return PropertyCheck(key, name, True, ok + (", whole tasks" if whole else ""))
 
@@ -238,12 +272,15 @@ def _row_name(scenario: Scenario, mode: Mode, row: int) -> str:
 
 def uniform_split_tasks(scenario: Scenario, *, whole: bool = False) -> FloatArray:
     """N: tasks under the uniform split ``phi[n] / sum(phi)`` of everything, capped (whole:
-    the whole tasks that share runs on each server, summed)."""
+    the whole tasks that share runs on each server, summed; with task groups, within them:
+    :func:`~psdsf_dist.policies.amf.static_share_tasks` - for an unbound user the same
+    ``phi[n] / sum(phi) * sum_i gamma[n, i]``)."""
     frac = scenario.weight / scenario.weight.sum()
     if whole:
         per_server = np.floor(frac[:, None] * scenario.gamma + WHOLE_EPS)
         return np.asarray(np.minimum(per_server.sum(axis=1), whole_caps(scenario.max_tasks)))
-    tasks = frac * scenario.gamma.sum(axis=1)
+    tasks = (frac * scenario.gamma.sum(axis=1) if scenario.task_groups is None
+             else static_share_tasks(scenario))
     E = scenario.external_capacity
     if len(E):
         e = scenario.external_demand
@@ -308,6 +345,22 @@ def envy_matrix(
     return np.asarray(U if whole else ratio * U)
 
 
+def bundle_tasks(scenario: Scenario, X: FloatArray, mode: Mode, n: int, m: int) -> FloatArray:
+    """K: tasks user n could run on each server with m's bundle there, scaled by phi[n]/phi[m]
+    (the per-server terms of :func:`envy_matrix`)."""
+    ratio = scenario.weight[n] / scenario.weight[m]
+    gam = scenario.gamma
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if mode == "tdm":
+            per = np.where((gam[m] > 0) & (gam[n] > 0), gam[n] * X[m] / gam[m], 0.0)
+        else:
+            cons = _consumption(scenario, mode)  # K x N x M
+            cn, cm = cons[:, n, :], cons[:, m, :]
+            q = np.where(cn > 0, cm / cn, np.inf).min(axis=1)
+            per = np.where((gam[n] > 0) & np.isfinite(q), q * X[m], 0.0)
+    return np.asarray(ratio * per)
+
+
 def envy_freeness(
     scenario: Scenario, X: FloatArray, mode: Mode, *, pooled: bool = False, whole: bool = False
 ) -> PropertyCheck:
@@ -316,6 +369,13 @@ def envy_freeness(
     U = np.minimum(envy_matrix(scenario, X, mode, pooled=pooled, whole=whole),
                    scenario.max_tasks[:, None])
     np.fill_diagonal(U, 0.0)
+    groups = scenario.task_groups
+    if groups is not None and not pooled:
+        # a bound user can use another's bundle only within its own task counts and groups;
+        # the plain value is an upper bound, so only pairs it flags need the exact one
+        for n, m in np.argwhere((U > x[:, None] * (1 + RTOL)) & groups.bound[:, None]).tolist():
+            U[n, m] = min(U[n, m], fit_to_groups(scenario, n, bundle_tasks(scenario, X, mode,
+                                                                            n, m)))
     gain = (U - x[:, None]) / np.maximum(x[:, None], 1e-12)
     n, m = map(int, np.unravel_index(np.argmax(gain), gain.shape))
     if gain[n, m] > RTOL and U[n, m] - x[n] > 1e-9:
@@ -337,6 +397,8 @@ def pareto_optimality(
     if whole:
         return _whole_pareto_optimality(scenario, X, mode)
     model = _model(scenario, mode, pooled)
+    if not model.num_variables:
+        return PropertyCheck(key, name, True, "nothing can be allocated to anyone")
     T = model.totals
     x = X.sum(axis=1)
     N = scenario.num_users
@@ -452,6 +514,8 @@ def _max_min_check(
 ) -> PropertyCheck:
     """Are the amounts of resource r weighted max-min fair over the feasible set?"""
     model = _model(scenario, mode, pooled)
+    if not model.num_variables:
+        return PropertyCheck(key, name, True, "nothing can be allocated to anyone")
     T = model.totals
     x = X.sum(axis=1)
     if pooled:
@@ -513,29 +577,18 @@ def strategy_proofness(
         return PropertyCheck(key, name, None, "not probed (0 trials)")
     rng = np.random.default_rng(seed)
     x = X.sum(axis=1)
-    N, K = scenario.num_users, scenario.num_servers
+    N = scenario.num_users
     best_gain = -np.inf
     best: dict[str, Any] | None = None
     failed = 0
+    groups = scenario.task_groups
     for _ in range(trials):
         n = int(rng.integers(N))
-        lie_about_servers = K > 1 and rng.random() < 0.5
-        demand = scenario.demand.copy()
-        placement = scenario.placement.copy()
-        if lie_about_servers:
-            flip = rng.random(K) < 0.3
-            if not flip.any():
-                flip[int(rng.integers(K))] = True
-            placement[n] = placement[n] ^ flip
-            lie: dict[str, Any] = {"servers": [scenario.server_names[i]
-                                               for i in np.flatnonzero(placement[n])]}
+        if groups is not None and groups.bound[n] and rng.random() < 1 / 3:
+            lied_groups, lie = _misreport_groups(scenario, groups, n, rng)
+            liar = scenario.replace_users(task_groups=lied_groups)
         else:
-            factor = np.exp(rng.uniform(-np.log(DEMAND_FACTOR), np.log(DEMAND_FACTOR),
-                                        scenario.num_resources))
-            demand[n] = demand[n] * factor
-            lie = {"demand": {r: float(demand[n, j]) for j, r in enumerate(scenario.resources)
-                              if demand[n, j] > 0}}
-        liar = scenario.replace_users(demand=demand, placement=placement)
+            liar, lie = _misreport_demand_or_servers(scenario, n, rng)
         if not (liar.gamma[n] > 0).any():
             continue
         try:
@@ -559,9 +612,58 @@ def strategy_proofness(
                          f"{100 * best_gain:+.3g}%)", best)
 
 
+def _misreport_groups(scenario: Scenario, groups: TaskGroups, n: int,
+                      rng: np.random.Generator) -> tuple[TaskGroups, dict[str, Any]]:
+    """User n's task counts each scaled by a factor in [1/2, 2], and with probability 1/2 tasks
+    claimed on one more server (the count of one of its groups): lying "at any set of sites"."""
+    mine = groups.of_user(n)
+    tasks = groups.tasks.copy()
+    tasks[mine] *= np.exp(rng.uniform(-np.log(DEMAND_FACTOR), np.log(DEMAND_FACTOR), len(mine)))
+    lied = groups.with_tasks(tasks)
+    eligible = np.flatnonzero(scenario.gamma[n] > 0)
+    if len(eligible) and rng.random() < 0.5:
+        extra = int(rng.choice(eligible))
+        count = float(tasks[int(rng.choice(mine))]) if len(mine) else 1.0
+        lied = TaskGroups(np.append(lied.user, n), np.append(lied.tasks, count),
+                          np.append(lied.ptr, lied.ptr[-1] + 1), np.append(lied.server, extra),
+                          lied.bound)
+    told = [{"servers": [scenario.server_names[i] for i in lied.servers_of(int(g))],
+             "tasks": float(lied.tasks[g])} for g in lied.of_user(n)]
+    return lied, {"task_groups": told}
+
+
+def _misreport_demand_or_servers(scenario: Scenario, n: int, rng: np.random.Generator
+                                 ) -> tuple[Scenario, dict[str, Any]]:
+    K = scenario.num_servers
+    lie_about_servers = K > 1 and rng.random() < 0.5
+    demand = scenario.demand.copy()
+    placement = scenario.placement.copy()
+    if lie_about_servers:
+        flip = rng.random(K) < 0.3
+        if not flip.any():
+            flip[int(rng.integers(K))] = True
+        placement[n] = placement[n] ^ flip
+        lie: dict[str, Any] = {"servers": [scenario.server_names[i]
+                                           for i in np.flatnonzero(placement[n])]}
+    else:
+        factor = np.exp(rng.uniform(-np.log(DEMAND_FACTOR), np.log(DEMAND_FACTOR),
+                                    scenario.num_resources))
+        demand[n] = demand[n] * factor
+        lie = {"demand": {r: float(demand[n, j]) for j, r in enumerate(scenario.resources)
+                          if demand[n, j] > 0}}
+    return scenario.replace_users(demand=demand, placement=placement), lie
+
+
 def true_tasks(truth: Scenario, liar: Scenario, outcome: Allocation, n: int) -> float:
-    """Tasks user n can really run with what it was given after misreporting (capped)."""
+    """Tasks user n can really run with what it was given after misreporting (capped, and
+    within its true task groups if it has any)."""
     X = outcome.allocation
+    groups = truth.task_groups
+    if groups is not None and groups.bound[n] and not outcome.pooled:
+        per = np.zeros(truth.num_servers)
+        for i in np.flatnonzero((X[n] > 0) & (truth.gamma[n] > 0)).tolist():
+            per[i] = _true_tasks_on(truth, liar, outcome, n, i)
+        return min(fit_to_groups(truth, n, per), float(truth.max_tasks[n]))
     if outcome.pooled:
         d_true, d_told = truth.demand[n], liar.demand[n]
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -574,16 +676,23 @@ def true_tasks(truth: Scenario, liar: Scenario, outcome: Allocation, n: int) -> 
         runs_at = time * truth.gamma[n]
         got = float((np.floor(runs_at + WHOLE_EPS) if outcome.whole else runs_at).sum())
     else:
-        got = 0.0
-        for i in np.flatnonzero((X[n] > 0) & (truth.gamma[n] > 0)):
-            held = X[n, i] * liar.consumption(int(i), "rdm")[n]
-            need = truth.consumption(int(i), "rdm")[n]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                runs = float(np.where(need > 0, held / need, np.inf).min())
-            got += np.floor(runs + WHOLE_EPS) if outcome.whole else runs
+        runs = [_true_tasks_on(truth, liar, outcome, n, i)
+                for i in np.flatnonzero((X[n] > 0) & (truth.gamma[n] > 0)).tolist()]
+        got = float(sum(np.floor(r + WHOLE_EPS) if outcome.whole else r for r in runs))
     if len(truth.external_resources):
         e = truth.external_demand[n]
         held_e = X[n].sum() * liar.external_demand[n]
         with np.errstate(divide="ignore", invalid="ignore"):
             got = min(got, float(np.where(e > 0, held_e / e, np.inf).min()))
     return min(got, float(truth.max_tasks[n]))
+
+
+def _true_tasks_on(truth: Scenario, liar: Scenario, outcome: Allocation, n: int, i: int) -> float:
+    """Tasks user n can really run on server i with what it got there."""
+    X = outcome.allocation
+    if outcome.mode == "tdm":
+        return float(X[n, i] / liar.gamma[n, i] * truth.gamma[n, i]) if liar.gamma[n, i] else 0.0
+    held = X[n, i] * liar.consumption(i, "rdm")[n]
+    need = truth.consumption(i, "rdm")[n]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(np.where(need > 0, held / need, np.inf).min())

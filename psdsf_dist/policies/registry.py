@@ -5,7 +5,8 @@ baselines of :mod:`drf`, :mod:`drfh`, :mod:`tsf` and :mod:`tsf_er`; the whole-ta
 (integer tasks, ``Allocation.whole``) are :mod:`whole_task_policies`, ``rrr-psdsf`` seeded by
 ``allocate``'s ``seed``.  Only ``tsf-er`` models the
 external resources of a scenario; every other policy allocates as if they did not exist (as the
-mechanisms are defined), so its use of them may exceed their capacity.
+mechanisms are defined), so its use of them may exceed their capacity.  Likewise only the AMF
+family (:mod:`amf`) reads users' per-server task counts and task groups.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from psdsf_dist.core.certificate import Certificate
 from psdsf_dist.core.solver import solve
 from psdsf_dist.errors import PsdsfError
 from psdsf_dist.model.scenario import Mode, Scenario
+from psdsf_dist.policies.amf import AMF_POLICIES, amf, task_group_view
 from psdsf_dist.policies.drf import drf, per_server_drf
 from psdsf_dist.policies.drfh import drfh
 from psdsf_dist.policies.tsf import tsf
@@ -43,6 +45,7 @@ POLICIES: tuple[str, ...] = (
     "cdrf",
     "tsf-er",
     *WHOLE_TASK_POLICIES,
+    *AMF_POLICIES,
 )
 
 DESCRIPTIONS: dict[str, str] = {
@@ -60,6 +63,10 @@ DESCRIPTIONS: dict[str, str] = {
     "rpsdsf": "whole tasks: progressive filling by PS-DSF share on residual capacities",
     "rrr-psdsf": "whole tasks: random server each step (seeded), user by PS-DSF share there",
     "bf-drf": "whole tasks: lowest pooled DRF dominant share first, best-fit server H",
+    "amf": "aggregate max-min fairness across servers, tasks bound to one server (Guan ch. 4)",
+    "amf-si": "AMF with per-server sharing-incentive floors (SIG-AMF, Guan 4.4.4)",
+    "gamf": "AMF with task groups runnable on any of several servers (Guan ch. 5)",
+    "gamf-si": "GAMF with the sharing-incentive floor (SIG-GAMF, Guan 5.3.4)",
 }
 
 
@@ -105,6 +112,13 @@ def without_external(scenario: Scenario) -> Scenario:
     )
 
 
+def policy_view(scenario: Scenario, policy: str) -> Scenario:
+    """The scenario as the policy models it: external resources only for ``tsf-er``, task
+    groups only for the AMF family (:func:`psdsf_dist.policies.amf.task_group_view`)."""
+    env = scenario if models_external(policy) else without_external(scenario)
+    return task_group_view(env, policy)
+
+
 def allocate(
     scenario: Scenario, policy: str, mode: Mode = "rdm", *, seed: int = DEFAULT_SEED
 ) -> Allocation:
@@ -131,6 +145,8 @@ def allocate(
         X, filling = drfh(scenario, mode, respect_placement=policy == "drfh")
     elif policy in ("tsf", "cdrf"):
         X, filling = tsf(scenario, mode, respect_placement=policy == "cdrf")
+    elif policy in AMF_POLICIES:
+        X, filling = amf(scenario, mode, policy)
     else:
         X, filling = tsf_er(scenario, mode)
     return Allocation(policy, mode, X, time.perf_counter() - t0, filling.lp_solves)

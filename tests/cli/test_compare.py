@@ -156,3 +156,51 @@ def test_compare_and_properties_take_the_whole_task_policies(
     props = json.loads(out)["properties"]
     assert props["feasible"]["holds"] is True and "whole tasks" in props["feasible"]["detail"]
     assert props["po"]["holds"] is True and "integer program" in props["po"]["detail"]
+
+
+# -- the AMF family (Guan thesis) ----------------------------------------------------------------
+
+
+def test_compare_amf_family_on_the_thesis_example(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run(["compare", example("guan_amf"), "--policies", "amf", "amf-si", "gamf",
+                            "gamf-si", "psdsf", "--json", "--trials", "3"], capsys)
+    assert status == 0 and err == ""
+    doc = json.loads(out)["policies"]
+    assert doc["amf"]["tasks"] == pytest.approx({"J1": 3.0, "J2": 3.0})
+    assert doc["amf-si"]["tasks"] == pytest.approx({"J1": 4.0, "J2": 2.0})
+    assert doc["amf"]["properties"]["si"] is False and doc["amf-si"]["properties"]["si"] is True
+    assert doc["gamf"]["properties"]["po"] is True and doc["gamf"]["properties"]["ef"] is True
+    # psdsf ignores the task counts (one note says so in the table)
+    assert doc["psdsf"]["tasks"] == pytest.approx({"J1": 4.0, "J2": 4.0})
+    status, out, _ = run(["compare", example("guan_amf"), "--policies", "amf", "psdsf",
+                          "--trials", "0"], capsys)
+    assert status == 0 and "only the amf family models per-server task counts" in out
+
+
+@pytest.mark.parametrize("policy", ["amf", "amf-si", "gamf", "gamf-si"])
+def test_solve_and_properties_take_the_amf_family(
+    capsys: pytest.CaptureFixture[str], policy: str
+) -> None:
+    status, out, err = run(["solve", example("guan_gamf"), "--policy", policy, "--json"], capsys)
+    assert status == 0 and err == ""
+    doc = json.loads(out)
+    assert doc["policy"] == policy and sum(doc["tasks"].values()) > 0
+    status, out, err = run(["properties", example("guan_gamf"), "--policy", policy, "--json",
+                            "--trials", "2"], capsys)
+    assert status == 0 and err == ""
+    props = json.loads(out)["properties"]
+    assert props["feasible"]["holds"] is True and props["po"]["holds"] is True
+
+
+def test_bad_task_group_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "jobs.yaml"
+    path.write_text("resources: [slots]\nservers: [{name: s, capacity: {slots: 2}}]\n"
+                    "users: [{name: j, demand: {slots: 1}, task_groups: [{servers: [s], "
+                    "tasks: -1}]}]\n", encoding="utf-8")
+    for command in (["solve", "--policy", "gamf"], ["compare"], ["properties", "--policy", "amf"]):
+        status, out, err = run([command[0], str(path), *command[1:]], capsys)
+        assert status == 2 and out == ""
+        assert err == (f"psdsf-dist: {path}: users[0].task_groups[0].tasks: must be >= 0, "
+                       "got -1\n")

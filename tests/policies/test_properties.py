@@ -3,6 +3,7 @@ reproduce, and the PS-DSF theorems on random scenarios."""
 
 from __future__ import annotations
 
+import dataclasses
 from importlib import resources as importlib_resources
 
 import numpy as np
@@ -255,3 +256,59 @@ def test_whole_task_allocations_are_judged_among_whole_tasks() -> None:
     assert pareto_optimality(sc, np.array([[19.0, 0.0], [0.0, 20.0]]), "rdm",
                              whole=True).holds is False  # a task of f2 still fits on s1
     assert sharing_incentive(sc, np.array([[13.0, 0.0], [13.0, 0.0]]), whole=True).holds
+
+
+# -- task counts and groups (the Guan thesis's definitions) --------------------------------------
+
+
+def test_uniform_split_counts_only_tasks_the_groups_allow() -> None:
+    sc = example("guan_amf")
+    # J1 owning half of each site runs its 2 + 2 tasks; J2 runs min(3, 2) at B
+    np.testing.assert_allclose(uniform_split_tasks(sc), [4, 2])
+    np.testing.assert_allclose(uniform_split_tasks(without_external(example("guan_gamf"))),
+                               [2 / 3, 1.0, 2 / 3])
+
+
+def test_feasibility_names_a_user_beyond_its_task_counts() -> None:
+    sc = example("guan_amf")
+    X = np.array([[2.0, 2.0], [1.0, 1.0]])  # J2 has no task at A
+    check = feasible(sc, X, "rdm")
+    assert check.holds is False
+    assert check.witness == {"user": "J2", "tasks": pytest.approx(2.0),
+                             "fit_groups": pytest.approx(1.0)}
+    assert feasible(sc, np.array([[2.0, 1.0], [0.0, 3.0]]), "rdm").holds
+
+
+def test_a_bound_user_envies_only_what_its_tasks_can_use() -> None:
+    sc = example("guan_amf")
+    X = np.array([[2.0, 1.0], [0.0, 2.0]])
+    # J2 would value J1's bundle at 3 slots, but only the 1 at B can run its tasks
+    assert envy_matrix(sc, X, "rdm")[1, 0] == pytest.approx(3.0)
+    assert envy_freeness(sc, X, "rdm").holds
+    check = envy_freeness(dataclasses.replace(sc, task_groups=None), X, "rdm")
+    assert check.holds is False and check.witness is not None
+    assert check.witness["user"] == "J2"
+
+
+def test_probe_misreports_task_counts_and_finds_no_gain_for_amf_and_gamf() -> None:
+    sc = example("guan_gamf")
+    for policy in ("amf", "gamf", "gamf-si"):
+        X = allocate(sc, policy).allocation
+        check = strategy_proofness(sc, policy, "rdm", X, trials=12, seed=3)
+        assert check.holds is True, check.detail
+
+
+def test_true_tasks_counts_only_what_the_true_groups_run() -> None:
+    from psdsf_dist.model.task_groups import TaskGroups
+
+    sc = example("guan_amf")
+    g = sc.task_groups
+    assert g is not None
+    # J2 claims a task at A, where it has none: AMF then gives J2 [1, 2.5], 3.5 slots, of
+    # which only the 2.5 at B run its tasks - less than the 3 of the truth
+    lied = TaskGroups(np.append(g.user, 1), np.append(g.tasks, 1.0), np.append(g.ptr, 4),
+                      np.append(g.server, 0), g.bound)
+    liar = sc.replace_users(task_groups=lied)
+    out = allocate(liar, "amf")
+    np.testing.assert_allclose(out.allocation, [[2, 1.5], [1, 2.5]], atol=1e-7)
+    assert true_tasks(sc, liar, out, 1) == pytest.approx(2.5)

@@ -281,7 +281,6 @@ def _plot(curves: dict[str, tuple[Any, Any]]) -> str:
     fig.legend(handles, labels, loc="upper center", ncol=3, fontsize=6.5,
                bbox_to_anchor=(0.5, 1.0))
     import matplotlib.pyplot as plt
-
     from repro_common import REPORT_DIR
 
     REPORT_DIR.mkdir(parents=True, exist_ok=True)

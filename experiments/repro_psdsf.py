@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 from repro_common import (
-    class_mask,
     REPORT_DIR,
     Section,
     Trace,
+    class_mask,
     class_use,
     figure,
     pct,

@@ -68,7 +68,8 @@ def simulate_trace(scenario: Scenario, config: SimConfig, label: str) -> Trace:
 
 
 def class_mask(scenario: Scenario, cls: str) -> npt.NDArray[np.bool_]:
-    return np.array(scenario.server_class) == cls
+    out: npt.NDArray[np.bool_] = np.array(scenario.server_class) == cls
+    return out
 
 
 def class_use(scenario: Scenario, X: FloatArray, cls: str, resource: str) -> float:

@@ -189,15 +189,15 @@ def run(quick: bool, ray_run: bool | None = None) -> Section:
         for tr in compressed:
             curves[tr.label] = (tr.times * COMPRESS, shares(csc, tr.allocations))
             conv.append([tr.label, *[str(r) for _, r in tr.events]])
-    rows = []
+    rows: list[list[str]] = []
     for label, (ts, sh) in curves.items():
         for name, a, b in PHASES:
             m = (ts >= a + 0.2 * (b - a)) & (ts < b)  # after the transient
             mean = sh[m].mean(axis=0)  # N x 3
             present = [n for n in range(3) if mean[n, 2] > 1e-9]
-            cells = "; ".join(f"u{n + 1} {pct(mean[n, 0], 0)} / {pct(mean[n, 1], 0)} / "
-                              f"{pct(mean[n, 2], 0)}" for n in present)
-            rows.append([label, name, PAPER[name], cells])
+            text = "; ".join(f"u{n + 1} {pct(mean[n, 0], 0)} / {pct(mean[n, 1], 0)} / "
+                             f"{pct(mean[n, 2], 0)}" for n in present)
+            rows.append([label, name, PAPER[name], text])
     cpu_w, mem_w = whole_tasks_alone(sc, 0)
     csv_rows = []
     for label, (ts, sh) in curves.items():

@@ -330,7 +330,7 @@ def _plot_users(sc: Scenario, runs: dict[str, dict[str, Any]],
     ax.set_ylabel("tasks (summed over servers)")
     ax.set_title("Tasks per user, distributed PS-DSF against the exact allocation")
     ax.set_xlim(0, HORIZON)
-    ax.legend(ncol=2, loc="center right")
+    ax.legend(ncol=2, loc="center", bbox_to_anchor=(0.5, 0.64), fontsize=7)
     ax.grid(alpha=0.3)
     return save(fig, "psdsf_users.png")
 

@@ -111,4 +111,6 @@ def solver_note(outcome: Allocation) -> str:
                 "task equivalents")
     if outcome.policy == "per-server-drf":
         return "each server alone"
+    if outcome.policy == "mnw":
+        return "one conic program"
     return f"{outcome.lp_solves} LP solve(s)"

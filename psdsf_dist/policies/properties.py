@@ -10,16 +10,20 @@ Definitions follow the PS-DSF paper (sections II-A and III-B), extended to sever
 * **envy-freeness (EF)**: no user could run more tasks with another user's bundle scaled by
   ``phi[n] / phi[m]``.  Bundles are per server: at server i user m holds ``X[m, i] c[m, i, :]``,
   worth ``min_r`` of that over ``c[n, i, r]`` tasks to n if n may use server i (TDM: m's time
-  there, ``X[m, i] / gamma[m, i]``, worth ``gamma[n, i]`` tasks per unit).
+  there, ``X[m, i] / gamma[m, i]``, worth ``gamma[n, i]`` tasks per unit).  With external
+  resources (TSF-ER) n is also limited by m's share of them (TSF-ER paper, eq. (1) and
+  Definition 3; :mod:`bundles`).
 * **Pareto optimality (PO)**: an LP - maximise the users' relative gains subject to feasibility
   and nobody losing; it holds when nothing can be gained.
 * **bottleneck fairness (BF)**: when one resource r* is dominantly requested by every user at
   every eligible server, the amounts of r* the users hold are weighted max-min fair over the
   feasible set: no user can get more r* without someone holding no more (per weight) getting
   less.  Checked with one LP per user.  **single-resource fairness (SRF)** is the same test when
-  the servers have only one resource.
+  the servers have only one resource.  Both are about server resources: where users demand
+  external resources too (TSF-ER) they are not applicable.
 * **strategy-proofness (SP)**: probed, not proven - seeded random misreports of one user's demand
-  (each entry scaled by a factor in [0.5, 2]) or eligible servers (some flipped); the policy is
+  (each entry scaled by a factor in [0.5, 2], its external demand too where the scenario has
+  external resources) or eligible servers (some flipped); the policy is
   rerun and the liar's *true* tasks are counted from the resources it received.  The best gain
   found is reported; a gain above the tolerance is a counterexample.
 
@@ -40,6 +44,8 @@ from scipy.optimize import linprog
 from psdsf_dist.errors import PsdsfError
 from psdsf_dist.model.scenario import Mode, Scenario
 from psdsf_dist.policies import Allocation, allocate, models_external, without_external
+from psdsf_dist.policies.bundles import bundle_values, external_values
+from psdsf_dist.policies.bundles import uniform_split_tasks as uniform_split_tasks
 from psdsf_dist.policies.feasibility import LinearModel, pooled_model, task_model
 from psdsf_dist.policies.progressive import HIGHS_OPTIONS
 
@@ -207,19 +213,6 @@ def _row_name(scenario: Scenario, mode: Mode, row: int) -> str:
     return f"external {scenario.external_resources[row]}"
 
 
-def uniform_split_tasks(scenario: Scenario) -> FloatArray:
-    """N: tasks under the uniform split ``phi[n] / sum(phi)`` of everything, capped."""
-    frac = scenario.weight / scenario.weight.sum()
-    tasks = frac * scenario.gamma.sum(axis=1)
-    E = scenario.external_capacity
-    if len(E):
-        e = scenario.external_demand
-        with np.errstate(divide="ignore", invalid="ignore"):
-            limit = np.where(e > 0, frac[:, None] * E[None, :] / e, np.inf).min(axis=1)
-        tasks = np.minimum(tasks, limit)
-    return np.asarray(np.minimum(tasks, scenario.max_tasks))
-
-
 def sharing_incentive(scenario: Scenario, X: FloatArray) -> PropertyCheck:
     key, name = "si", PROPERTY_NAMES["si"]
     x = X.sum(axis=1)
@@ -250,21 +243,14 @@ def envy_matrix(
         with np.errstate(divide="ignore", invalid="ignore"):
             q = np.where(D[:, None, :] > 0, D[None, :, :] / D[:, None, :], np.inf).min(axis=2)
         return np.asarray(ratio * q * X.sum(axis=1)[None, :])
-    U = np.zeros((N, N))
-    gam = scenario.gamma
-    if mode == "tdm":
-        with np.errstate(divide="ignore", invalid="ignore"):
-            time = np.where(gam > 0, X / np.where(gam > 0, gam, 1.0), 0.0)  # N x K
-        U = gam @ time.T  # U[n, m] = sum_i gamma[n, i] * time[m, i]
-        return np.asarray(ratio * U)
-    cons = _consumption(scenario, mode)  # K x N x M
-    for i in range(scenario.num_servers):
-        c = cons[i]  # N x M
-        with np.errstate(divide="ignore", invalid="ignore"):
-            # q[n, m] = min over r used by n of c[m, r] / c[n, r]
-            q = np.where(c[:, None, :] > 0, c[None, :, :] / c[:, None, :], np.inf).min(axis=2)
-        q = np.where((gam[:, i] > 0)[:, None] & np.isfinite(q), q, 0.0)
-        U += q * X[:, i][None, :]
+    pn, pi = np.nonzero((scenario.gamma > 0) & (X != 0))
+    value = bundle_values(scenario, mode, pn.astype(np.int64), pi.astype(np.int64))  # N x P
+    held = sp.csr_matrix((X[pn, pi], (np.arange(len(pn)), pn)), shape=(len(pn), N))
+    U = np.asarray(held.T @ value.T).T  # U[n, m] = sum over m's pairs of value * tasks
+    ext = external_values(scenario)
+    x = X.sum(axis=1)
+    with np.errstate(invalid="ignore"):
+        U = np.minimum(U, np.where(np.isfinite(ext), ext * x[None, :], np.inf))
     return np.asarray(ratio * U)
 
 
@@ -348,6 +334,9 @@ def bottleneck_fairness(
     scenario: Scenario, X: FloatArray, mode: Mode, *, pooled: bool = False
 ) -> PropertyCheck:
     key, name = "bf", PROPERTY_NAMES["bf"]
+    if _demands_external(scenario):
+        return PropertyCheck(key, name, None, "not applicable: users demand external resources "
+                             "(the property concerns server resources only)")
     r = bottleneck_resource(scenario)
     if r is None:
         return PropertyCheck(key, name, None, "not applicable: no resource is dominant for every "
@@ -359,10 +348,17 @@ def single_resource_fairness(
     scenario: Scenario, X: FloatArray, mode: Mode, *, pooled: bool = False
 ) -> PropertyCheck:
     key, name = "srf", PROPERTY_NAMES["srf"]
+    if _demands_external(scenario):
+        return PropertyCheck(key, name, None, "not applicable: users demand external resources "
+                             "besides the servers' one")
     if scenario.num_resources != 1:
         return PropertyCheck(key, name, None, "not applicable: servers have "
                              f"{scenario.num_resources} resources")
     return _max_min_check(key, name, scenario, X, mode, pooled, 0)
+
+
+def _demands_external(scenario: Scenario) -> bool:
+    return bool((scenario.external_demand > 0).any())
 
 
 def _max_min_check(
@@ -439,6 +435,7 @@ def strategy_proofness(
         n = int(rng.integers(N))
         lie_about_servers = K > 1 and rng.random() < 0.5
         demand = scenario.demand.copy()
+        external = scenario.external_demand.copy()
         placement = scenario.placement.copy()
         if lie_about_servers:
             flip = rng.random(K) < 0.3
@@ -453,7 +450,14 @@ def strategy_proofness(
             demand[n] = demand[n] * factor
             lie = {"demand": {r: float(demand[n, j]) for j, r in enumerate(scenario.resources)
                               if demand[n, j] > 0}}
-        liar = scenario.replace_users(demand=demand, placement=placement)
+            if scenario.external_resources:  # its demand of them is part of the report too
+                external[n] = external[n] * np.exp(rng.uniform(
+                    -np.log(DEMAND_FACTOR), np.log(DEMAND_FACTOR), len(external[n])))
+                lie["external_demand"] = {r: float(external[n, q]) for q, r in
+                                          enumerate(scenario.external_resources)
+                                          if external[n, q] > 0}
+        liar = scenario.replace_users(demand=demand, placement=placement,
+                                      external_demand=external)
         if not (liar.gamma[n] > 0).any():
             continue
         try:

@@ -1,8 +1,9 @@
 """Every allocation policy by name: ``allocate(scenario, policy, mode) -> Allocation``.
 
 ``psdsf`` is the certified exact solver (:func:`psdsf_dist.core.solver.solve`); the others are the
-baselines of :mod:`drf`, :mod:`drfh`, :mod:`tsf` and :mod:`tsf_er`.  Only ``tsf-er`` models the
-external resources of a scenario; every other policy allocates as if they did not exist (as the
+baselines of :mod:`drf`, :mod:`drfh`, :mod:`tsf`, :mod:`tsf_er`, :mod:`mnw` and :mod:`cru`.  Only
+the policies of :func:`models_external` (``tsf-er``, ``mnw``, ``cru``) model the external
+resources of a scenario; every other policy allocates as if they did not exist (as the
 mechanisms are defined), so its use of them may exceed their capacity.
 """
 
@@ -19,8 +20,10 @@ from psdsf_dist.core.certificate import Certificate
 from psdsf_dist.core.solver import solve
 from psdsf_dist.errors import PsdsfError
 from psdsf_dist.model.scenario import Mode, Scenario
+from psdsf_dist.policies.cru import cautious_relative_utilitarian
 from psdsf_dist.policies.drf import drf, per_server_drf
 from psdsf_dist.policies.drfh import drfh
+from psdsf_dist.policies.mnw import max_nash_welfare
 from psdsf_dist.policies.tsf import tsf
 from psdsf_dist.policies.tsf_er import tsf_er
 
@@ -35,6 +38,8 @@ POLICIES: tuple[str, ...] = (
     "tsf",
     "cdrf",
     "tsf-er",
+    "mnw",
+    "cru",
 )
 
 DESCRIPTIONS: dict[str, str] = {
@@ -46,6 +51,8 @@ DESCRIPTIONS: dict[str, str] = {
     "tsf": "max-min task share, tasks alone on the cluster counted ignoring placement",
     "cdrf": "max-min task share, tasks alone on the cluster counted respecting placement",
     "tsf-er": "TSF with the external resources (task share over servers and external)",
+    "mnw": "max Nash welfare: max sum phi log x over servers and external (conic program)",
+    "cru": "cautious relative utilitarian: max sum x / eta over the EF and SI allocations (LP)",
 }
 
 
@@ -75,7 +82,7 @@ class Allocation:
 
 def models_external(policy: str) -> bool:
     """Whether the policy takes the scenario's external resources into account."""
-    return policy == "tsf-er"
+    return policy in ("tsf-er", "mnw", "cru")
 
 
 def without_external(scenario: Scenario) -> Scenario:
@@ -100,6 +107,13 @@ def allocate(scenario: Scenario, policy: str, mode: Mode = "rdm") -> Allocation:
         sol = solve(scenario, mode)
         return Allocation(policy, mode, sol.allocation, time.perf_counter() - t0,
                           certificate=sol.certificate)
+    if policy == "mnw":
+        X = max_nash_welfare(scenario, mode).allocation
+        return Allocation(policy, mode, X, time.perf_counter() - t0)
+    if policy == "cru":
+        result = cautious_relative_utilitarian(scenario, mode)
+        return Allocation(policy, mode, result.allocation, time.perf_counter() - t0,
+                          result.lp_solves)
     if policy == "per-server-drf":
         X = per_server_drf(scenario, mode)
         return Allocation(policy, mode, X, time.perf_counter() - t0)

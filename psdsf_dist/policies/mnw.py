@@ -29,32 +29,47 @@ Solved by Clarabel (an interior-point conic solver): one exponential cone per us
 variables scaled to order 1 (each task variable in units of the tasks that fill its tightest
 capacity alone, each total in units of the user's tasks alone over the number of users).  Users
 that cannot run anything (eligible nowhere, backlog 0, or needing an external resource of
-capacity 0) get nothing and are left out (their log would be -inf).  The duality gap is driven
-to 1e-12 with tight iterative refinement and Clarabel's own equilibration off (the variables are
-already scaled), as in :mod:`psdsf_dist.core.eisenberg_gale`: near the optimum the gap is
-quadratic in the totals' error, so a gap of 1e-9 would leave them accurate to only ~3e-5; at
-1e-12 they are to ~1e-7 or better.  The optimum is then scaled down onto the feasible set (each
-server by its worst overshoot, then the external resources, then the backlogs), so the
-allocation returned never exceeds a capacity.
+capacity 0) get nothing and are left out (their log would be -inf).  Near the optimum the
+duality gap is quadratic in the totals' error, so the interior point alone gives them to ~1e-6
+only (gap 1e-12, tight iterative refinement, Clarabel's equilibration off as in
+:mod:`psdsf_dist.core.eisenberg_gale`).  They are then polished: the structure (which variables
+run tasks, which rows are full, who is at its backlog) is read off the iterate, as in
+``eisenberg_gale.on_support``, and Newton's method solves the optimum on it; the result is kept
+only if every KKT condition of the whole program holds to 1e-9 (``exact``), else the interior
+point's answer is returned.  On 300 random scenarios (K <= 40, N <= 12, with and without an
+external link, RDM and TDM) 297 were polished.  Finally the allocation is scaled down onto the
+feasible set (each server by its worst overshoot, then the external resources, then the
+backlogs), so it never exceeds a capacity by round-off.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import clarabel  # type: ignore[import-untyped]  # ships no type information
 import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+from scipy.optimize import linprog
 
 from psdsf_dist.errors import SolverError
 from psdsf_dist.model.scenario import Mode, Scenario
 from psdsf_dist.policies.feasibility import task_model
+from psdsf_dist.policies.progressive import HIGHS_OPTIONS
 
 FloatArray = npt.NDArray[np.float64]
 
 SOLVER_TOL = 1e-12  # Clarabel's gap and feasibility tolerances (its defaults are 1e-8)
 ACCEPTED = ("Solved", "AlmostSolved")
+NEWTON_STEPS = 12  # of the polish, at most (quadratic convergence: 2-4 steps from the iterate)
+NEWTON_REG = 1e-13  # regularisation of the polish's KKT system (does not move its solution)
+NEWTON_RTOL = 1e-13  # relative step at which the polish stops (round-off keeps it above 1e-15)
+KKT_RTOL = 1e-9  # the polished optimum's KKT conditions must hold to this
+# Readings of the structure, the usual one first: a pair tight but empty at the optimum has a
+# primal/dual ratio near 1, and then only a stricter or looser reading is right.
+READINGS = (1.0, 1e3, 1e-3)
 
 
 @dataclass(frozen=True)
@@ -67,6 +82,7 @@ class NashWelfare:
     prices: FloatArray
     cap_prices: FloatArray  # N: of the backlogs, per task
     iterations: int
+    exact: bool  # the KKT conditions hold to round-off (polished), not only to the solver's tol
 
     @property
     def totals(self) -> FloatArray:
@@ -87,7 +103,7 @@ def max_nash_welfare(scenario: Scenario, mode: Mode, *, tol: float = SOLVER_TOL)
     prices = np.zeros(len(b))
     X = np.zeros((N, scenario.num_servers))
     if len(live) == 0:
-        return NashWelfare(X, prices, np.zeros(N), 0)
+        return NashWelfare(X, prices, np.zeros(N), 0, True)
     users, owner = np.unique(model.user[live], return_inverse=True)
     U, P = len(users), len(live)
     Al = A[:, live].tocsr()
@@ -142,15 +158,179 @@ def max_nash_welfare(scenario: Scenario, mode: Mode, *, tol: float = SOLVER_TOL)
     status = str(solution.status)
     if status not in ACCEPTED:
         raise SolverError(f"max Nash welfare: the conic solver stopped with status {status}")
-    z = np.clip(np.asarray(solution.x)[:P], 0.0, None) * w
-    np.add.at(X, (model.user[live], model.server[live]), z)
+    v = np.asarray(solution.x)
     dual = np.asarray(solution.z)
-    scale = scenario.weight[users].sum()  # the solver's objective is divided by it
-    prices[rows] = scale * dual[U + P: U + P + R]
+    slack = np.asarray(solution.s)
+    program = _Program(
+        B=sp.csr_matrix((w / unit[owner], (owner, np.arange(P))), shape=(U, P)),
+        A=sp.csr_matrix(Al @ sp.diags(w)),
+        b=b[rows],
+        ycap=np.where(np.isfinite(cap_u), cap_u / np.where(np.isfinite(cap_u), unit, 1.0),
+                      np.inf),
+        phi=phi,
+    )
+    share, reduced = np.clip(v[:P], 0.0, None), dual[U: U + P]
+    price, room = dual[U + P: U + P + R], slack[U + P: U + P + R]
+    cap_dual = _spread(dual[U + P + R: U + P + R + len(capped)], capped, U)
+    cap_room = _spread(slack[U + P + R: U + P + R + len(capped)], capped, U)
+    polished = None
+    for reading in READINGS:  # at an interior-point iterate: primal against dual, see there
+        approx = _Iterate(share, price, cap_dual, share > reading * reduced,
+                          price > reading * room, cap_dual > reading * cap_room)
+        polished = _polish(program, approx)
+        if polished is not None:
+            break
+    best = polished if polished is not None else approx
+    X[model.user[live], model.server[live]] = best.zhat * w
+    scale = scenario.weight[users].sum()  # the program's objective is divided by it
+    prices[rows] = scale * best.row_price
     cap_prices = np.zeros(N)
-    cap_prices[users[capped]] = scale * dual[U + P + R: U + P + R + len(capped)] / unit[capped]
+    cap_prices[users] = scale * best.cap_price / unit
     return NashWelfare(onto_feasible(scenario, X, mode), prices, cap_prices,
-                       int(solution.iterations))
+                       int(solution.iterations), polished is not None)
+
+
+def _spread(values: FloatArray, index: npt.NDArray[np.intp], size: int) -> FloatArray:
+    out = np.zeros(size)
+    out[index] = values
+    return out
+
+
+@dataclass(frozen=True)
+class _Program:
+    """The live part of the program in scaled units: max phi . log y, y = B zhat,
+    A zhat <= b, y <= ycap, zhat >= 0."""
+
+    B: sp.csr_matrix  # U x P
+    A: sp.csr_matrix  # R x P
+    b: FloatArray
+    ycap: FloatArray  # U, inf where unlimited
+    phi: FloatArray  # U, summing to 1
+
+
+@dataclass(frozen=True)
+class _Iterate:
+    """A solution with its multipliers and the structure read off it."""
+
+    zhat: FloatArray
+    row_price: FloatArray
+    cap_price: FloatArray
+    support: npt.NDArray[np.bool_]  # variables that run tasks
+    tight: npt.NDArray[np.bool_]  # rows that are full
+    at_cap: npt.NDArray[np.bool_]  # users at their backlog
+
+
+def _polish(program: _Program, approx: _Iterate) -> _Iterate | None:
+    """The exact optimum on the structure read off the interior-point iterate, or None.
+
+    On that structure (support, full rows, users at their backlog) the optimum solves
+    ``max phi . log(B z)`` subject to the full rows and backlogs as equalities: Newton's method on
+    its KKT system ``[[H, E^T], [E, 0]] [dz; lam] = [g; r]`` (``H`` the negated Hessian, ``E``
+    the equalities; tiny regularisations keep it non-singular where the split is not unique or
+    the full rows are redundant, without moving its solution).  The result is accepted only if
+    it satisfies every KKT condition of the whole program to round-off: feasible, multipliers
+    >= 0, and no variable offering a user more tasks per unit of price than it pays.
+    """
+    rows = np.flatnonzero(approx.tight)
+    capped = np.flatnonzero(approx.at_cap & np.isfinite(program.ycap))
+    rhs = np.concatenate([program.b[rows], program.ycap[capped]])
+    zhat = np.where(approx.support, np.maximum(approx.zhat, 1e-300), 0.0)
+    lam = np.zeros(len(rhs))
+    for _ in range(NEWTON_STEPS):
+        S = np.flatnonzero(zhat > 0)
+        BS = program.B[:, S]
+        E = sp.vstack([program.A[rows][:, S], BS[capped]], format="csr")
+        z = zhat[S]
+        y = BS @ z
+        if len(S) == 0 or (y <= 0).any():
+            return None
+        g = BS.T @ (program.phi / y)
+        H = BS.T @ sp.diags(program.phi / y**2) @ BS
+        KKT = sp.bmat([[H + NEWTON_REG * sp.identity(len(S)), E.T],
+                       [E, -NEWTON_REG * sp.identity(len(rhs))]], format="csc")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", spla.MatrixRankWarning)
+            try:
+                step = spla.spsolve(KKT, np.concatenate([g, rhs - E @ z]))
+            except (RuntimeError, spla.MatrixRankWarning):
+                return None
+        if not np.all(np.isfinite(step)):
+            return None
+        dz, lam = step[: len(S)], step[len(S):]
+        # a share the step would make negative belongs to no optimum on this structure: it
+        # stops at 0 and leaves the support (the KKT check below judges the outcome)
+        ratio = np.where(dz < 0, z / np.where(dz < 0, -dz, 1.0), np.inf)
+        first = int(np.argmin(ratio)) if len(ratio) else 0
+        if len(ratio) and ratio[first] < 1.0:
+            zhat[S] = np.maximum(z + ratio[first] * dz, 0.0)
+            zhat[S[first]] = 0.0
+            continue
+        zhat[S] = z + dz
+        if np.abs(dz).max() <= NEWTON_RTOL * np.abs(z).max():
+            break
+    row_price = np.zeros(len(program.b))
+    row_price[rows] = lam[: len(rows)]
+    cap_price = np.zeros(len(program.phi))
+    cap_price[capped] = lam[len(rows):]
+    if not _kkt_holds(program, zhat, row_price, cap_price):
+        # degenerate (more full rows than needed): the regularised multipliers need not be the
+        # nonnegative ones that exist; find those by an LP
+        found = _multipliers(program, zhat)
+        if found is None or not _kkt_holds(program, zhat, *found):
+            return None
+        row_price, cap_price = found
+    return _Iterate(zhat, row_price, cap_price, approx.support, approx.tight, approx.at_cap)
+
+
+def _multipliers(program: _Program, zhat: FloatArray) -> tuple[FloatArray, FloatArray] | None:
+    """Nonnegative prices of the full rows and reached backlogs at which every variable costs at
+    least its user's ``phi / y`` per task, exactly that where it runs tasks; None if none."""
+    y = program.B @ zhat
+    full = np.flatnonzero(program.A @ zhat >= program.b * (1 - KKT_RTOL))
+    capped = np.flatnonzero(y >= program.ycap * (1 - KKT_RTOL))
+    B = program.B.tocsc()
+    owner, rate = B.indices, B.data
+    bang = program.phi[owner] / y[owner] * rate
+    P = len(zhat)
+    C = sp.csr_matrix((rate[np.isin(owner, capped)],
+                       (np.flatnonzero(np.isin(owner, capped)),
+                        np.searchsorted(capped, owner[np.isin(owner, capped)]))),
+                      shape=(P, len(capped)))
+    M = sp.hstack([program.A[full].T, C], format="csr")  # P x (rows + caps): cost per variable
+    runs = zhat > 0
+    res = linprog(np.ones(M.shape[1]), A_ub=-M[~runs], b_ub=-bang[~runs], A_eq=M[runs],
+                  b_eq=bang[runs], bounds=(0.0, None), method="highs", options=HIGHS_OPTIONS)
+    if res.status != 0:
+        return None
+    row_price = np.zeros(len(program.b))
+    row_price[full] = res.x[: len(full)]
+    cap_price = np.zeros(len(program.phi))
+    cap_price[capped] = res.x[len(full):]
+    return row_price, cap_price
+
+
+def _kkt_holds(program: _Program, zhat: FloatArray, row_price: FloatArray,
+               cap_price: FloatArray) -> bool:
+    """Every KKT condition of the scaled program, to ``KKT_RTOL``."""
+    y = program.B @ zhat
+    if (y <= 0).any():
+        return False
+    load = program.A @ zhat
+    if (load > program.b * (1 + KKT_RTOL)).any() or (y > program.ycap * (1 + KKT_RTOL)).any():
+        return False
+    top = max(float(np.abs(row_price).max(initial=0.0)), float(np.abs(cap_price).max()))
+    if (row_price < -KKT_RTOL * top).any() or (cap_price < -KKT_RTOL * top).any():
+        return False
+    # per variable: tasks bought per unit of price <= what the user pays for its tasks
+    B = program.B.tocsc()
+    owner = B.indices  # one entry per column: the variable's user
+    rate = B.data  # tasks of y per unit of zhat
+    bang = program.phi[owner] / y[owner] * rate
+    cost = program.A.T @ row_price + cap_price[owner] * rate
+    if (bang > cost * (1 + KKT_RTOL) + KKT_RTOL * top * rate).any():
+        return False
+    return bool(np.all(np.abs(bang - cost)[zhat > 0] <= KKT_RTOL * (np.abs(cost[zhat > 0]) + top
+                                                                     * rate[zhat > 0])))
 
 
 def onto_feasible(scenario: Scenario, X: FloatArray, mode: Mode) -> FloatArray:

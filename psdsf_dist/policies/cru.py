@@ -25,7 +25,9 @@ of the binding piece (computing term, external term or backlog) per pair, and ma
 union is not a convex program.  Here the pieces are chosen where they bind: first at the uniform
 split (envy-free and SI, so that LP is feasible), then at each LP's optimum, keeping a piece
 unless another is strictly smaller there; the optimum stays feasible for the next LP, so the
-objective never decreases, and the search stops when the choice repeats.  The result is always
+objective never decreases, and the search stops when the choice repeats or the objective stops
+rising (on 200 random scenarios with placement, backlogs and a link: one LP for 145, two for 54,
+at most 4).  The result is always
 feasible, envy-free and SI; it is CRU's optimum whenever one piece binds for every allocation
 (``exact``), which includes the paper's model; otherwise it is the optimum of the polyhedral piece
 found, which may fall short of CRU's.
@@ -100,15 +102,22 @@ def cautious_relative_utilitarian(scenario: Scenario, mode: Mode) -> CautiousUti
     X0 = uniform_split(scenario)
     z = X0[model.user, model.server]
     choice = _choose(envy, z, None)
+    gain = np.asarray(model.totals.T @ np.where(eta > 0, 1.0 / np.where(eta > 0, eta, 1.0),
+                                                    0.0)).ravel()  # objective per variable
+    best, best_value = z, -np.inf
     lp_solves = 0
     for _ in range(MAX_ROUNDS):
         z = _solve(model, scenario, eta, floor, envy, choice)
         lp_solves += 1
+        value = float(gain @ z)
+        if value <= best_value * (1.0 + SWITCH_RTOL):
+            break  # the new piece is no better: stop rather than cycle among equal ones
+        best, best_value = z, value
         again = _choose(envy, z, choice)
         if np.array_equal(again, choice):
             break
         choice = again
-    return CautiousUtilitarian(model.allocation(z), lp_solves, _exact(envy, eta))
+    return CautiousUtilitarian(model.allocation(best), lp_solves, _exact(envy, eta))
 
 
 def _envy(
@@ -183,7 +192,7 @@ def _solve(
     if len(n_b):
         parts.append(-sp.diags(1.0 / caps[n_b]) @ T[n_b])
         rhs.append(-np.ones(len(n_b)))
-    c = -np.asarray(T.T @ np.where(eta > 0, norm, 0.0)).ravel()
+    c = -np.asarray(T.T @ np.where(eta > 0, norm, 0.0)).ravel()  # max sum x / eta
     res = linprog(c, A_ub=sp.vstack(parts, format="csr"), b_ub=np.concatenate(rhs),
                   bounds=(0.0, None), method="highs", options=HIGHS_OPTIONS)
     if res.status != 0:

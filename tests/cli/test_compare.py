@@ -133,3 +133,25 @@ def test_solve_policy_json(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = run(["solve", example("paper_fig1"), "--json"], capsys)
     doc = json.loads(out)
     assert doc["policy"] == "psdsf" and doc["certificate"]["holds"] is True
+
+
+def test_mnw_and_cru_through_solve_properties_and_compare(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for policy in ("mnw", "cru"):
+        status, out, _ = run(["solve", example("tsfer_fig2"), "--policy", policy, "--json"],
+                             capsys)
+        assert status == 0
+        assert json.loads(out)["tasks"] == pytest.approx({"u1": 5.0, "u2": 5.0})
+        status, out, _ = run(["properties", example("tsfer_sp_counterexample"), "--policy",
+                              policy, "--json", "--trials", "20"], capsys)
+        assert status == 0
+        props = json.loads(out)["properties"]
+        assert props["sp"]["holds"] is False and props["sp"]["witness"]["user"] == "B"
+        assert props["ef"]["holds"] and props["po"]["holds"] and props["si"]["holds"]
+    status, out, _ = run(["compare", example("tsfer_fig2"), "--policies", "tsf", "mnw", "cru",
+                          "--trials", "0"], capsys)
+    assert status == 0
+    assert "only mnw, cru model the external resources" in out
+    uplink = next(line for line in out.splitlines() if "uplink [external]" in line)
+    assert uplink.split()[-2:] == ["100.0", "100.0"]

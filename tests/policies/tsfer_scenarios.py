@@ -23,13 +23,14 @@ def linked_scenario(
     M: int,
     placement_prob: float = 0.3,
     cap_prob: float = 0.2,
+    missing_prob: float = 0.1,
     link_prob: float = 0.8,
 ) -> Scenario:
     """A random scenario plus an uplink of capacity 1 that each user needs with ``link_prob``
     (0.002-0.2 of it per task: from never binding to binding before every server)."""
     rng = np.random.default_rng(seed)
     doc: dict[str, Any] = random_scenario_doc(rng, K=K, N=N, M=M, placement_prob=placement_prob,
-                                              cap_prob=cap_prob)
+                                              cap_prob=cap_prob, missing_prob=missing_prob)
     doc["external"] = {"uplink": 1.0}
     for user in doc["users"]:
         if rng.random() < link_prob:

@@ -46,7 +46,7 @@ from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.policies import allocate
 
 SEED = 20260
-POLICIES = ("psdsf", "drfh", "c-drfh", "tsf", "cdrf", "drf", "per-server-drf")
+POLICIES = ("psdsf", "drfh", "c-drfh", "tsf", "cdrf", "drf", "per-server-drf", "mnw", "cru")
 REFERENCE = "psdsf"
 KINDS = ("google", "hetero")
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -37,7 +37,7 @@ run tasks, which rows are full, who is at its backlog) is read off the iterate, 
 ``eisenberg_gale.on_support``, and Newton's method solves the optimum on it; the result is kept
 only if every KKT condition of the whole program holds to 1e-9 (``exact``), else the interior
 point's answer is returned.  On 300 random scenarios (K <= 40, N <= 12, with and without an
-external link, RDM and TDM) 297 were polished.  Finally the allocation is scaled down onto the
+external link, RDM and TDM) 295 were polished.  Finally the allocation is scaled down onto the
 feasible set (each server by its worst overshoot, then the external resources, then the
 backlogs), so it never exceeds a capacity by round-off.
 """
@@ -65,7 +65,7 @@ SOLVER_TOL = 1e-12  # Clarabel's gap and feasibility tolerances (its defaults ar
 ACCEPTED = ("Solved", "AlmostSolved")
 NEWTON_STEPS = 12  # of the polish, at most (quadratic convergence: 2-4 steps from the iterate)
 NEWTON_REG = 1e-13  # regularisation of the polish's KKT system (does not move its solution)
-NEWTON_RTOL = 1e-13  # relative step at which the polish stops (round-off keeps it above 1e-15)
+NEWTON_RTOL = 1e-13  # relative change of the totals at which the polish stops
 KKT_RTOL = 1e-9  # the polished optimum's KKT conditions must hold to this
 # Readings of the structure, the usual one first: a pair tight but empty at the optimum has a
 # primal/dual ratio near 1, and then only a stricter or looser reading is right.
@@ -224,10 +224,10 @@ def _polish(program: _Program, approx: _Iterate) -> _Iterate | None:
     """The exact optimum on the structure read off the interior-point iterate, or None.
 
     On that structure (support, full rows, users at their backlog) the optimum solves
-    ``max phi . log(B z)`` subject to the full rows and backlogs as equalities: Newton's method on
-    its KKT system ``[[H, E^T], [E, 0]] [dz; lam] = [g; r]`` (``H`` the negated Hessian, ``E``
-    the equalities; tiny regularisations keep it non-singular where the split is not unique or
-    the full rows are redundant, without moving its solution).  The result is accepted only if
+    ``max phi . log y`` with ``y = B z`` and the full rows and backlogs ``E z = rhs`` as
+    equalities: Newton's method on its KKT system in ``(z, y, nu, lam)`` (tiny regularisations
+    keep it non-singular where the split is not unique or the full rows are redundant; they
+    shift its solution by ~1e-13 relative).  The result is accepted only if
     it satisfies every KKT condition of the whole program to round-off: feasible, multipliers
     >= 0, and no variable offering a user more tasks per unit of price than it pays.
     """
@@ -244,29 +244,36 @@ def _polish(program: _Program, approx: _Iterate) -> _Iterate | None:
         y = BS @ z
         if len(S) == 0 or (y <= 0).any():
             return None
-        g = BS.T @ (program.phi / y)
-        H = BS.T @ sp.diags(program.phi / y**2) @ BS
-        KKT = sp.bmat([[H + NEWTON_REG * sp.identity(len(S)), E.T],
-                       [E, -NEWTON_REG * sp.identity(len(rhs))]], format="csc")
+        # with the totals as variables of their own (y = B z, multiplier nu = phi / y) the
+        # system stays as sparse as B and E: the Hessian of phi . log y is diagonal in y
+        U, s, m = len(y), len(S), len(rhs)
+        I_u = sp.identity(U)
+        KKT = sp.bmat([
+            [-NEWTON_REG * sp.identity(s), None, BS.T, -E.T],
+            [None, -sp.diags(program.phi / y**2), -I_u, None],
+            [BS, -I_u, NEWTON_REG * I_u, None],
+            [-E, None, None, NEWTON_REG * sp.identity(m)],
+        ], format="csc")
         with warnings.catch_warnings():
             warnings.simplefilter("error", spla.MatrixRankWarning)
             try:
-                step = spla.spsolve(KKT, np.concatenate([g, rhs - E @ z]))
+                step = spla.spsolve(KKT, np.concatenate([
+                    np.zeros(s), -program.phi / y, np.zeros(U), E @ z - rhs]))
             except (RuntimeError, spla.MatrixRankWarning):
                 return None
         if not np.all(np.isfinite(step)):
             return None
-        dz, lam = step[: len(S)], step[len(S):]
+        dz, lam = step[:s], step[s + 2 * U:]
         # a share the step would make negative belongs to no optimum on this structure: it
-        # stops at 0 and leaves the support (the KKT check below judges the outcome)
-        ratio = np.where(dz < 0, z / np.where(dz < 0, -dz, 1.0), np.inf)
-        first = int(np.argmin(ratio)) if len(ratio) else 0
-        if len(ratio) and ratio[first] < 1.0:
-            zhat[S] = np.maximum(z + ratio[first] * dz, 0.0)
-            zhat[S[first]] = 0.0
+        # leaves the support (the KKT check below judges the outcome)
+        crossing = z + dz <= 0
+        if crossing.any():  # stop at the first to reach 0; all that would cross leave
+            first = float((z[crossing] / -dz[crossing]).min())
+            zhat[S] = np.where(crossing, 0.0, np.maximum(z + first * dz, 0.0))
             continue
         zhat[S] = z + dz
-        if np.abs(dz).max() <= NEWTON_RTOL * np.abs(z).max():
+        # the split need not be unique, the totals are: stop when they no longer move
+        if np.abs(BS @ dz).max() <= NEWTON_RTOL * y.max():
             break
     row_price = np.zeros(len(program.b))
     row_price[rows] = lam[: len(rows)]
@@ -297,6 +304,8 @@ def _multipliers(program: _Program, zhat: FloatArray) -> tuple[FloatArray, Float
                         np.searchsorted(capped, owner[np.isin(owner, capped)]))),
                       shape=(P, len(capped)))
     M = sp.hstack([program.A[full].T, C], format="csr")  # P x (rows + caps): cost per variable
+    if M.shape[1] == 0:
+        return None
     runs = zhat > 0
     res = linprog(np.ones(M.shape[1]), A_ub=-M[~runs], b_ub=-bang[~runs], A_eq=M[runs],
                   b_eq=bang[runs], bounds=(0.0, None), method="highs", options=HIGHS_OPTIONS)

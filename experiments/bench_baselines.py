@@ -192,7 +192,8 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, elapsed: floa
         largest = max(sizes)
         lps = {r["policy"]: r["lp_solves"] for r in mine if r["K"] == largest}
         lines += ["", f"LP solves at K = {largest:,}: " + ", ".join(
-            f"{p} {n}" for p, n in lps.items() if p not in (REFERENCE, "per-server-drf")) + "."]
+            f"{p} {n}" for p, n in lps.items() if p not in (REFERENCE, "per-server-drf", "mnw"))
+            + "."]
     return "\n".join(lines) + "\n"
 
 

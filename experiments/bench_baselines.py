@@ -51,8 +51,8 @@ from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.policies import allocate
 
 SEED = 20260
-POLICIES = ("psdsf", "drfh", "c-drfh", "tsf", "cdrf", "drf", "per-server-drf", "amf", "amf-si",
-            "gamf", "gamf-si")
+POLICIES = ("psdsf", "drfh", "c-drfh", "tsf", "cdrf", "drf", "per-server-drf", "mnw", "cru", "amf",
+            "amf-si", "gamf", "gamf-si")
 REFERENCE = "psdsf"
 KINDS = ("google", "hetero")
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -218,7 +218,8 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, elapsed: floa
         largest = max(sizes)
         lps = {r["policy"]: r["lp_solves"] for r in mine if r["K"] == largest}
         lines += ["", f"LP solves at K = {largest:,}: " + ", ".join(
-            f"{p} {n}" for p, n in lps.items() if p not in (REFERENCE, "per-server-drf")) + "."]
+            f"{p} {n}" for p, n in lps.items() if p not in (REFERENCE, "per-server-drf", "mnw"))
+            + "."]
     return "\n".join(lines) + "\n"
 
 

@@ -149,7 +149,12 @@ def render(scenario: Scenario, mode: str, results: dict[str, dict[str, Any]]) ->
     if any(results[p]["pooled"] for p in policies):
         notes.append("* servers pooled into one machine: per-class use is of task equivalents")
     if scenario.external_resources and any(not models_external(p) for p in policies):
-        notes.append("only tsf-er models the external resources; the other policies ignore them")
+        aware = [p for p in policies if models_external(p)]
+        if aware:
+            who = f"only {', '.join(aware)} model{'s' if len(aware) == 1 else ''}"
+        else:
+            who = "none of these policies models"
+        notes.append(f"{who} the external resources; the other policies ignore them")
     if scenario.task_groups is not None and any(policy_view(scenario, p).task_groups is None
                                                 for p in policies):
         notes.append("only the amf family models per-server task counts and task groups; the "

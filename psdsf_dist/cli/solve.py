@@ -175,4 +175,6 @@ def solver_note(outcome: Allocation) -> str:
         return "each server alone"
     if outcome.whole:
         return "whole tasks, one at a time"
+    if outcome.policy == "mnw":
+        return "one conic program"
     return f"{outcome.lp_solves} LP solve(s)"

@@ -138,8 +138,11 @@ class Scenario:
             scale = np.where(g > 0, self.demand_gamma[:, server] / g, 0.0)
         return self.demand * scale[:, None]
 
-    def consumption_tensor(self, mode: Mode, servers: slice | None = None) -> FloatArray:
-        """K' x N x M' consumption for a block of servers (vectorised :meth:`consumption`)."""
+    def consumption_tensor(
+        self, mode: Mode, servers: slice | npt.NDArray[np.int64] | None = None
+    ) -> FloatArray:
+        """K' x N x M' consumption for a block (or an index array) of servers (vectorised
+        :meth:`consumption`)."""
         sl = servers if servers is not None else slice(None)
         g = self.gamma[:, sl].T  # K' x N
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -165,6 +168,7 @@ class Scenario:
         max_tasks: FloatArray | None = None,
         placement: BoolArray | None = None,
         task_groups: TaskGroups | None = None,
+        external_demand: FloatArray | None = None,
     ) -> Scenario:
         """A copy with some user arrays replaced (gamma recomputed). Used by churn and probes."""
         d = self.demand if demand is None else np.asarray(demand, dtype=float)
@@ -189,7 +193,8 @@ class Scenario:
             gamma_given=self.gamma_given,
             external_resources=self.external_resources,
             external_capacity=self.external_capacity,
-            external_demand=self.external_demand,
+            external_demand=self.external_demand if external_demand is None
+            else _frozen(np.asarray(external_demand, dtype=float)),
             events=self.events,
             raw=self.raw,
             task_groups=self.task_groups if task_groups is None else task_groups,

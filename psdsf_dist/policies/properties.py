@@ -10,16 +10,20 @@ Definitions follow the PS-DSF paper (sections II-A and III-B), extended to sever
 * **envy-freeness (EF)**: no user could run more tasks with another user's bundle scaled by
   ``phi[n] / phi[m]``.  Bundles are per server: at server i user m holds ``X[m, i] c[m, i, :]``,
   worth ``min_r`` of that over ``c[n, i, r]`` tasks to n if n may use server i (TDM: m's time
-  there, ``X[m, i] / gamma[m, i]``, worth ``gamma[n, i]`` tasks per unit).
+  there, ``X[m, i] / gamma[m, i]``, worth ``gamma[n, i]`` tasks per unit).  With external
+  resources (TSF-ER) n is also limited by m's share of them (TSF-ER paper, eq. (1) and
+  Definition 3; :mod:`bundles`).
 * **Pareto optimality (PO)**: an LP - maximise the users' relative gains subject to feasibility
   and nobody losing; it holds when nothing can be gained.
 * **bottleneck fairness (BF)**: when one resource r* is dominantly requested by every user at
   every eligible server, the amounts of r* the users hold are weighted max-min fair over the
   feasible set: no user can get more r* without someone holding no more (per weight) getting
   less.  Checked with one LP per user.  **single-resource fairness (SRF)** is the same test when
-  the servers have only one resource.
+  the servers have only one resource.  Both are about server resources: where users demand
+  external resources too (TSF-ER) they are not applicable.
 * **strategy-proofness (SP)**: probed, not proven - seeded random misreports of one user's demand
-  (each entry scaled by a factor in [0.5, 2]) or eligible servers (some flipped); the policy is
+  (each entry scaled by a factor in [0.5, 2], its external demand too where the scenario has
+  external resources) or eligible servers (some flipped); the policy is
   rerun and the liar's *true* tasks are counted from the resources it received.  The best gain
   found is reported; a gain above the tolerance is a counterexample.
 
@@ -65,6 +69,7 @@ from psdsf_dist.model.scenario import Mode, Scenario
 from psdsf_dist.model.task_groups import TaskGroups
 from psdsf_dist.policies import Allocation, allocate, policy_view
 from psdsf_dist.policies.amf import static_share_tasks
+from psdsf_dist.policies.bundles import bundle_values, external_values, split_tasks
 from psdsf_dist.policies.feasibility import (
     LinearModel,
     fit_to_groups,
@@ -275,19 +280,12 @@ def uniform_split_tasks(scenario: Scenario, *, whole: bool = False) -> FloatArra
     the whole tasks that share runs on each server, summed; with task groups, within them:
     :func:`~psdsf_dist.policies.amf.static_share_tasks` - for an unbound user the same
     ``phi[n] / sum(phi) * sum_i gamma[n, i]``)."""
-    frac = scenario.weight / scenario.weight.sum()
     if whole:
+        frac = scenario.weight / scenario.weight.sum()
         per_server = np.floor(frac[:, None] * scenario.gamma + WHOLE_EPS)
         return np.asarray(np.minimum(per_server.sum(axis=1), whole_caps(scenario.max_tasks)))
-    tasks = (frac * scenario.gamma.sum(axis=1) if scenario.task_groups is None
-             else static_share_tasks(scenario))
-    E = scenario.external_capacity
-    if len(E):
-        e = scenario.external_demand
-        with np.errstate(divide="ignore", invalid="ignore"):
-            limit = np.where(e > 0, frac[:, None] * E[None, :] / e, np.inf).min(axis=1)
-        tasks = np.minimum(tasks, limit)
-    return np.asarray(np.minimum(tasks, scenario.max_tasks))
+    return split_tasks(scenario, None if scenario.task_groups is None
+                       else static_share_tasks(scenario))
 
 
 def sharing_incentive(scenario: Scenario, X: FloatArray, *, whole: bool = False) -> PropertyCheck:
@@ -321,28 +319,33 @@ def envy_matrix(
         with np.errstate(divide="ignore", invalid="ignore"):
             q = np.where(D[:, None, :] > 0, D[None, :, :] / D[:, None, :], np.inf).min(axis=2)
         return np.asarray(ratio * q * X.sum(axis=1)[None, :])
-    U = np.zeros((N, N))
-    gam = scenario.gamma
-    if mode == "tdm":
-        with np.errstate(divide="ignore", invalid="ignore"):
-            time = np.where(gam > 0, X / np.where(gam > 0, gam, 1.0), 0.0)  # N x K
-        if whole:  # per server: floor(ratio[n, m] * gamma[n, i] * time[m, i])
+    if whole:  # per server: the whole tasks n runs with m's bundle there, summed
+        U = np.zeros((N, N))
+        gam = scenario.gamma
+        if mode == "tdm":
+            with np.errstate(divide="ignore", invalid="ignore"):
+                time = np.where(gam > 0, X / np.where(gam > 0, gam, 1.0), 0.0)  # N x K
             per = ratio[:, :, None] * gam[:, None, :] * time[None, :, :]
             return np.asarray(np.floor(per + WHOLE_EPS).sum(axis=2))
-        U = gam @ time.T  # U[n, m] = sum_i gamma[n, i] * time[m, i]
-        return np.asarray(ratio * U)
-    cons = _consumption(scenario, mode)  # K x N x M
-    for i in range(scenario.num_servers):
-        c = cons[i]  # N x M
-        with np.errstate(divide="ignore", invalid="ignore"):
-            # q[n, m] = min over r used by n of c[m, r] / c[n, r]
-            q = np.where(c[:, None, :] > 0, c[None, :, :] / c[:, None, :], np.inf).min(axis=2)
-        q = np.where((gam[:, i] > 0)[:, None] & np.isfinite(q), q, 0.0)
-        if whole:
+        cons = _consumption(scenario, mode)  # K x N x M
+        for i in range(scenario.num_servers):
+            c = cons[i]  # N x M
+            with np.errstate(divide="ignore", invalid="ignore"):
+                # q[n, m] = min over r used by n of c[m, r] / c[n, r]
+                q = np.where(c[:, None, :] > 0, c[None, :, :] / c[:, None, :],
+                             np.inf).min(axis=2)
+            q = np.where((gam[:, i] > 0)[:, None] & np.isfinite(q), q, 0.0)
             U += np.floor(ratio * q * X[:, i][None, :] + WHOLE_EPS)
-        else:
-            U += q * X[:, i][None, :]
-    return np.asarray(U if whole else ratio * U)
+        return U
+    pn, pi = np.nonzero((scenario.gamma > 0) & (X != 0))
+    value = bundle_values(scenario, mode, pn.astype(np.int64), pi.astype(np.int64))  # N x P
+    held = sp.csr_matrix((X[pn, pi], (np.arange(len(pn)), pn)), shape=(len(pn), N))
+    U = np.asarray(held.T @ value.T).T  # U[n, m] = sum over m's pairs of value * tasks
+    ext = external_values(scenario)
+    x = X.sum(axis=1)
+    with np.errstate(invalid="ignore"):
+        U = np.minimum(U, np.where(np.isfinite(ext), ext * x[None, :], np.inf))
+    return np.asarray(ratio * U)
 
 
 def bundle_tasks(scenario: Scenario, X: FloatArray, mode: Mode, n: int, m: int) -> FloatArray:
@@ -492,6 +495,9 @@ def bottleneck_fairness(
     scenario: Scenario, X: FloatArray, mode: Mode, *, pooled: bool = False
 ) -> PropertyCheck:
     key, name = "bf", PROPERTY_NAMES["bf"]
+    if _demands_external(scenario):
+        return PropertyCheck(key, name, None, "not applicable: users demand external resources "
+                             "(the property concerns server resources only)")
     r = bottleneck_resource(scenario)
     if r is None:
         return PropertyCheck(key, name, None, "not applicable: no resource is dominant for every "
@@ -503,10 +509,17 @@ def single_resource_fairness(
     scenario: Scenario, X: FloatArray, mode: Mode, *, pooled: bool = False
 ) -> PropertyCheck:
     key, name = "srf", PROPERTY_NAMES["srf"]
+    if _demands_external(scenario):
+        return PropertyCheck(key, name, None, "not applicable: users demand external resources "
+                             "besides the servers' one")
     if scenario.num_resources != 1:
         return PropertyCheck(key, name, None, "not applicable: servers have "
                              f"{scenario.num_resources} resources")
     return _max_min_check(key, name, scenario, X, mode, pooled, 0)
+
+
+def _demands_external(scenario: Scenario) -> bool:
+    return bool((scenario.external_demand > 0).any())
 
 
 def _max_min_check(
@@ -637,6 +650,7 @@ def _misreport_demand_or_servers(scenario: Scenario, n: int, rng: np.random.Gene
     K = scenario.num_servers
     lie_about_servers = K > 1 and rng.random() < 0.5
     demand = scenario.demand.copy()
+    external = scenario.external_demand.copy()
     placement = scenario.placement.copy()
     if lie_about_servers:
         flip = rng.random(K) < 0.3
@@ -651,7 +665,14 @@ def _misreport_demand_or_servers(scenario: Scenario, n: int, rng: np.random.Gene
         demand[n] = demand[n] * factor
         lie = {"demand": {r: float(demand[n, j]) for j, r in enumerate(scenario.resources)
                           if demand[n, j] > 0}}
-    return scenario.replace_users(demand=demand, placement=placement), lie
+        if scenario.external_resources:  # its demand of them is part of the report too
+            external[n] = external[n] * np.exp(rng.uniform(
+                -np.log(DEMAND_FACTOR), np.log(DEMAND_FACTOR), len(external[n])))
+            lie["external_demand"] = {r: float(external[n, q]) for q, r in
+                                      enumerate(scenario.external_resources)
+                                      if external[n, q] > 0}
+    return scenario.replace_users(demand=demand, placement=placement,
+                                  external_demand=external), lie
 
 
 def true_tasks(truth: Scenario, liar: Scenario, outcome: Allocation, n: int) -> float:

@@ -1,12 +1,13 @@
 """Every allocation policy by name: ``allocate(scenario, policy, mode) -> Allocation``.
 
 ``psdsf`` is the certified exact solver (:func:`psdsf_dist.core.solver.solve`); the others are the
-baselines of :mod:`drf`, :mod:`drfh`, :mod:`tsf` and :mod:`tsf_er`; the whole-task schedulers
-(integer tasks, ``Allocation.whole``) are :mod:`whole_task_policies`, ``rrr-psdsf`` seeded by
-``allocate``'s ``seed``.  Only ``tsf-er`` models the
-external resources of a scenario; every other policy allocates as if they did not exist (as the
-mechanisms are defined), so its use of them may exceed their capacity.  Likewise only the AMF
-family (:mod:`amf`) reads users' per-server task counts and task groups.
+baselines of :mod:`drf`, :mod:`drfh`, :mod:`tsf`, :mod:`tsf_er`, :mod:`mnw` and :mod:`cru`; the
+whole-task schedulers (integer tasks, ``Allocation.whole``) are :mod:`whole_task_policies`,
+``rrr-psdsf`` seeded by ``allocate``'s ``seed``.  Only the policies of :func:`models_external`
+(``tsf-er``, ``mnw``, ``cru``) model the external resources of a scenario; every other policy
+allocates as if they did not exist (as the mechanisms are defined), so its use of them may
+exceed their capacity.  Likewise only the AMF family (:mod:`amf`) reads users' per-server task
+counts and task groups.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ from psdsf_dist.core.solver import solve
 from psdsf_dist.errors import PsdsfError
 from psdsf_dist.model.scenario import Mode, Scenario
 from psdsf_dist.policies.amf import AMF_POLICIES, amf, task_group_view
+from psdsf_dist.policies.cru import cautious_relative_utilitarian
 from psdsf_dist.policies.drf import drf, per_server_drf
 from psdsf_dist.policies.drfh import drfh
+from psdsf_dist.policies.mnw import max_nash_welfare
 from psdsf_dist.policies.tsf import tsf
 from psdsf_dist.policies.tsf_er import tsf_er
 from psdsf_dist.policies.whole_task_policies import (
@@ -46,6 +49,8 @@ POLICIES: tuple[str, ...] = (
     "tsf-er",
     *WHOLE_TASK_POLICIES,
     *AMF_POLICIES,
+    "mnw",
+    "cru",
 )
 
 DESCRIPTIONS: dict[str, str] = {
@@ -67,6 +72,8 @@ DESCRIPTIONS: dict[str, str] = {
     "amf-si": "AMF with per-server sharing-incentive floors (SIG-AMF, Guan 4.4.4)",
     "gamf": "AMF with task groups runnable on any of several servers (Guan ch. 5)",
     "gamf-si": "GAMF with the sharing-incentive floor (SIG-GAMF, Guan 5.3.4)",
+    "mnw": "max Nash welfare: max sum phi log x over servers and external (conic program)",
+    "cru": "cautious relative utilitarian: max sum x / eta over the EF and SI allocations (LP)",
 }
 
 
@@ -97,7 +104,7 @@ class Allocation:
 
 def models_external(policy: str) -> bool:
     """Whether the policy takes the scenario's external resources into account."""
-    return policy == "tsf-er"
+    return policy in ("tsf-er", "mnw", "cru")
 
 
 def without_external(scenario: Scenario) -> Scenario:
@@ -135,6 +142,13 @@ def allocate(
     if policy in WHOLE_TASK_POLICIES:
         W = whole_task_allocation(scenario, policy, mode, seed=seed)
         return Allocation(policy, mode, W.astype(float), time.perf_counter() - t0, whole=True)
+    if policy == "mnw":
+        X = max_nash_welfare(scenario, mode).allocation
+        return Allocation(policy, mode, X, time.perf_counter() - t0)
+    if policy == "cru":
+        result = cautious_relative_utilitarian(scenario, mode)
+        return Allocation(policy, mode, result.allocation, time.perf_counter() - t0,
+                          result.lp_solves)
     if policy == "per-server-drf":
         X = per_server_drf(scenario, mode)
         return Allocation(policy, mode, X, time.perf_counter() - t0)

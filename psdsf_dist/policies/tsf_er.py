@@ -21,9 +21,11 @@ from psdsf_dist.policies.tsf import unconstrained_gamma
 FloatArray = npt.NDArray[np.float64]
 
 
-def monopoly_tasks(scenario: Scenario) -> FloatArray:
-    """N: eta, the tasks a user could run alone on all servers and the external resources."""
-    eta = unconstrained_gamma(scenario).sum(axis=1)
+def monopoly_tasks(scenario: Scenario, *, respect_placement: bool = False) -> FloatArray:
+    """N: eta, the tasks a user could run alone on all servers (or, ``respect_placement``, on
+    the servers eligible for it) and the external resources (TSF-ER paper, eq. (6))."""
+    g = scenario.gamma if respect_placement else unconstrained_gamma(scenario)
+    eta = g.sum(axis=1)
     E = scenario.external_capacity
     e = scenario.external_demand
     if len(E):

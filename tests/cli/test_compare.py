@@ -204,3 +204,25 @@ def test_bad_task_group_is_one_line_and_exit_2(
         assert status == 2 and out == ""
         assert err == (f"psdsf-dist: {path}: users[0].task_groups[0].tasks: must be >= 0, "
                        "got -1\n")
+
+
+def test_mnw_and_cru_through_solve_properties_and_compare(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for policy in ("mnw", "cru"):
+        status, out, _ = run(["solve", example("tsfer_fig2"), "--policy", policy, "--json"],
+                             capsys)
+        assert status == 0
+        assert json.loads(out)["tasks"] == pytest.approx({"u1": 5.0, "u2": 5.0})
+        status, out, _ = run(["properties", example("tsfer_sp_counterexample"), "--policy",
+                              policy, "--json", "--trials", "20"], capsys)
+        assert status == 0
+        props = json.loads(out)["properties"]
+        assert props["sp"]["holds"] is False and props["sp"]["witness"]["user"] == "B"
+        assert props["ef"]["holds"] and props["po"]["holds"] and props["si"]["holds"]
+    status, out, _ = run(["compare", example("tsfer_fig2"), "--policies", "tsf", "mnw", "cru",
+                          "--trials", "0"], capsys)
+    assert status == 0
+    assert "only mnw, cru model the external resources" in out
+    uplink = next(line for line in out.splitlines() if "uplink [external]" in line)
+    assert uplink.split()[-2:] == ["100.0", "100.0"]

@@ -21,11 +21,14 @@ Restart
     The coordinator keeps nothing it cannot rebuild: every server holds the newest table it has
     adopted (membership, users, demands, weights, event history, how many scenario events
     were applied) and the run's start time, the servers' gossip knows every incarnation so far,
-    and the server actors keep the coordinator's notes (its metrics endpoint).  A restarted
-    coordinator finds the run's server actors by name, adopts the newest table among theirs,
-    serves metrics again where it did, and carries on: a server the table counts but no actor
-    answers for is started again (or fails, if its node is gone); only the observations made
-    before the restart are lost.
+    and the server actors keep the coordinator's notes (its metrics endpoint, the faults and the
+    restart count) and, on :data:`JOURNAL_REPLICAS` of them, its journal: every observation,
+    sent after each is made.  A restarted coordinator finds the run's server actors by name,
+    adopts the newest table among theirs, takes the longest journal, serves metrics again where
+    it did, and carries on: a server the table counts but no actor answers for is started again
+    (or fails, if its node is gone).  So its result — the trace, the per-event convergence, the
+    faults and restarts — is the one an uninterrupted coordinator would give, but for the
+    observations due while it was down (and its latest one, if every replica lost it too).
 """
 
 from __future__ import annotations
@@ -80,6 +83,7 @@ from psdsf_dist.runtime.settings import RunConfig
 FloatArray = npt.NDArray[np.float64]
 
 NODE_CHECK_PERIODS = 5  # from-ray runs: look for new nodes this often
+JOURNAL_REPLICAS = 3  # server actors keeping a copy of the observations (see Restart above)
 START_TIMEOUT = 900.0  # seconds for a new actor to come up (120 at once on 2 busy cores: slow)
 
 
@@ -162,6 +166,8 @@ class Coordinator:
         self.notes: dict[str, Any] = {}
         """What a restarted coordinator must know besides the table (kept by the servers)."""
         self.observations: list[Observation] = []
+        self.journaled: dict[str, int] = {}
+        """actor name -> how many observations its copy of the journal holds."""
         self.started_at = 0.0
         self.now_manual = 0.0
         self.tables: dict[int, Scenario] = {}
@@ -249,6 +255,10 @@ class Coordinator:
                 self.incarnations[server] = max(self.incarnations.get(server, -1),
                                                 incarnation_of(origin))
             self.notes.update(answer.notes)
+            if answer.journal:
+                self.journaled[actor] = len(answer.journal)
+                if len(answer.journal) > len(self.observations):
+                    self.observations = list(answer.journal)
             if answer.time is not None:
                 self.now_manual = max(self.now_manual, answer.time)
             for hosted in answer.servers:
@@ -305,6 +315,23 @@ class Coordinator:
         now = self.now()
         self.faults += [(d, now) for d in descriptions]
         await self._note(faults=list(self.faults), restarts=self.restarts)
+
+    async def _journal(self) -> None:
+        """Send each journal replica the observations it does not hold yet.  The replicas are
+        the first :data:`JOURNAL_REPLICAS` actors by name (a restarted one is sent everything
+        again: it answers with what it holds)."""
+        total = len(self.observations)
+
+        async def send(actor: str) -> None:
+            first = min(self.journaled.get(actor, 0), total)
+            try:
+                held = await self._call(self.actors[actor].keep_journal.remote(
+                    first, self.observations[first:]))
+            except (ray.exceptions.RayError, TimeoutError):
+                return  # unreachable: sent again once it answers
+            self.journaled[actor] = int(held)
+
+        await asyncio.gather(*(send(a) for a in sorted(self.actors)[:JOURNAL_REPLICAS]))
 
     async def _note(self, **notes: Any) -> None:
         """Keep notes in every server actor (what a restarted coordinator must know)."""
@@ -696,6 +723,7 @@ class Coordinator:
                 await self._apply(ServerFails(self.now(), -1, name), from_scenario=False)
         obs = reply.observation
         self.observations.append(obs)
+        await self._journal()
         self.last_allocation = reply.allocation
         self.metrics.observe(
             current, reply.allocation, users=churn.users_present,

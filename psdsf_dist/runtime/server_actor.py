@@ -34,6 +34,7 @@ import ray
 
 from psdsf_dist.admission.leases import Lease
 from psdsf_dist.admission.server_admission import ServerAdmission
+from psdsf_dist.protocol.convergence import Observation
 from psdsf_dist.protocol.membership import Table
 from psdsf_dist.protocol.node import Message, ServerNode, server_of, server_seed
 from psdsf_dist.protocol.update_rule import UpdateRule
@@ -71,6 +72,9 @@ class ActorState:
     """Every gossip origin the hosted servers know of (all incarnations still remembered)."""
     notes: dict[str, Any]
     """The coordinator's notes (:meth:`ServerActor.keep_notes`)."""
+    journal: tuple[Observation, ...]
+    """The coordinator's observations as far as this actor keeps them
+    (:meth:`ServerActor.keep_journal`)."""
     node: str
     time: float | None
     """Its clock (None: not started); a manual clock's time is only known to the actors."""
@@ -104,6 +108,7 @@ class ServerActor:
             server_seed(config.protocol.seed, TRANSPORT_STREAM, 0))
         self.outbox: dict[str, tuple[Any, list[tuple[str, Message, asyncio.Future[Any]]]]] = {}
         self.notes: dict[str, Any] = {}
+        self.journal: list[Observation] = []
         self.admissions: dict[str, ServerAdmission] = {}
         """Per hosted server: the leases of task slots on its node (tenant runs)."""
         self.reconstructed = bool(ray.get_runtime_context().was_current_actor_reconstructed)
@@ -225,6 +230,16 @@ class ServerActor:
         restarts; every actor keeps a copy)."""
         self.notes = dict(notes)
 
+    async def keep_journal(self, first: int, entries: list[Observation]) -> int:
+        """Keep the coordinator's observations ``first, first + 1, ...`` for a restarted
+        coordinator (a copy on a few actors).  Returns how many it holds: fewer than
+        ``first + len(entries)`` if it lost its copy (a restart), so the coordinator sends the
+        rest again."""
+        if first <= len(self.journal):
+            del self.journal[first:]
+            self.journal.extend(entries)
+        return len(self.journal)
+
     async def state(self) -> ActorState:
         """What a restarted coordinator rebuilds its state from."""
         servers = tuple(
@@ -233,7 +248,7 @@ class ServerActor:
             for n, s in self.slots.items())
         origins = {o for s in self.slots.values() if s.node is not None
                    for o in s.node.gossip.versions()}
-        return ActorState(servers, tuple(sorted(origins)), dict(self.notes),
+        return ActorState(servers, tuple(sorted(origins)), dict(self.notes), tuple(self.journal),
                           ray.get_runtime_context().get_node_id(),
                           None if self.clock is None else self.clock.now())
 

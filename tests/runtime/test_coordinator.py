@@ -108,6 +108,7 @@ def test_a_restarted_coordinator_keeps_membership_and_users(manual_run: Run) -> 
     manual_run.user_leaves("u3")
     manual_run.advance(2)
     before = manual_run.status()
+    earlier = manual_run.result()
     ray.kill(manual_run.coordinator, no_restart=False)
     wait_for_restart(manual_run)
     after = manual_run.status()
@@ -120,6 +121,13 @@ def test_a_restarted_coordinator_keeps_membership_and_users(manual_run: Run) -> 
     assert not res.scenario.eligible[2].any() and np.all(res.allocation[2] == 0)
     told = [e.description for e in res.events]
     assert told == ["start", "user u3 leaves", "coordinator restarted"]
+    # nothing observed before the crash is forgotten: the trace goes on from it, so the start's
+    # convergence is the one measured before
+    kept = len(earlier.observations)
+    assert res.observations[:kept] == earlier.observations
+    assert [o.round for o in res.observations] == list(range(len(res.observations)))
+    assert res.events[0] == earlier.events[0] and res.events[0].rounds is not None
+    assert res.restarts == 0  # the coordinator's own restart is an event, not a server's
     assert_certified(manual_run)
 
 

@@ -34,6 +34,7 @@ Restart
 from __future__ import annotations
 
 import asyncio
+import hmac
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
@@ -146,8 +147,11 @@ class TenantReply:
 class Coordinator:
     def __init__(self, run_id: str, scenario: Scenario, config: RunConfig,
                  pinned: Mapping[str, str] | None = None, detached_servers: bool = True,
-                 node_spec: Any = None) -> None:
+                 node_spec: Any = None, secret: str | None = None) -> None:
         self.run_id = run_id
+        self.secret = secret
+        """The run's secret: churn and stop are refused without it (None: no check).  A
+        constructor argument, so Ray gives it to a restarted coordinator too."""
         self.scenario = scenario
         self.config = config
         self.pinned = dict(pinned or {})
@@ -295,8 +299,11 @@ class Coordinator:
         if restart:
             await self._spawn(restart)
 
-    async def stop(self) -> None:
-        """Stop the monitor and end every server actor of the run."""
+    async def stop(self, secret: str | None = None) -> bool:
+        """Stop the monitor and end every server actor of the run, if ``secret`` is the
+        run's.  Returns whether it stopped."""
+        if not self._authorised(secret):
+            return False
         if self.monitor is not None:
             self.monitor.cancel()
             self.monitor = None
@@ -307,6 +314,7 @@ class Coordinator:
         if self.metrics_server is not None:
             self.metrics_server.stop()
             self.metrics_server = None
+        return True
 
     async def _faults(self, *descriptions: str) -> None:
         """Faults as events of the run (their re-convergence is measured like churn's), kept
@@ -384,11 +392,22 @@ class Coordinator:
                 self.failure = f"{type(err).__name__}: {err}"
 
     # -- churn --------------------------------------------------------------------------------
-    async def apply(self, item: Mapping[str, Any]) -> tuple[bool, str]:
+    def _authorised(self, secret: str | None) -> bool:
+        return self.secret is None or (
+            secret is not None and hmac.compare_digest(secret.encode(), self.secret.encode()))
+
+    async def apply(self, item: Mapping[str, Any], secret: str | None = None) -> tuple[bool, str]:
         """Apply one change now, in the scenario-file syntax, e.g. ``{"user_leaves": "u4"}``
-        or ``{"set_weight": {"user": "u1", "weight": 3}}``.  Returns (True, its description),
-        or (False, why it was refused) — as a value, so that the caller gets the one-line
-        message rather than a wrapped remote exception."""
+        or ``{"set_weight": {"user": "u1", "weight": 3}}``, if ``secret`` is the run's.
+        Returns (True, its description), or (False, why it was refused) — as a value, so that
+        the caller gets the one-line message rather than a wrapped remote exception."""
+        if not self._authorised(secret):
+            return False, (f"run {self.run_id!r} refused the change: wrong or missing run "
+                           "secret (the launching Run's .secret)")
+        return await self._change(item)
+
+    async def _change(self, item: Mapping[str, Any]) -> tuple[bool, str]:
+        """:meth:`apply` for the coordinator's own changes (tenants' queues)."""
         await self._ensure()
         assert self.churn is not None
         try:
@@ -469,7 +488,7 @@ class Coordinator:
         async with self.lock:  # one report's events apply together
             for item in self.tenants.report(user, demand, weight, backlog, self.now(),
                                             self._user_in_table(user)):
-                ok, why = await self.apply(item)
+                ok, why = await self._change(item)
                 if not ok:
                     error = why
                     break
@@ -488,7 +507,7 @@ class Coordinator:
         self.tenants.tenants.pop(user, None)
         self.tenant_queues.pop(user, None)
         if self._user_in_table(user).present:
-            await self.apply({"user_leaves": user})
+            await self._change({"user_leaves": user})
 
     async def _expire_tenants(self) -> None:
         """Users whose queues fell silent leave — at once if Ray reports the queue's actor
@@ -508,7 +527,7 @@ class Coordinator:
         names = self.churn.full.user_names
         present = {u: bool(p) for u, p in zip(names, self.churn.users_present, strict=True)}
         for item in self.tenants.expired(now, period, present, alive):
-            await self.apply(item)
+            await self._change(item)
         for user in silent:
             if user not in self.tenants.tenants:
                 self.tenant_queues.pop(user, None)

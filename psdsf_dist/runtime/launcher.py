@@ -18,6 +18,7 @@ the node's resources as capacities (:mod:`psdsf_dist.runtime.from_ray`).
 from __future__ import annotations
 
 import functools
+import secrets
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -115,12 +116,17 @@ def _raw_document(path: Path) -> Any:
 
 
 class Run:
-    """A handle on a running allocation (its coordinator)."""
+    """A handle on a running allocation (its coordinator).  ``secret``: the run's secret, made
+    by :func:`launch`; churn and stop need it (another driver on the cluster that finds the
+    coordinator by name cannot change the run by accident).  A handle from :func:`attach`
+    without it only reads (status, observations, result)."""
 
-    def __init__(self, coordinator: Any, run_id: str, config: RunConfig) -> None:
+    def __init__(self, coordinator: Any, run_id: str, config: RunConfig,
+                 secret: str | None = None) -> None:
         self.coordinator = coordinator
         self.run_id = run_id
         self.config = config
+        self.secret = secret
 
     def _ask(self, remote: Callable[..., Any], *args: Any) -> Any:
         """Call the coordinator, riding out its restarts (it rebuilds its state from the servers;
@@ -141,7 +147,7 @@ class Run:
     def apply(self, change: Mapping[str, Any]) -> str:
         """One churn change in the scenario-file event syntax (``at`` is ignored: now).
         Raises :class:`ChurnError` (one line) if it does not fit the run's state."""
-        ok, text = self._ask(self.coordinator.apply.remote, dict(change))
+        ok, text = self._ask(self.coordinator.apply.remote, dict(change), self.secret)
         if not ok:
             raise ChurnError(text)
         return str(text)
@@ -210,10 +216,10 @@ class Run:
 
     def stop(self) -> None:
         """End every actor of the run (servers and coordinator)."""
-        try:
-            ray.get(self.coordinator.stop.remote(), timeout=60)
-        finally:
-            ray.kill(self.coordinator, no_restart=True)
+        if not ray.get(self.coordinator.stop.remote(self.secret), timeout=60):
+            raise ChurnError(f"run {self.run_id!r} refused to stop: wrong or missing run secret "
+                             "(the launching Run's .secret)")
+        ray.kill(self.coordinator, no_restart=True)
 
 
 def _held(run: Run, hold: int) -> bool:
@@ -227,7 +233,9 @@ def _held(run: Run, hold: int) -> bool:
 def launch(source: str | Path | Mapping[str, Any] | Scenario, config: RunConfig | None = None,
            *, address: str | None = None, run_id: str = DEFAULT_RUN_ID,
            detached: bool = False, num_cpus: int | None = None) -> Run:
-    """Connect to Ray (see :func:`connect`), start the coordinator and the server actors."""
+    """Connect to Ray (see :func:`connect`), start the coordinator and the server actors.  The
+    run gets a fresh secret (``Run.secret``): keep it to steer a detached run from another
+    driver (:func:`attach`)."""
     cfg = config or RunConfig()
     cfg.check()
     connect(address, num_cpus=num_cpus)
@@ -244,13 +252,16 @@ def launch(source: str | Path | Mapping[str, Any] | Scenario, config: RunConfig 
     options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
         node_id=ray.get_runtime_context().get_node_id(), soft=False
     )
+    secret = secrets.token_urlsafe(24)
     coordinator = RemoteCoordinator.options(**options).remote(
-        run_id, prepared.scenario, cfg, prepared.pinned, True, prepared.node_spec)
+        run_id, prepared.scenario, cfg, prepared.pinned, True, prepared.node_spec, secret)
     ray.get(coordinator.start.remote())
-    return Run(coordinator, run_id, cfg)
+    return Run(coordinator, run_id, cfg, secret)
 
 
-def attach(run_id: str = DEFAULT_RUN_ID, config: RunConfig | None = None) -> Run:
-    """A handle on a run started elsewhere (e.g. a detached coordinator)."""
+def attach(run_id: str = DEFAULT_RUN_ID, config: RunConfig | None = None,
+           secret: str | None = None) -> Run:
+    """A handle on a run started elsewhere (e.g. a detached coordinator); ``secret`` (the
+    launching handle's ``Run.secret``) to steer it, none to only read it."""
     handle = ray.get_actor(coordinator_name(run_id), namespace=NAMESPACE)
-    return Run(handle, run_id, config or RunConfig())
+    return Run(handle, run_id, config or RunConfig(), secret)

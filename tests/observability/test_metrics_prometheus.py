@@ -406,6 +406,6 @@ def test_prometheus_sees_what_the_ray_allocator_did(
         assert set(stale) == set(result.scenario.server_names)
         assert all(0.0 < v <= 4.0 for v in stale.values()), stale
     # the endpoint ends with the run
-    ray.get(ray_run.coordinator.stop.remote())
+    ray.get(ray_run.coordinator.stop.remote(ray_run.secret))
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(url, timeout=5)

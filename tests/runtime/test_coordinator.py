@@ -18,7 +18,7 @@ import ray
 from psdsf_dist.cli.run import serve_metrics
 from psdsf_dist.core.certificate import certificate
 from psdsf_dist.protocol.config import ProtocolConfig
-from psdsf_dist.runtime.launcher import ChurnError, Run, launch
+from psdsf_dist.runtime.launcher import ChurnError, Run, attach, launch
 from psdsf_dist.runtime.settings import RunConfig
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -77,6 +77,22 @@ def test_churn_through_the_api(manual_run: Run) -> None:
     assert_certified(manual_run)
     with pytest.raises(ChurnError, match="unknown user 'nobody'"):
         manual_run.set_weight("nobody", 2)
+
+
+def test_only_a_handle_with_the_run_secret_steers_the_run(manual_run: Run) -> None:
+    assert manual_run.secret  # launch made one
+    reader = attach(manual_run.run_id, manual_run.config)  # another driver, by name alone
+    assert reader.status()["present_users"] == manual_run.status()["present_users"]
+    with pytest.raises(ChurnError, match="wrong or missing run secret"):
+        reader.user_leaves("u1")
+    with pytest.raises(ChurnError, match="refused to stop"):
+        reader.stop()
+    guesser = attach(manual_run.run_id, manual_run.config, secret="guess")
+    with pytest.raises(ChurnError, match="wrong or missing run secret"):
+        guesser.set_weight("u1", 9)
+    assert "u1" in manual_run.status()["present_users"]  # nothing changed
+    steerer = attach(manual_run.run_id, manual_run.config, secret=manual_run.secret)
+    assert steerer.set_weight("u1", 2) == "user u1 weight set to 2"
 
 
 def test_a_crashed_server_restarts_as_a_new_incarnation_and_rejoins(manual_run: Run) -> None:

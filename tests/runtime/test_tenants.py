@@ -254,6 +254,8 @@ def test_node_loss_reruns_its_tasks(run: Run, cluster: Any) -> None:
         return x
 
     refs = [work.remote(i) for i in range(30)]
+    # the queue learns the servers from its first reply: wait for the new node's
+    assert wait_for(lambda: extra.node_id in t.status().nodes.values(), 15.0)
     node_of = t.status().nodes
     extra_server = next(s for s, n in node_of.items() if n == extra.node_id)
     assert wait_for(lambda: t.status().running.get(extra_server, 0) > 0, 10.0)

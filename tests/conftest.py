@@ -46,6 +46,11 @@ def example_path(name: str) -> Path:
     return EXAMPLES / f"{name}.yaml"
 
 
+def example_scenario(name: str) -> Scenario:
+    """A scenario of ``psdsf_dist/examples`` by name."""
+    return load_scenario(str(example_path(name)))
+
+
 @pytest.fixture(scope="session")
 def fig1() -> Scenario:
     return load_scenario(example_path("paper_fig1"))

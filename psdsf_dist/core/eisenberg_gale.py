@@ -70,6 +70,27 @@ class FisherEquilibrium:
     iterations: int
 
 
+def log_program_settings(tol: float) -> clarabel.DefaultSettings:
+    """Clarabel's settings for a sum-of-logs program over exponential cones (this module's,
+    and max Nash welfare's), quiet, with gap and feasibility tolerances ``tol``."""
+    settings = clarabel.DefaultSettings()
+    settings.verbose = False
+    settings.tol_gap_abs = tol
+    settings.tol_gap_rel = tol
+    settings.tol_feas = tol
+    settings.tol_ktratio = tol
+    # Tight iterative refinement of each Newton step: with the defaults the iterates stall
+    # near a gap of 1e-7 on clusters of many near-identical servers, where the support of the
+    # optimum cannot yet be told from the pairs that are merely nearly tight.
+    settings.iterative_refinement_reltol = 1e-15
+    settings.iterative_refinement_abstol = 1e-15
+    settings.iterative_refinement_max_iter = 30
+    # Clarabel's own equilibration stalls on these programs (InsufficientProgress after a few
+    # iterations at N = 100); the programs are scaled to be well balanced already.
+    settings.equilibrate_enable = False
+    return settings
+
+
 def eisenberg_gale(
     gamma: FloatArray,
     count: FloatArray,
@@ -148,22 +169,7 @@ def eisenberg_gale(
         clarabel.NonnegativeConeT(nonneg),
         *[clarabel.ExponentialConeT() for _ in range(U)],
     ]
-    settings = clarabel.DefaultSettings()
-    settings.verbose = False
-    settings.tol_gap_abs = tol
-    settings.tol_gap_rel = tol
-    settings.tol_feas = tol
-    settings.tol_ktratio = tol
-    # Tight iterative refinement of each Newton step: with the defaults the iterates stall
-    # near a gap of 1e-7 on clusters of many near-identical servers, where the support of the
-    # optimum cannot yet be told from the pairs that are merely nearly tight.
-    settings.iterative_refinement_reltol = 1e-15
-    settings.iterative_refinement_abstol = 1e-15
-    settings.iterative_refinement_max_iter = 30
-    # Clarabel's own equilibration stalls on this program (InsufficientProgress after a few
-    # iterations at N = 100); the scaling above already makes it well balanced.
-    settings.equilibrate_enable = False
-    solution = clarabel.DefaultSolver(P, q, A, b, cones, settings).solve()
+    solution = clarabel.DefaultSolver(P, q, A, b, cones, log_program_settings(tol)).solve()
     # InsufficientProgress near the end still leaves an iterate good enough to read the
     # structure from; the caller certifies whatever it builds from it.
     if str(solution.status) not in ("Solved", "AlmostSolved", "InsufficientProgress"):

@@ -54,6 +54,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 from scipy.optimize import linprog
 
+from psdsf_dist.core.eisenberg_gale import log_program_settings
 from psdsf_dist.errors import SolverError
 from psdsf_dist.model.scenario import Mode, Scenario
 from psdsf_dist.policies.feasibility import task_model
@@ -143,18 +144,8 @@ def max_nash_welfare(scenario: Scenario, mode: Mode, *, tol: float = SOLVER_TOL)
         clarabel.NonnegativeConeT(P + R + len(capped)),
         *[clarabel.ExponentialConeT() for _ in range(U)],
     ]
-    settings = clarabel.DefaultSettings()
-    settings.verbose = False
-    settings.tol_gap_abs = tol
-    settings.tol_gap_rel = tol
-    settings.tol_feas = tol
-    settings.tol_ktratio = tol
-    settings.iterative_refinement_reltol = 1e-15
-    settings.iterative_refinement_abstol = 1e-15
-    settings.iterative_refinement_max_iter = 30
-    settings.equilibrate_enable = False
     solution = clarabel.DefaultSolver(sp.csc_matrix((P + 2 * U, P + 2 * U)), q, Acon, bcon,
-                                      cones, settings).solve()
+                                      cones, log_program_settings(tol)).solve()
     status = str(solution.status)
     if status not in ACCEPTED:
         raise SolverError(f"max Nash welfare: the conic solver stopped with status {status}")

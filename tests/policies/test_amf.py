@@ -4,7 +4,6 @@ versions) plus feasibility, task counts and groups on multi-resource clusters.""
 
 from __future__ import annotations
 
-from importlib import resources as importlib_resources
 from typing import Any
 
 import numpy as np
@@ -14,19 +13,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from psdsf_dist.model.random_scenarios import random_scenario_doc
-from psdsf_dist.model.scenario import Mode, Scenario, load_scenario
+from psdsf_dist.model.scenario import Mode, Scenario
 from psdsf_dist.policies import allocate, policy_view
 from psdsf_dist.policies.amf import AMF_POLICIES, pair_floors, static_share_tasks
 from psdsf_dist.policies.feasibility import fit_to_groups
 from psdsf_dist.policies.properties import check_properties, true_tasks
+from tests.conftest import example_scenario as example
 
 FloatArray = npt.NDArray[np.float64]
 SI_POLICIES = ("amf-si", "gamf-si")
 PLAIN = ("amf", "gamf")
 
 
-def example(name: str) -> Scenario:
-    return load_scenario(str(importlib_resources.files("psdsf_dist") / "examples" / f"{name}.yaml"))
 
 
 def slots(capacity: list[float], jobs: list[dict[str, Any]]) -> Scenario:

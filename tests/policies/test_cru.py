@@ -3,15 +3,13 @@ independent LP in the paper's model, and the properties Theorem 1 proves."""
 
 from __future__ import annotations
 
-from importlib import resources as importlib_resources
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linprog
 
-from psdsf_dist.model.scenario import Mode, Scenario, load_scenario
+from psdsf_dist.model.scenario import Mode, Scenario
 from psdsf_dist.policies import allocate
 from psdsf_dist.policies.cru import MAX_ROUNDS, cautious_relative_utilitarian
 from psdsf_dist.policies.properties import (
@@ -21,12 +19,8 @@ from psdsf_dist.policies.properties import (
     sharing_incentive,
     true_tasks,
 )
+from tests.conftest import example_scenario as example
 from tests.policies.tsfer_scenarios import dense_constraints, linked_scenario, totals_matrix
-
-
-def example(name: str) -> Scenario:
-    path = importlib_resources.files("psdsf_dist") / "examples" / f"{name}.yaml"
-    return load_scenario(str(path))
 
 
 @pytest.mark.parametrize("mode", ["rdm", "tdm"])

@@ -3,8 +3,6 @@ optimality conditions, a scipy reference, and the properties Theorem 2 proves.""
 
 from __future__ import annotations
 
-from importlib import resources as importlib_resources
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -13,7 +11,7 @@ from scipy.optimize import linprog, minimize
 
 from psdsf_dist.core.solver import solve
 from psdsf_dist.model.random_scenarios import random_scenario
-from psdsf_dist.model.scenario import Mode, Scenario, load_scenario
+from psdsf_dist.model.scenario import Mode, Scenario
 from psdsf_dist.policies import allocate
 from psdsf_dist.policies.feasibility import task_model
 from psdsf_dist.policies.mnw import max_nash_welfare, onto_feasible
@@ -24,13 +22,8 @@ from psdsf_dist.policies.properties import (
     sharing_incentive,
     true_tasks,
 )
+from tests.conftest import example_scenario as example
 from tests.policies.tsfer_scenarios import dense_constraints, linked_scenario, totals_matrix
-
-
-def example(name: str) -> Scenario:
-    path = importlib_resources.files("psdsf_dist") / "examples" / f"{name}.yaml"
-    return load_scenario(str(path))
-
 
 # -- the paper's numbers -------------------------------------------------------------------------
 

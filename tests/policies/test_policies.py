@@ -3,8 +3,6 @@ independent LP."""
 
 from __future__ import annotations
 
-from importlib import resources as importlib_resources
-
 import numpy as np
 import numpy.typing as npt
 import pytest
@@ -14,16 +12,14 @@ from scipy.optimize import linprog
 
 from psdsf_dist.core.server_procedure import server_procedure
 from psdsf_dist.model.random_scenarios import random_scenario
-from psdsf_dist.model.scenario import Scenario, load_scenario
+from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.policies import POLICIES, UnknownPolicyError, allocate, without_external
+from tests.conftest import example_scenario as example
 
 FloatArray = npt.NDArray[np.float64]
 LP_POLICIES = ("drfh", "c-drfh", "tsf", "cdrf", "tsf-er")
 
 
-def example(name: str) -> Scenario:
-    path = importlib_resources.files("psdsf_dist") / "examples" / f"{name}.yaml"
-    return load_scenario(str(path))
 
 
 def col(scenario: Scenario, X: FloatArray, user: str, server: str) -> float:

@@ -4,7 +4,6 @@ reproduce, and the PS-DSF theorems on random scenarios."""
 from __future__ import annotations
 
 import dataclasses
-from importlib import resources as importlib_resources
 
 import numpy as np
 import pytest
@@ -26,13 +25,11 @@ from psdsf_dist.policies.properties import (
     true_tasks,
     uniform_split_tasks,
 )
+from tests.conftest import example_scenario as example
 
 PAPER = ("paper_fig1", "paper_fig2", "paper_cluster")
 
 
-def example(name: str) -> Scenario:
-    path = importlib_resources.files("psdsf_dist") / "examples" / f"{name}.yaml"
-    return load_scenario(str(path))
 
 
 def holds(name: str, policy: str, key: str, mode: Mode = "rdm") -> bool | None:

@@ -148,8 +148,11 @@ def whole_task_allocation(
         return fill_round_robin(state, psdsf_value(state), np.random.default_rng(seed))
     if policy in ("drfh-first-fit", "drfh-best-fit", "bf-drf"):
         per_task = _dominant_share(state, respect_placement=policy != "bf-drf")
+        # a user eligible nowhere (an infinite share per task) is never chosen: not 0 * inf
+        runs = np.isfinite(per_task)
+        share = np.where(runs, per_task, 0.0)
         prefer = first_fit_preference if policy == "drfh-first-fit" else best_fit_preference
-        return fill_users(state, lambda s: s.x * per_task, prefer(state))
+        return fill_users(state, lambda s: np.where(runs, s.x * share, np.inf), prefer(state))
     raise ValueError(f"not a whole-task policy: {policy!r}")
 
 

@@ -76,6 +76,7 @@ FAIR_RTOL = 1e-2  # "within 1 % of fair": certificate residual at most this
 HOLD = 3  # observations in a row for "certified again"
 POLL = 0.5  # seconds between the driver's reads of the run
 RUN_ID = "chaos"
+GROUP_SECONDS = 5.0  # one actor's servers restarted within this are one row of the report
 
 
 @dataclass
@@ -432,8 +433,7 @@ def report(args: argparse.Namespace, scenario: Scenario, cfg: RunConfig, rec: Re
         f"{len(rec.user_mismatches)} mismatches in {rec.user_checks} checks |",
         f"| present users at the end holding no task | {len(idle)} of {len(present)} |",
         f"| servers at the end | {final['servers']} of {K} |",
-        f"| certified after the chaos stopped | "
-        f"{fmt(_settle(settled, stopped))} s |",
+        f"| certified after the chaos stopped (s) | {fmt(_settle(settled, stopped))} |",
         f"| server-actor kills: certified again (s), median / max | "
         f"{_stat(certified, np.median)} / {_stat(certified, max)} "
         f"({len(certified)} of {len(kills)} within the run) |",
@@ -479,14 +479,15 @@ def _hosted(what: str) -> int:
 
 
 def _grouped(events: Any) -> list[tuple[str, float, int, str]]:
-    """Consecutive events of one kind at one instant (one actor's servers) as one row."""
+    """Consecutive events of one kind within ``GROUP_SECONDS`` of the first (one actor's
+    servers, started again one after another) as one row, at the first one's time."""
     out: list[tuple[str, float, int, str]] = []
     for e in events:
         desc = e.description
         if desc.startswith("server ") and " restarted" in desc:
             desc = "server restarted" + desc.split(" restarted", 1)[1]
         rounds = "-" if e.rounds is None else str(e.rounds)
-        if out and out[-1][0] == desc and abs(out[-1][1] - e.at) < 1e-9:
+        if out and out[-1][0] == desc and abs(out[-1][1] - e.at) < GROUP_SECONDS:
             d, at, n, r = out[-1]
             out[-1] = (d, at, n + 1, r if r == rounds else f"{r}/{rounds}")
         else:

@@ -603,25 +603,30 @@ class Coordinator:
         # A cluster that starts together knows its members (as in the simulator): the rule's
         # membership size and the peers chosen are right from the first round.
         everyone = before_start is not None
-        # One actor's servers start one after another, in the scenario's order: Ray does not
-        # keep the order of concurrent calls to an async actor, and a manual clock breaks ties
-        # between equal wake-up times by the order the servers went to sleep (as the
-        # simulator does) — concurrent starts made paced runs differ from run to run.
-        by_actor: dict[str, list[str]] = {}
-        for n in names:
-            by_actor.setdefault(self.members[n].actor, []).append(n)
-
-        async def start_in_order(group: list[str]) -> None:
-            for n in group:
-                await self._start_member(self.members[n], table, everyone)
-
-        await asyncio.gather(*(start_in_order(group) for group in by_actor.values()))
+        await self._start_members([self.members[n] for n in names], table, everyone)
         # the others learn the newcomers' handles (their columns come by gossip)
         handles = {n: self.members[n].handle for n in names}
         fresh = {self.members[n].actor for n in names}
         await asyncio.gather(*(self._call(h.adopt.remote(table, handles))
                                for a, h in self.actors.items() if a not in fresh),
                              return_exceptions=True)
+
+    async def _start_members(self, members: list[Member], table: Table,
+                             everyone: bool = False) -> None:
+        """Start servers: the actors in parallel, one actor's servers one after another, in
+        the given order.  Ray does not keep the order of concurrent calls to an async actor,
+        and a manual clock breaks ties between equal wake-up times by the order the servers
+        went to sleep (as the simulator does): concurrent starts made paced runs differ from
+        run to run."""
+        by_actor: dict[str, list[Member]] = {}
+        for m in members:
+            by_actor.setdefault(m.actor, []).append(m)
+
+        async def in_order(group: list[Member]) -> None:
+            for m in group:
+                await self._start_member(m, table, everyone)
+
+        await asyncio.gather(*(in_order(group) for group in by_actor.values()))
 
     async def _start_member(self, m: Member, table: Table, everyone: bool = False) -> None:
         others = [origin_name(n, o.incarnation) for n, o in self.members.items() if n != m.name]
@@ -724,14 +729,15 @@ class Coordinator:
             self.failure = f"server {name}: {error}"
         for name, rep in by_server.items():
             self.pids[name] = rep.pid
-        for name in reply.restart:  # Ray restarted a crashed actor: a new incarnation
-            m = self.members[name]
+        crashed = [self.members[name] for name in reply.restart]
+        for m in crashed:  # Ray restarted a crashed actor: a new incarnation each
             m.incarnation = self.incarnations.get(m.name, m.incarnation) + 1
             self.incarnations[m.name] = m.incarnation
             self.restarts += 1
             self.metrics.restart(m.name)
-            await self._faults(f"server {m.name} restarted after a crash")
-            await self._start_member(m, churn.table())
+        if crashed:  # one notes update, and the servers start together
+            await self._faults(*(f"server {m.name} restarted after a crash" for m in crashed))
+            await self._start_members(crashed, churn.table())
         for name in reply.failed:
             gone = self.members.get(name)
             if gone is None:

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from psdsf_dist.core.certificate import certificate
-from psdsf_dist.core.solver import solve
+from psdsf_dist.core.solver import Solution, solve
 from psdsf_dist.model.random_scenarios import random_scenario
 from psdsf_dist.model.scenario import Mode, Scenario
 from psdsf_dist.protocol import distance as dist
@@ -96,11 +96,10 @@ def test_a_user_with_no_fair_share_holding_tasks_is_wholly_off() -> None:
 def test_fair_totals_are_solved_once_per_scenario_content(
         monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[Scenario] = []
-    real = dist.solve
 
-    def counting(scenario: Scenario, mode: Mode, **kw: float) -> object:
+    def counting(scenario: Scenario, mode: Mode, *, time_limit: float) -> Solution:
         calls.append(scenario)
-        return real(scenario, mode, **kw)
+        return solve(scenario, mode, time_limit=time_limit)
 
     monkeypatch.setattr(dist, "_cache", type(dist._cache)())
     monkeypatch.setattr(dist, "solve", counting)

@@ -11,9 +11,9 @@ observations: a flicker back off does not count as converged.  Rounds are that t
 the period, rounded up: 1 means the certificate held after the first round of updates.
 
 Each observation also carries the distance to fair (:mod:`psdsf_dist.protocol.distance`: the
-largest relative gap of a user's total to its PS-DSF total), and each event the rounds from which
-that distance stayed below 5 %, 1 % and 0.1 % (``THRESHOLDS``) by the same rule: until the next
-event, or for at least ``hold`` observations if none came.
+largest relative gap of a user's total to the nearest known PS-DSF totals), and each event the
+rounds from which that distance stayed below 5 %, 1 % and 0.1 % (``THRESHOLDS``) by the same
+rule: until the next event, or for at least ``hold`` observations if none came.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def observe(scenario: Scenario, allocation: FloatArray, servers_present: BoolArr
         messages=float(traffic.messages.sum() / live), bytes=float(traffic.bytes.sum() / live),
         max_bytes=float(traffic.bytes.max(initial=0.0)), servers=int(up.sum()),
         seconds=seconds, cap_excess=max(excess, 0.0),
-        distance=distance_to_fair(scenario, allocation, mode))
+        distance=distance_to_fair(scenario, allocation, mode, cert.residual))
 
 
 @dataclass(frozen=True)

@@ -120,6 +120,11 @@ def fair_totals(scenario: Scenario, mode: Mode) -> FloatArray | None:
     return known.candidates[0] if known.candidates else None
 
 
+def known_totals(scenario: Scenario, mode: Mode) -> tuple[FloatArray, ...]:
+    """Every certified PS-DSF totals known for the scenario (the cold solve's first)."""
+    return tuple(_known(scenario, mode).candidates)
+
+
 def relative_gap(totals: FloatArray, fair: FloatArray) -> float:
     """``max_n |x[n] - c[n]| / c[n]`` (see the module docstring for users with ``c = 0``)."""
     x = np.asarray(totals, dtype=float)

@@ -45,7 +45,13 @@ from psdsf_dist.model.random_scenarios import google_cluster
 from psdsf_dist.model.scenario import Scenario, load_scenario
 from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.protocol.convergence import final_run_of_holds
-from psdsf_dist.protocol.distance import THRESHOLDS, distance_to_fair, known_totals, relative_gap
+from psdsf_dist.protocol.distance import (
+    THRESHOLDS,
+    distance_to_fair,
+    forget,
+    known_totals,
+    relative_gap,
+)
 from psdsf_dist.protocol.update_rule import DEFAULT_RULE, make_rule
 from psdsf_dist.simulator.simulation import SimConfig, simulate
 
@@ -147,6 +153,7 @@ def sim_job(job: tuple[str, int | None, int, int]) -> list[Row]:
 def dispatch(job: tuple[str, str, int | None, int, int, dict[str, int]]) -> list[Row]:
     kind, case, seed, K, cap, seq_cap = job
     SEQ_CAP.update(seq_cap)
+    forget()  # each run's distance from what that run found alone
     return sim_job((case, seed, K, cap)) if kind == "sim" else lockstep_job((case, seed, K, cap))
 
 

@@ -120,6 +120,13 @@ def fair_totals(scenario: Scenario, mode: Mode) -> FloatArray | None:
     return known.candidates[0] if known.candidates else None
 
 
+def forget() -> None:
+    """Drop every known PS-DSF totals.  The set is kept per process and only sharpens the
+    bound; a study that wants each run's distance to depend on that run alone (not on what an
+    earlier run of the same scenario found) calls this between runs."""
+    _cache.clear()
+
+
 def known_totals(scenario: Scenario, mode: Mode) -> tuple[FloatArray, ...]:
     """Every certified PS-DSF totals known for the scenario (the cold solve's first)."""
     return tuple(_known(scenario, mode).candidates)

@@ -163,3 +163,10 @@ def test_the_google_mix_run_settles_on_another_ps_dsf_allocation_and_reads_fair(
         relative_gap(found.totals, cold))  # without the residual: the set has the cold one only
     warm = distance_to_fair(scenario, found.allocation, "rdm", cert.residual)
     assert warm is not None and warm < 1e-12
+
+
+def test_forget_drops_what_earlier_runs_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dist, "_cache", type(dist._cache)())
+    assert len(dist.known_totals(two_servers(), "rdm")) == 1
+    dist.forget()
+    assert not dist._cache

@@ -37,6 +37,11 @@ Cost.  Per observation one N-vector gap per allocation of the set; a cold solve 
 (``experiments/results/core.md``: 3.6 ms for the paper's cluster, 0.77 s for 10,000 Google
 servers and 100 users) and now and then a warm one.  A solve that does not certify within its
 budget adds nothing; with an empty set the distance is unknown (None), never a guess.
+
+Scope.  The set is kept per process, so a run's distances depend on the warm solves of the
+observations before them: the simulator clears it (:func:`forget`) when a run starts, so that a
+run is deterministic; a coordinator keeps it for its lifetime (a longer memory only sharpens the
+bound).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ is checked every round on the true totals.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -50,6 +50,8 @@ class Run:
     """Rule state of each lineage (see ``lineage``)."""
     lineage: IntArray
     """Servers with equal lineage have equal columns, states and histories."""
+    totals: list[FloatArray] = field(default_factory=list)
+    """The users' true totals after each round (index 0 = the start), as ``residuals``."""
 
 
 def active_scenario(scenario: Scenario, active: BoolArray) -> Scenario:
@@ -97,6 +99,7 @@ def run(
     history: deque[FloatArray] = deque([X[:, reps].copy()] * (delay + 2), maxlen=delay + 2)
     counts = np.bincount(lineage, minlength=len(reps)).astype(float)
     residuals = [_residual(cert_scenario, X[:, reps], counts, reps, mode, rtol)]
+    totals_trace = [X[:, reps] @ counts]
     streak = 1 if residuals[0] <= rtol else 0
     for _ in range(rounds):
         if streak >= hold:
@@ -124,11 +127,12 @@ def run(
         history.append(new.copy())
         res = _residual(cert_scenario, new, counts, reps, mode, rtol)
         residuals.append(res)
+        totals_trace.append(new @ counts)
         streak = streak + 1 if res <= rtol else 0
     # a run that reaches its cap before the certificate has held ``hold`` rounds has not shown
     # that it holds for good
     converged = len(residuals) - streak if streak >= hold else None
-    return Run(residuals, converged, X, states, lineage)
+    return Run(residuals, converged, X, states, lineage, totals_trace)
 
 
 def _residual(
@@ -165,6 +169,7 @@ def sequential(
     totals = X.sum(axis=1)
     ones = np.ones(K)
     residuals = [_residual(scenario, X, ones, servers, mode, rtol)]
+    totals_trace = [totals.copy()]
     streak = 1 if residuals[0] <= rtol else 0
     for _ in range(rounds):
         if streak >= hold:
@@ -176,6 +181,7 @@ def sequential(
         totals = X.sum(axis=1)  # drop the round-off the running sum collects
         res = _residual(scenario, X, ones, servers, mode, rtol)
         residuals.append(res)
+        totals_trace.append(totals.copy())
         streak = streak + 1 if res <= rtol else 0
     converged = len(residuals) - streak if streak >= hold else None
-    return Run(residuals, converged, X, [], servers)
+    return Run(residuals, converged, X, [], servers, totals_trace)

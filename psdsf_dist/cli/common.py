@@ -19,6 +19,7 @@ from psdsf_dist.errors import PsdsfError, ScenarioError, ScenarioWarning
 from psdsf_dist.model.scenario import Scenario, load_scenario
 from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.protocol.convergence import CAP_EXCESS_RTOL, EventConvergence, Observation
+from psdsf_dist.protocol.distance import THRESHOLDS
 from psdsf_dist.protocol.update_rule import RULES
 
 EXIT_USAGE = 2
@@ -210,10 +211,16 @@ def cap_line(observations: Sequence[Observation]) -> str:
 
 
 def convergence_lines(events: Sequence[EventConvergence], hold: int) -> list[str]:
-    """Per event, when the certificate held for good (the text reports of simulate and run)."""
-    lines = [f"convergence (certificate held {hold} rounds in a row, or until the next event)"]
+    """Per event, when the certificate held for good and from which round every user's total
+    stayed within 5 % / 1 % / 0.1 % of its PS-DSF total (the text reports of simulate and
+    run)."""
+    lines = [f"convergence (certificate held {hold} rounds in a row, or until the next event; "
+             "within X: every user's total within X of its PS-DSF total from then on)"]
     for e in events:
         when = ("not yet" if e.seconds is None
                 else f"after {e.seconds:g} s ({e.rounds} rounds)")
-        lines.append(f"  t={e.at:g}s {e.description}: {when}")
+        within = ", ".join(f"{100 * t:g} % {'not yet' if r is None else f'after {r}'}"
+                           for t, r in zip(THRESHOLDS, e.within, strict=False))
+        lines.append(f"  t={e.at:g}s {e.description}: {when}"
+                     + (f"; within {within}" if within else ""))
     return lines

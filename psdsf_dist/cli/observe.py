@@ -126,7 +126,7 @@ class SimulationExporter:
                              self._staleness(name))
         self.run.observe(churn.current(), sim.allocation(), users=churn.users_present,
                          servers=churn.servers_present, residual=rec.residual,
-                         holds=rec.holds, now=rec.time)
+                         holds=rec.holds, now=rec.time, distance=rec.distance)
 
     def _event(self, event: Event) -> None:
         self.run.event(event, event.at)

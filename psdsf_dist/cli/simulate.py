@@ -67,6 +67,7 @@ def _progress(quiet: bool) -> Callable[[Observation], None]:
         verdict = "holds" if rec.holds else "fails"
         print(f"psdsf-dist: simulate: round {rec.round} t={rec.time:g}s certificate {verdict} "
               f"residual {rec.residual:.2e} change {rec.max_relative_change:.1e} "
+              f"distance {'?' if rec.distance is None else f'{rec.distance:.1e}'} "
               f"util {100 * rec.utilization:.1f}% {rec.bytes:.0f} B/server "
               f"({rec.seconds:.3f} s)", file=sys.stderr, flush=True)
 

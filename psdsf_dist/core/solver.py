@@ -119,16 +119,37 @@ def solve(
     max_sweeps: int = 20000,
     time_limit: float = 600.0,
     convex: bool | None = None,
+    start: FloatArray | None = None,
 ) -> Solution:
     """Compute a PS-DSF allocation whose certificate holds to ``rtol``.
 
     ``convex`` says whether to start from the Eisenberg-Gale program (TDM: usually the whole
     solve); by default it is used from ``CONVEX_MIN_CLASSES`` classes of servers on.
+    ``start`` (N x K): sweep from this allocation instead (each class from the mean of its
+    members' columns, fitted into capacity; no convex start), so that where RDM PS-DSF is not
+    unique the answer is one the sweeps reach from there rather than from per-server DRF.
     Raises :class:`SolverError` if the budget runs out first (never returns an uncertified one).
     """
     mode = scenario.check_mode(mode)
     t0 = time.perf_counter()
     classes = ServerClasses.of(scenario)
+    if start is not None:
+        X0 = np.asarray(start, dtype=float)
+        if X0.shape != (scenario.num_users, scenario.num_servers):
+            raise ValueError(f"start must be {scenario.num_users} x {scenario.num_servers}, "
+                             f"got {X0.shape}")
+        C = len(classes.count)
+        sums = np.zeros((scenario.num_users, C))
+        np.add.at(sums.T, classes.member_class, np.maximum(np.nan_to_num(X0), 0.0).T)
+        Y = np.where(scenario.gamma[:, classes.representative] > 0, sums / classes.count, 0.0)
+        state = _ClassState(scenario, mode, classes, Y)
+        state.fit_capacity()
+        over = state.x > scenario.max_tasks  # a cap binds on the total, as in the cold start
+        if over.any():
+            state.Y[over] *= (scenario.max_tasks[over] / state.x[over])[:, None]
+            state.x = state.Y @ classes.count
+        state, sweeps, exact_solves = _iterate(state, rtol, max_sweeps, t0 + time_limit)
+        return _solution(state, rtol, sweeps, exact_solves, t0)
     state = _ClassState.start(scenario, mode, classes)
     if convex is None:
         convex = len(classes.count) >= CONVEX_MIN_CLASSES

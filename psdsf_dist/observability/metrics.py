@@ -123,6 +123,9 @@ METRICS: tuple[MetricSpec, ...] = (
                "Restarts of a server (a server coming back after failing)"),
     MetricSpec("psdsf_members", "gauge", ("role",),
                "Current membership size: live servers and present users"),
+    MetricSpec("psdsf_distance_to_fair_ratio", "gauge", (),
+               "Largest relative gap of a user's task total to its PS-DSF total (0: every "
+               "user has its fair total)"),
 )
 """Every metric the allocator exposes, in exposition order."""
 
@@ -351,10 +354,19 @@ class AllocatorMetrics:
             if staleness_seconds is not None:
                 self._staleness[str(server)] = float(staleness_seconds)
 
-    def set_certificate(self, residual: float, converged: bool, cap_excess: float = 0.0) -> None:
+    def set_certificate(self, residual: float, converged: bool, cap_excess: float = 0.0,
+                        distance: float | None = None) -> None:
+        """The certificate's verdict, the cap excess and the distance to fair (None: not
+        known, and the series is left out rather than guessed)."""
         _check_nonnegative("residual", residual)
         _check_nonnegative("cap excess", cap_excess)
+        if distance is not None:
+            _check_nonnegative("distance", distance)
         with self._lock:
+            if distance is None:
+                self._scalars.pop("psdsf_distance_to_fair_ratio", None)
+            else:
+                self._scalars["psdsf_distance_to_fair_ratio"] = float(distance)
             self._scalars["psdsf_certificate_residual"] = float(residual)
             self._scalars["psdsf_cap_excess_ratio"] = float(cap_excess)
             self._scalars["psdsf_converged"] = 1.0 if converged else 0.0
@@ -495,6 +507,7 @@ class RunMetrics:
         now: float,
         reports: Sequence[ServerCounts] = (),
         cap_excess: float = 0.0,
+        distance: float | None = None,
     ) -> None:
         """One observation at run time ``now`` (seconds): ``allocation`` (N x K) on
         ``scenario`` with the present users and live servers masked in."""
@@ -502,7 +515,7 @@ class RunMetrics:
         state = allocation_state(scenario, allocation, users=users, servers=servers)
         with m.atomically():  # a scrape sees the allocation with its own certificate
             m.set_state(state)
-            m.set_certificate(residual, holds, cap_excess)
+            m.set_certificate(residual, holds, cap_excess, distance)
             m.set_membership(int(np.count_nonzero(servers)), int(np.count_nonzero(users)))
             for counts in reports:
                 before = self._counts.get(counts.server)

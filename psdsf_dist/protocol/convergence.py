@@ -9,6 +9,11 @@ re-convergence time is the time from the event to the first observation from whi
 certificate held until the next event, or until the end if that is at least ``hold``
 observations: a flicker back off does not count as converged.  Rounds are that time divided by
 the period, rounded up: 1 means the certificate held after the first round of updates.
+
+Each observation also carries the distance to fair (:mod:`psdsf_dist.protocol.distance`: the
+largest relative gap of a user's total to the nearest known PS-DSF totals), and each event the
+rounds from which that distance stayed below 5 %, 1 % and 0.1 % (``THRESHOLDS``) by the same
+rule: until the next event, or for at least ``hold`` observations if none came.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import numpy.typing as npt
 from psdsf_dist.core.certificate import certificate
 from psdsf_dist.core.report import utilization
 from psdsf_dist.model.scenario import Mode, Scenario
+from psdsf_dist.protocol.distance import THRESHOLDS, distance_to_fair
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -61,6 +67,8 @@ class Observation:
     """Largest relative excess of a user's total over its ``max_tasks`` (0: every cap held).
     The servers' headroom shares keep it 0 on one shared snapshot of the totals; gossip that
     reaches the servers at different ages can leave a transient excess, reported here."""
+    distance: float | None = None
+    """Largest relative gap of a user's total to its PS-DSF total (None: not known)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"round": self.round, "time": self.time, "residual": self.residual,
@@ -68,7 +76,13 @@ class Observation:
                 "utilization": self.utilization,
                 "max_relative_change": self.max_relative_change, "messages": self.messages,
                 "bytes": self.bytes, "max_bytes": self.max_bytes, "servers": self.servers,
-                "seconds": self.seconds, "cap_excess": self.cap_excess}
+                "seconds": self.seconds, "cap_excess": self.cap_excess,
+                "distance": _finite_or_none(self.distance)}
+
+
+def _finite_or_none(value: float | None) -> float | None:
+    """JSON has no infinity."""
+    return value if value is not None and math.isfinite(value) else None
 
 
 @dataclass(frozen=True)
@@ -108,7 +122,8 @@ def observe(scenario: Scenario, allocation: FloatArray, servers_present: BoolArr
         max_relative_change=change,
         messages=float(traffic.messages.sum() / live), bytes=float(traffic.bytes.sum() / live),
         max_bytes=float(traffic.bytes.max(initial=0.0)), servers=int(up.sum()),
-        seconds=seconds, cap_excess=max(excess, 0.0))
+        seconds=seconds, cap_excess=max(excess, 0.0),
+        distance=distance_to_fair(scenario, allocation, mode, cert.residual))
 
 
 @dataclass(frozen=True)
@@ -119,10 +134,15 @@ class EventConvergence:
     """Run time of the first observation of the final run of holding ones (None: not yet)."""
     seconds: float | None
     rounds: int | None
+    within: tuple[int | None, ...] = ()
+    """Per threshold of ``THRESHOLDS``, the rounds from which the distance to fair stayed below
+    it (None: not yet, or not known)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"event": self.description, "at": self.at, "converged_at": self.converged_at,
-                "seconds": self.seconds, "rounds_to_converge": self.rounds}
+                "seconds": self.seconds, "rounds_to_converge": self.rounds,
+                "rounds_within": {f"{t:g}": r for t, r in zip(THRESHOLDS, self.within,
+                                                               strict=False)}}
 
 
 def final_run_of_holds(holds: Sequence[bool], hold: int, *, open_ended: bool) -> int | None:
@@ -147,13 +167,27 @@ def event_convergence(events: Sequence[tuple[str, float]], observations: Sequenc
     for j, (desc, at) in enumerate(marks):
         end = min((t for _, t in marks[j + 1:] if t > at), default=math.inf)
         window = [o for o in observations if at <= o.time < end]
-        settled = final_run_of_holds([o.holds for o in window], hold,
-                                     open_ended=end == math.inf)
-        found = None if settled is None else window[settled]
+        open_ended = end == math.inf
+        within = tuple(
+            None if (got := _settled(window, [o.distance is not None and o.distance < threshold
+                                              for o in window], hold, open_ended)) is None
+            else _rounds(got - at, period)
+            for threshold in THRESHOLDS)
+        found = _settled(window, [o.holds for o in window], hold, open_ended)
         if found is None:
-            out.append(EventConvergence(desc, at, None, None, None))
+            out.append(EventConvergence(desc, at, None, None, None, within))
         else:
-            seconds = found.time - at
-            out.append(EventConvergence(desc, at, found.time, seconds,
-                                        max(math.ceil(seconds / period - 1e-9), 0)))
+            out.append(EventConvergence(desc, at, found, found - at,
+                                        _rounds(found - at, period), within))
     return out
+
+
+def _settled(window: Sequence[Observation], flags: list[bool], hold: int,
+             open_ended: bool) -> float | None:
+    """Time of the first observation of the final run of true ``flags`` (None: none yet)."""
+    settled = final_run_of_holds(flags, hold, open_ended=open_ended)
+    return None if settled is None else window[settled].time
+
+
+def _rounds(seconds: float, period: float) -> int:
+    return max(math.ceil(seconds / period - 1e-9), 0)

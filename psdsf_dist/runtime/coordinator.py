@@ -753,7 +753,7 @@ class Coordinator:
         self.metrics.observe(
             current, reply.allocation, users=churn.users_present,
             servers=churn.servers_present, residual=obs.residual, holds=obs.holds,
-            now=obs.time, cap_excess=obs.cap_excess,
+            now=obs.time, cap_excess=obs.cap_excess, distance=obs.distance,
             reports=[ServerCounts(r.name, r.origin, r.rounds, r.messages, r.bytes,
                                   r.round_seconds, r.staleness_seconds)
                      for r in by_server.values() if r.running])

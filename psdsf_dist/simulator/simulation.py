@@ -51,6 +51,7 @@ from psdsf_dist.protocol.convergence import (
     event_convergence,
     observe,
 )
+from psdsf_dist.protocol.distance import forget
 from psdsf_dist.protocol.gossip import (
     COLUMN_HEADER_BYTES,
     COLUMN_VALUE_BYTES,
@@ -335,6 +336,7 @@ class Simulator:
         trace: list[Observation] = []
         started = time.perf_counter()
         previous: FloatArray | None = None
+        forget()  # the distance to fair of this run depends on this run alone: deterministic
         for r in range(1, self.config.rounds + 1):
             t0 = time.perf_counter()
             self._class_of = ServerClasses.of(self.churn.current()).member_class

@@ -30,6 +30,8 @@ def test_run_prints_the_solve_json_with_event_times(capsys: pytest.CaptureFixtur
     assert doc["policy"] == "psdsf-ray/split" and doc["certificate"]["holds"]
     assert [e["event"] for e in doc["events"]] == ["start", "user u1 weight set to 3"]
     assert doc["events"][-1]["rounds_to_converge"] is not None
+    assert set(doc["events"][-1]["rounds_within"]) == {"0.05", "0.01", "0.001"}
+    assert doc["trace"][-1]["distance"] is not None
     assert doc["run"]["servers"] == 2 and doc["trace"]
     assert (doc["run"]["fanout"], doc["run"]["gossip_rate"]) == (4, 4)
     assert all(o["feasible"] for o in doc["trace"])

@@ -368,3 +368,21 @@ def test_all_distinct_servers_need_no_long_sweeps(mode: Mode) -> None:
     sol = solve(scenario, mode)
     assert sol.certificate.holds
     assert sol.sweeps <= (0 if mode == "tdm" else 10)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from(MODES))
+def test_a_warm_start_lands_on_a_certified_allocation(seed: int, mode: Mode) -> None:
+    from psdsf_dist.model.random_scenarios import random_scenario
+
+    rng = np.random.default_rng(seed)
+    scenario = random_scenario(rng, K=int(rng.integers(1, 8)), N=int(rng.integers(1, 6)),
+                               M=int(rng.integers(1, 4)))
+    start = rng.exponential(size=(scenario.num_users, scenario.num_servers)) * 20.0
+    sol = solve(scenario, mode, start=start)
+    assert certificate(scenario, sol.allocation, mode=mode).holds
+
+
+def test_a_warm_start_of_the_wrong_shape_is_refused(fig1: Scenario) -> None:
+    with pytest.raises(ValueError, match="start must be 3 x 2"):
+        solve(fig1, start=np.zeros((2, 2)))

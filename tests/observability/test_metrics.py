@@ -47,6 +47,7 @@ PINNED = (
     ("psdsf_churn_events_total", "counter", ("kind",)),
     ("psdsf_server_restarts_total", "counter", ("server",)),
     ("psdsf_members", "gauge", ("role",)),
+    ("psdsf_distance_to_fair_ratio", "gauge", ()),
 )
 
 
@@ -69,7 +70,7 @@ def fed(scenario: Scenario, *, per_pair: bool = True) -> tuple[AllocatorMetrics,
     m.set_state(allocation_state(scenario, X))
     m.observe_server_round(scenario.server_names[0], 0.002)
     m.observe_gossip(scenario.server_names[0], 3, 420, 1.5)
-    m.set_certificate(1e-7, True)
+    m.set_certificate(1e-7, True, distance=0.0)
     m.observe_event("user_leaves")
     m.observe_reconvergence(4.0)
     m.observe_restart(scenario.server_names[-1])
@@ -127,6 +128,7 @@ def test_values_are_what_was_set(fig1: Scenario) -> None:
     # every holder is at V = 1/2 (3 of 6 alone at s1; 6 of 12 for weight 2 at s2)
     assert value(m, "psdsf_server_min_vds", server="s1") == pytest.approx(0.5)
     assert value(m, "psdsf_server_min_vds", server="s2") == pytest.approx(0.5)
+    assert value(m, "psdsf_distance_to_fair_ratio") == 0.0
     assert value(m, "psdsf_server_rounds_total", server="s1") == 1.0
     assert value(m, "psdsf_server_round_duration_seconds_count") == 1.0
     assert value(m, "psdsf_server_round_duration_seconds_bucket", le="0.0025") == 1.0
@@ -145,6 +147,15 @@ def test_values_are_what_was_set(fig1: Scenario) -> None:
     assert value(m, "psdsf_members", role="server") == 2.0
     assert value(m, "psdsf_members", role="user") == 3.0
 
+
+def test_an_unknown_distance_to_fair_is_left_out_not_guessed(fig1: Scenario) -> None:
+    m, _ = fed(fig1)
+    m.set_certificate(0.3, False, distance=0.04)
+    assert value(m, "psdsf_distance_to_fair_ratio") == pytest.approx(0.04)
+    m.set_certificate(0.3, False)
+    assert value(m, "psdsf_distance_to_fair_ratio") is None
+    with pytest.raises(ValueError, match="distance"):
+        m.set_certificate(0.3, False, distance=float("nan"))
 
 def test_counters_accumulate_and_gauges_replace(fig1: Scenario) -> None:
     m, _ = fed(fig1)

@@ -68,3 +68,47 @@ def test_an_observation_reports_how_far_a_total_went_above_its_cap() -> None:
     assert within.cap_excess == 0.0
     assert cap_line([within]) == "caps: no user's total exceeded its max_tasks"
     assert "by up to 25.00% (round 0" in cap_line([within, over])
+
+
+def dist_obs(t: float, distance: float | None) -> Observation:
+    return Observation(int(t), t, 1.0, False, True, 1.0, 0.0, 0.0, 0.0, 0.0, 1,
+                       distance=distance)
+
+
+def test_rounds_within_each_threshold_count_from_the_last_time_the_distance_crossed_it() -> None:
+    # 5 % first reached at 2, lost at 3, regained at 4; 1 % from 5 on; 0.1 % from 7 on
+    distances = [0.2, 0.04, 0.06, 0.03, 0.005, 0.002, 0.0005, 0.0004, 0.0]
+    seen = [dist_obs(float(t + 1), d) for t, d in enumerate(distances)]
+    out = event_convergence([], seen, period=1.0)
+    assert out[0].within == (4, 5, 7)
+    assert out[0].to_json()["rounds_within"] == {"0.05": 4, "0.01": 5, "0.001": 7}
+    assert out[0].rounds is None  # the certificate never held: the two measures are separate
+
+
+def test_within_is_per_event_and_an_unknown_distance_never_counts() -> None:
+    distances: list[float | None] = [0.5, 0.001, 0.0, 0.3, 0.02, None, 0.004, 0.004]
+    seen = [dist_obs(float(t + 1), d) for t, d in enumerate(distances)]
+    out = event_convergence([("u4 leaves", 3.5)], seen, period=1.0, hold=2)
+    assert out[0].within == (2, 2, 3)  # held until the event cut it short
+    # after the event (t = 3.5): 0.3, 0.02, unknown, 0.004, 0.004 at t = 4..8
+    # 5 % and 1 % from t = 7 (two observations: hold), 3.5 s after the event: 4 rounds
+    assert out[1].within == (4, 4, None)
+    short = event_convergence([("u4 leaves", 3.5)], seen, period=1.0, hold=3)
+    assert short[1].within == (None, None, None)  # the final run is shorter than hold
+
+
+def test_an_observation_carries_its_distance_to_fair() -> None:
+    scenario = Scenario.from_dict({
+        "resources": ["cpu"],
+        "servers": [{"name": "s1", "capacity": {"cpu": 10}}],
+        "users": [{"name": "a", "demand": {"cpu": 1}}, {"name": "b", "demand": {"cpu": 1}}],
+    })
+    none = np.zeros(1)
+    kw: dict[str, Any] = {"round": 0, "time": 1.0, "mode": "rdm", "rtol": 1e-3,
+                          "traffic": Traffic(none, none), "previous_totals": None}
+    up = np.ones(1, dtype=bool)
+    fair = observe(scenario, np.array([[5.0], [5.0]]), up, **kw)
+    assert fair.distance == 0.0 and fair.to_json()["distance"] == 0.0
+    off = observe(scenario, np.array([[6.0], [4.0]]), up, **kw)
+    assert off.distance == pytest.approx(0.2)
+    assert observe(scenario, np.array([[np.inf], [4.0]]), up, **kw).to_json()["distance"] is None

@@ -9,6 +9,7 @@ wide, the README's width), every axis labelled with its unit.
 
 from __future__ import annotations
 
+import argparse
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,21 @@ class Section:
     markdown: str
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+
+
+def section_main(doc: str | None, run: Callable[..., Section], argv: list[str] | None, *,
+                 quick: bool = True, ray: bool = False) -> None:
+    """The command line of one ``repro_*.py`` (``--quick``, ``--ray`` where it has them): its
+    section printed, with the seconds it took."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
+    if quick:
+        ap.add_argument("--quick", action="store_true")
+    if ray:
+        ap.add_argument("--ray", action=argparse.BooleanOptionalAction, default=None)
+    args = ap.parse_args(argv)
+    sec = run(bool(getattr(args, "quick", False)), *([args.ray] if ray else []))
+    print(sec.markdown)
+    print(f"({sec.seconds:.0f} s)")
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ these two with time compressed 10x (events at 20 / 50 / 108 s, T = 1 s) to keep 
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import math
 import time
@@ -29,6 +28,7 @@ from repro_common import (
     pct,
     resource_share,
     save_csv,
+    section_main,
     simulate_trace,
 )
 from sim_common import table
@@ -295,13 +295,7 @@ def _plot(curves: dict[str, tuple[Any, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--ray", action=argparse.BooleanOptionalAction, default=None)
-    args = ap.parse_args(argv)
-    sec = run(args.quick, args.ray)
-    print(sec.markdown)
-    print(f"({sec.seconds:.0f} s)")
+    section_main(__doc__, run, argv, ray=True)
 
 
 if __name__ == "__main__":

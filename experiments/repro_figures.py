@@ -15,12 +15,11 @@ later appears in every table without a change here.  A policy that refuses a sce
 
 from __future__ import annotations
 
-import argparse
 import time
 from typing import Any
 
 import numpy as np
-from repro_common import Section
+from repro_common import Section, section_main
 from sim_common import EXAMPLES, table
 
 from psdsf_dist.errors import PsdsfError
@@ -161,10 +160,7 @@ def run(quick: bool) -> Section:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.parse_args(argv)
-    sec = run(False)
-    print(sec.markdown)
+    section_main(__doc__, run, argv, quick=False)
 
 
 if __name__ == "__main__":

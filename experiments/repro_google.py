@@ -28,7 +28,6 @@ What is measured:
 
 from __future__ import annotations
 
-import argparse
 import functools
 import multiprocessing as mp
 import time
@@ -36,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from repro_common import Section, figure, pct, save, save_csv, seconds_text
+from repro_common import Section, figure, pct, save, save_csv, seconds_text, section_main
 from sim_common import table
 
 from psdsf_dist.model.random_scenarios import google_cluster_doc
@@ -308,12 +307,7 @@ def _plot_churn(churned: dict[int, dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args(argv)
-    sec = run(args.quick)
-    print(sec.markdown)
-    print(f"({sec.seconds:.0f} s)")
+    section_main(__doc__, run, argv)
 
 
 if __name__ == "__main__":

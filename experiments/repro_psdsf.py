@@ -21,7 +21,6 @@ server's column, after the events due then and before any server acts at that in
 
 from __future__ import annotations
 
-import argparse
 import csv
 import time
 from typing import Any
@@ -38,6 +37,7 @@ from repro_common import (
     phase_mean,
     save,
     save_csv,
+    section_main,
     simulate_trace,
 )
 from scipy.optimize import linprog
@@ -336,13 +336,7 @@ def _plot_users(sc: Scenario, runs: dict[str, dict[str, Any]],
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--ray", action=argparse.BooleanOptionalAction, default=None)
-    args = ap.parse_args(argv)
-    sec = run(args.quick, args.ray)
-    print(sec.markdown)
-    print(f"({sec.seconds:.0f} s)")
+    section_main(__doc__, run, argv, ray=True)
 
 
 if __name__ == "__main__":

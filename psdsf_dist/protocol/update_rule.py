@@ -303,8 +303,8 @@ def cap_raise_limit(share: FloatArray, max_tasks: FloatArray, totals: FloatArray
     fixed staleness) that is a guarantee; when servers see totals of different ages it bounds
     what each takes, and what remains is reported (``Observation.cap_excess``).  Unlimited
     users (``inf`` cap) are not bounded."""
-    before = totals if raised is None else totals - np.maximum(raised, 0.0)
     spent = np.zeros_like(totals) if raised is None else np.maximum(raised, 0.0)
+    before = totals - spent
     with np.errstate(invalid="ignore"):  # inf * 0: an unlimited user, no bound
         budget = np.where(np.isfinite(max_tasks),
                           share * np.maximum(max_tasks - before, 0.0) - spent, np.inf)

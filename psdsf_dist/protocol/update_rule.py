@@ -101,6 +101,9 @@ EXIT_AFTER = 6
 """``split``: rounds of draining at gain 1 before the plateau exit extrapolates."""
 MAX_EXITS = 1
 """``split``: the plateau exit fires only when at most this many users of a column qualify."""
+STEADY = 4.0
+"""``split``: the plateau exit fires only while the latest decrease is at least 1/STEADY of the
+streak's mean decrease (a steady drain, not the fading tail of a converging one)."""
 MAX_STALENESS = 3
 """Rounds of own changes a server remembers to compensate gossip delay."""
 FEASIBILITY_RTOL = 1e-9
@@ -437,7 +440,8 @@ class SplitGain:
         )
         followed = (streak == EXIT_AFTER) & (sagged > THRESHOLD * drained)
         streak = np.where(followed, 0.0, streak)
-        boosted = (streak >= EXIT_AFTER) & (col * holders < tot)
+        steady = -reference * streak * STEADY >= drained
+        boosted = (streak >= EXIT_AFTER) & (col * holders < tot) & steady
         if np.count_nonzero(boosted) > MAX_EXITS:
             boosted[:] = False
         boost = drained * np.exp2(np.minimum(streak - EXIT_AFTER, 30.0))

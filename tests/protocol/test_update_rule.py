@@ -28,7 +28,7 @@ from psdsf_dist.protocol.update_rule import (
     server_view,
     staleness_rounds,
 )
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, SMALL_CLUSTER
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -326,6 +326,38 @@ def test_a_user_draining_from_a_marginal_server_leaves_it_in_a_few_rounds() -> N
     scenario = random_scenario(rng, K=K, N=N, M=M)
     held, X, _ = lockstep(scenario, make_rule("split"), 60)
     assert held is not None and held <= 40, certificate(scenario, X, rtol=1e-3).violations[:2]
+
+
+@pytest.mark.parametrize(("last_decrease", "exits"), [(0.05, True), (0.001, False)])
+def test_the_plateau_exit_fires_on_a_steady_drain_not_on_the_tail_of_a_converging_one(
+        last_decrease: float, exits: bool) -> None:
+    # server B-1 of the small cluster has lowered u2 at gain 1 for 8 rounds (0.35 tasks in all)
+    # while u2's total rose (another server took u2 over); the total stays put this round.
+    # A drain still going at its pace is a plateau: extrapolate.  A last decrease far below
+    # the streak's mean is the fading tail of a converging drain: extrapolating it would push
+    # the server off the fixed point it is reaching (seen on Ray, certificate lost for 7 rounds)
+    scenario = load_scenario(SMALL_CLUSTER)
+    view = replace(server_view(scenario, scenario.server_names.index("B-1"), "rdm"),
+                   holders=np.array([4.0, 5.0, 1.0, 1.0]))
+    column = np.array([3.44, 0.78, 0.0, 0.0])
+    totals = np.array([18.0, 9.0, 3.0, 0.0])
+    change = np.array([0.0, -last_decrease, 0.0, 0.0])
+    ones, zeros = np.ones(4), np.zeros(4)
+
+    def state(streak: float) -> SplitState:
+        return SplitState(gain=ones, last_totals=totals - change, last_column=column - change,
+                          changes=(change, zeros, zeros, zeros),
+                          draining=np.array([0.0, streak, 0.0, 0.0]),
+                          drained=np.array([0.0, 0.35, 0.0, 0.0]),
+                          sagged=np.array([0.0, -1.5, 0.0, 0.0]))
+
+    rule = make_rule("split")
+    draining, _ = rule.update(state(8.0), view, totals, column)
+    fresh, _ = rule.update(state(0.0), view, totals, column)
+    if exits:
+        assert draining[1] < fresh[1] - 0.1  # valued at a higher total: it sheds u2 faster
+    else:
+        np.testing.assert_allclose(draining, fresh)
 
 
 def test_staleness_counts_the_rounds_beyond_the_usual_one() -> None:

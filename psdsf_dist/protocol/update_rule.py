@@ -52,8 +52,11 @@ at once on stale totals.
       in a row on a marginal server (its entry below the user's average share), while the total
       fell by less than ``THRESHOLD`` of what was drained, is valued at a total higher by the
       amount drained so far, doubled every further round — the price-taker's extrapolation —
-      so it leaves in a few rounds instead of at the rate of its level gap.  Nothing moves at a
-      fixed point, so nothing changes there.
+      so it leaves in a few rounds instead of at the rate of its level gap.  Only while the
+      drain is steady (the latest decrease at least 1/``STEADY`` of the streak's mean): the
+      geometrically fading tail of a converging drain is no plateau, and extrapolating it
+      pushes the server off the fixed point it is reaching.  Nothing moves at a fixed point,
+      so nothing changes there.
 
     Every step is a water-fill at some totals (feasible) and is inert at a fixed point.
 

@@ -28,6 +28,17 @@ Membership
     peer's clock, its column stops counting; a newer heartbeat revives it.  Time is always passed
     in (``now``), never read from a clock.
 
+Incarnations
+    A server that restarts after a crash gossips under a new origin, ``name#k`` (``name`` for
+    incarnation 0), so that its predecessor's column is never revived by a late message.  The
+    predecessor is dead, and both columns stand for the same capacities: counting the old one
+    until it expires (``ttl``, several periods) would count that server twice and push every
+    other server's update off.  So an origin is *superseded* as soon as any newer incarnation
+    of its server is heard of (an entry or an introduction): it becomes a tombstone at once,
+    and any entry of it that arrives later is kept as a tombstone.  Whether an origin counts is
+    thus a function of the set of origins heard (not of their order), and merging stays
+    idempotent and commutative.
+
 Users
     The user universe can grow (new users appended): columns of different lengths merge, the
     shorter being zero-padded.
@@ -76,12 +87,29 @@ COLUMN_HEADER_BYTES = 4
 COLUMN_VALUE_BYTES = 12
 SIGN_ENTRY_BYTES = 5
 
+INCARNATION_MARK = "#"
+
 MOVE_THRESHOLD = 1e-12
 """A change of an entry by more than this (tasks) counts as a move (same as a held entry)."""
 
 # Running totals are rebuilt from the columns after this many incremental updates, so that
 # floating-point drift of ``totals += new - old`` cannot accumulate.
 REBUILD_EVERY = 4096
+
+
+def origin_name(server: str, incarnation: int) -> str:
+    """The gossip origin of one incarnation of a server."""
+    return server if incarnation == 0 else f"{server}{INCARNATION_MARK}{incarnation}"
+
+
+def server_of(origin: str) -> str:
+    return origin.split(INCARNATION_MARK, 1)[0]
+
+
+def incarnation_of(origin: str) -> int:
+    """The incarnation an origin name stands for (``origin_name`` inverted)."""
+    _, mark, number = origin.partition(INCARNATION_MARK)
+    return int(number) if mark and number.isdigit() else 0
 
 
 @dataclass(frozen=True)
@@ -181,6 +209,8 @@ class GossipState:
         default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
     _updates: int = 0
     _digest_cache: dict[str, tuple[int, int]] | None = field(default=None, repr=False)
+    _newest: dict[str, int] = field(default_factory=dict, repr=False)
+    """server -> the newest incarnation heard of (kept after its tombstones are forgotten)."""
 
     def __post_init__(self) -> None:
         self._totals = np.zeros(self.num_users)
@@ -189,6 +219,7 @@ class GossipState:
         self._lowering = np.zeros(self.num_users, dtype=np.int64)
         if self.origin not in self._known:
             self._known[self.origin] = _Known(0, 0, _frozen(np.zeros(self.num_users)), False, 0.0)
+        self._newest[server_of(self.origin)] = incarnation_of(self.origin)
 
     # -- own column -----------------------------------------------------------------------
     @property
@@ -245,7 +276,7 @@ class GossipState:
         before its first update: heartbeat 0, empty column.  A no-op if already known."""
         self._digest_cache = None
         if origin not in self._known:
-            self._known[origin] = _Known(0, 0, _EMPTY, False, now)
+            self._known[origin] = _Known(0, 0, _EMPTY, self._hear_of(origin, now), now)
 
     # -- knowledge --------------------------------------------------------------------------
     def resize(self, num_users: int) -> None:
@@ -345,11 +376,12 @@ class GossipState:
         for e in entries:
             if e.origin == self.origin:
                 continue  # nobody knows this server better than itself
+            superseded = self._hear_of(e.origin, now)
             k = self._known.get(e.origin)
             if k is None:
                 if e.column is None:
                     # a heartbeat for a column never seen: remember the heartbeat only
-                    k = _Known(e.heartbeat, -1, _EMPTY, False, now)
+                    k = _Known(e.heartbeat, -1, _EMPTY, superseded, now)
                     self._known[e.origin] = k
                     changed += 1
                     continue
@@ -366,13 +398,14 @@ class GossipState:
                 if len(col) > self.num_users:
                     self.resize(len(col))
                 moves = _EMPTY if e.moves is None else _frozen(e.moves)
+                left = e.left or superseded
                 self._count(self._padded(k.column), self._padded(col), k.left or k.expired,
-                            e.left or k.expired, self._padded(k.moves), self._padded(moves))
+                            left or k.expired, self._padded(k.moves), self._padded(moves))
                 k.column_version = e.column_version
                 k.column = col
                 k.moves = moves
                 k.nonzero = e.nonzero if e.nonzero >= 0 else int(np.count_nonzero(col))
-                k.left = e.left
+                k.left = left
                 touched = True
             if touched and k.expired and not k.left:
                 # a newer heartbeat revives an expired origin
@@ -401,6 +434,26 @@ class GossipState:
         return dropped
 
     # -- internals --------------------------------------------------------------------------
+    def _hear_of(self, origin: str, now: float) -> bool:
+        """Note that ``origin`` exists: if it is its server's newest incarnation so far, every
+        older one still counted becomes a tombstone now.  Returns whether ``origin`` itself is
+        superseded (a newer incarnation of its server was heard of before)."""
+        server, incarnation = server_of(origin), incarnation_of(origin)
+        newest = self._newest.get(server, -1)
+        if incarnation < newest:
+            return True
+        if incarnation > newest:
+            self._newest[server] = incarnation
+            if newest >= 0:
+                for o, k in self._known.items():
+                    if (o != self.origin and not k.left and server_of(o) == server
+                            and incarnation_of(o) < incarnation):
+                        if not k.expired:
+                            self._add(self._padded(k.column), self._padded(k.moves), -1)
+                        k.left, k.expired, k.heard_at = True, False, now
+                        self._digest_cache = None
+        return False
+
     def _padded(self, column: FloatArray) -> FloatArray:
         if len(column) == self.num_users:
             return column

@@ -25,8 +25,9 @@ the others' columns lag, and totals that include the server's own current column
 column the server adopts is checked against its capacities on the spot
 (:class:`~psdsf_dist.errors.FeasibilityError` otherwise).
 
-A restarted server is a new *incarnation* with a new gossip origin (``s3#1``), so that the
-column of its crashed predecessor expires from everyone's totals instead of being revived.
+A restarted server is a new *incarnation* with a new gossip origin (``s3#1``): its crashed
+predecessor's column is never revived, and stops counting wherever the new one is heard
+(:mod:`psdsf_dist.protocol.gossip`, "Incarnations").
 """
 
 from __future__ import annotations
@@ -40,7 +41,12 @@ import numpy.typing as npt
 
 from psdsf_dist.errors import FeasibilityError
 from psdsf_dist.protocol.config import ProtocolConfig
-from psdsf_dist.protocol.gossip import Delta, Digest, GossipState
+from psdsf_dist.protocol.gossip import (
+    Delta,
+    Digest,
+    GossipState,
+    origin_name,
+)
 from psdsf_dist.protocol.membership import Table
 from psdsf_dist.protocol.update_rule import (
     RuleState,
@@ -54,24 +60,8 @@ from psdsf_dist.protocol.update_rule import (
 
 FloatArray = npt.NDArray[np.float64]
 
-INCARNATION_MARK = "#"
 TIMED_ROUNDS = 64  # durations of the latest updates a server keeps for its reports
 SEED_PEERS = 8  # peers handed to a server joining or restarting (a starting cluster: all)
-
-
-def origin_name(server: str, incarnation: int) -> str:
-    """The gossip origin of one incarnation of a server."""
-    return server if incarnation == 0 else f"{server}{INCARNATION_MARK}{incarnation}"
-
-
-def server_of(origin: str) -> str:
-    return origin.split(INCARNATION_MARK, 1)[0]
-
-
-def incarnation_of(origin: str) -> int:
-    """The incarnation an origin name stands for (``origin_name`` inverted)."""
-    _, mark, number = origin.partition(INCARNATION_MARK)
-    return int(number) if mark and number.isdigit() else 0
 
 
 def server_seed(seed: int, name: str, incarnation: int) -> int:

@@ -58,14 +58,9 @@ from psdsf_dist.protocol.convergence import (
     Observation,
     event_convergence,
 )
+from psdsf_dist.protocol.gossip import incarnation_of, origin_name, server_of
 from psdsf_dist.protocol.membership import ChurnState, Table
-from psdsf_dist.protocol.node import (
-    incarnation_of,
-    origin_name,
-    seed_peers,
-    server_of,
-    server_seed,
-)
+from psdsf_dist.protocol.node import seed_peers, server_seed
 from psdsf_dist.runtime.names import (
     NAMESPACE,
     actor_key,
@@ -613,29 +608,30 @@ class Coordinator:
 
     async def _start_members(self, members: list[Member], table: Table,
                              everyone: bool = False) -> None:
-        """Start servers: the actors in parallel, one actor's servers one after another, in
-        the given order.  Ray does not keep the order of concurrent calls to an async actor,
-        and a manual clock breaks ties between equal wake-up times by the order the servers
-        went to sleep (as the simulator does): concurrent starts made paced runs differ from
-        run to run."""
+        """Start servers: one call per actor (in parallel), which starts its servers one after
+        another in the given order.  Ray does not keep the order of concurrent calls to an
+        async actor, and a manual clock breaks ties between equal wake-up times by the order
+        the servers went to sleep (as the simulator does); one call per server also queued each
+        start behind the gossip of the servers already running (a 120-server start took
+        minutes)."""
         by_actor: dict[str, list[Member]] = {}
         for m in members:
             by_actor.setdefault(m.actor, []).append(m)
-
-        async def in_order(group: list[Member]) -> None:
-            for m in group:
-                await self._start_member(m, table, everyone)
-
-        await asyncio.gather(*(in_order(group) for group in by_actor.values()))
-
-    async def _start_member(self, m: Member, table: Table, everyone: bool = False) -> None:
-        others = [origin_name(n, o.incarnation) for n, o in self.members.items() if n != m.name]
-        seeds = seed_peers(others, server_seed(self.config.protocol.seed, m.name, m.incarnation),
-                           everyone=everyone)
         handles = {n: o.handle for n, o in self.members.items()}
         now = self.now() if self.config.clock == "manual" else None
-        await self._call(m.handle.start.remote(m.name, table, m.incarnation, self.started_at,
-                                               handles, seeds, now), START_TIMEOUT)
+        seed = self.config.protocol.seed
+
+        def seeds(m: Member) -> list[str]:
+            others = [origin_name(n, o.incarnation) for n, o in self.members.items()
+                      if n != m.name]
+            return seed_peers(others, server_seed(seed, m.name, m.incarnation),
+                              everyone=everyone)
+
+        await asyncio.gather(*(
+            self._call(group[0].handle.start.remote(
+                [(m.name, m.incarnation, seeds(m)) for m in group], table, self.started_at,
+                handles, now), START_TIMEOUT)
+            for group in by_actor.values()))
 
     async def _reports(self, actor: str, handle: Any,
                        alive: Callable[[], Awaitable[set[str]]]) -> list[ServerReport] | None:

@@ -35,8 +35,9 @@ import ray
 from psdsf_dist.admission.leases import Lease
 from psdsf_dist.admission.server_admission import ServerAdmission
 from psdsf_dist.protocol.convergence import Observation
+from psdsf_dist.protocol.gossip import server_of
 from psdsf_dist.protocol.membership import Table
-from psdsf_dist.protocol.node import Message, ServerNode, server_of, server_seed
+from psdsf_dist.protocol.node import Message, ServerNode, server_seed
 from psdsf_dist.protocol.update_rule import UpdateRule
 from psdsf_dist.runtime.clock import Clock, ManualClock, WallClock
 from psdsf_dist.runtime.names import NAMESPACE, actor_key, server_actor_name
@@ -114,24 +115,31 @@ class ServerActor:
         self.reconstructed = bool(ray.get_runtime_context().was_current_actor_reconstructed)
 
     # -- control (called by the coordinator) ---------------------------------------------------
-    async def start(self, name: str, table: Table, incarnation: int, started_at: float,
-                    handles: dict[str, Any], seeds: list[str], now: float | None = None) -> str:
-        """Start (or restart) one hosted server with the current table; ``seeds`` are the peers
-        it is introduced to.  ``handles``: server name -> the actor hosting it."""
-        slot = self.slots[name]
-        if slot.task is not None:
-            slot.task.cancel()
+    async def start(self, servers: list[tuple[str, int, list[str]]], table: Table,
+                    started_at: float, handles: dict[str, Any],
+                    now: float | None = None) -> list[str]:
+        """Start (or restart) hosted servers with the current table, in the given order: each
+        ``(name, incarnation, seeds)``, ``seeds`` being the peers it is introduced to.
+        ``handles``: server name -> the actor hosting it.  One call per actor, however many
+        servers it hosts: calls queue behind the gossip this actor's running servers receive,
+        and the handles are sent once.  Returns the servers' gossip origins."""
         if self.clock is None:
             self.started_at = started_at
             self.clock = (ManualClock(now or 0.0) if self.config.clock == "manual"
                           else WallClock(started_at))
-        node = ServerNode(name, incarnation, table, self.config.protocol, self.rule)
-        slot.node = node
         self.handles.update(handles)
-        node.introduce(list(seeds), self.clock.now())
-        slot.error = None
-        slot.task = self.clock.spawn(self._loop(slot, node))
-        return node.origin
+        origins = []
+        for name, incarnation, seeds in servers:
+            slot = self.slots[name]
+            if slot.task is not None:
+                slot.task.cancel()
+            node = ServerNode(name, incarnation, table, self.config.protocol, self.rule)
+            slot.node = node
+            node.introduce(list(seeds), self.clock.now())
+            slot.error = None
+            slot.task = self.clock.spawn(self._loop(slot, node))
+            origins.append(node.origin)
+        return origins
 
     async def adopt(self, table: Table, handles: dict[str, Any] | None = None) -> int:
         """A newer table (churn) for every hosted server and, optionally, members' handles."""

@@ -18,6 +18,9 @@ from psdsf_dist.protocol.gossip import (
     Delta,
     Entry,
     GossipState,
+    incarnation_of,
+    origin_name,
+    server_of,
 )
 
 
@@ -25,9 +28,10 @@ def _history(
     seed: int, origins: int, steps: int, users: int
 ) -> tuple[list[Delta], list[GossipState]]:
     """Origins publishing random (often unchanged, sometimes sparse) columns; every delta they
-    would ever send, against digests of every age (full and heartbeat-only entries)."""
+    would ever send, against digests of every age (full and heartbeat-only entries).  Origins
+    2 and 3 are the next incarnations of the servers of origins 0 and 1."""
     rng = np.random.default_rng(seed)
-    states = [GossipState(f"s{o}", users) for o in range(origins)]
+    states = [GossipState(origin_name(f"s{o % 2}", o // 2), users) for o in range(origins)]
     observer = GossipState("observer", users)
     deltas: list[Delta] = []
     digests = [observer.digest()]
@@ -99,15 +103,20 @@ def test_loss_then_anti_entropy_reaches_the_origins_latest_columns(
     for s in states:  # one anti-entropy exchange with each origin repairs everything
         g.merge(s.delta_for(g.digest()), 0.0)
         assert s.delta_for(g.digest()).entries == ()
-    expected = sum((s.column for s in states), np.zeros(3))
+    # only each server's newest incarnation counts
+    newest = [s for s in states if not any(server_of(t.origin) == server_of(s.origin) and
+                                           incarnation_of(t.origin) > incarnation_of(s.origin)
+                                           for t in states)]
+    expected = sum((s.column for s in newest), np.zeros(3))
     np.testing.assert_allclose(g.totals(), expected, atol=1e-9)
-    assert g.holders().tolist() == sum(((s.column > 0).astype(int) for s in states),
+    assert g.holders().tolist() == sum(((s.column > 0).astype(int) for s in newest),
                                        np.zeros(3, dtype=int)).tolist()
     # the origins never heard each other: each one's counts are its own latest moves
-    assert g.raising().tolist() == sum((s.raising() for s in states),
+    assert g.raising().tolist() == sum((s.raising() for s in newest),
                                        np.zeros(3, dtype=int)).tolist()
-    assert g.lowering().tolist() == sum((s.lowering() for s in states),
+    assert g.lowering().tolist() == sum((s.lowering() for s in newest),
                                         np.zeros(3, dtype=int)).tolist()
+    assert set(g.members()) <= {"r", *(s.origin for s in newest)}  # never a superseded one
 
 
 def test_push_pull_exchange_and_message_size_follow_what_changed() -> None:
@@ -154,6 +163,48 @@ def test_tombstone_removes_tasks_and_is_forgotten_after_its_ttl() -> None:
     assert a.totals().tolist() == [0.0, 0.0]
     a.expire(11.0)
     assert "b" not in a.versions()
+
+
+def test_origins_name_incarnations() -> None:
+    assert origin_name("B-1", 0) == "B-1" and origin_name("B-1", 2) == "B-1#2"
+    assert server_of("B-1#2") == "B-1" and server_of("B-1") == "B-1"
+    assert incarnation_of("B-1#2") == 2 and incarnation_of("B-1") == 0
+    for n in (0, 1, 17):
+        assert incarnation_of(origin_name("s-3", n)) == n
+
+
+def test_a_restarted_server_supersedes_its_crashed_predecessor_at_once() -> None:
+    # b crashed holding 2 tasks of user 0; its restart b#1 is heard long before b's column
+    # would expire (ttl 8): b stops counting then, and a late message of b cannot revive it
+    a = GossipState("a", 2, ttl=8.0, tombstone_ttl=64.0)
+    b, b1 = GossipState("b", 2), GossipState("b#1", 2)
+    b.set_column(np.array([2.0, 0.0]), 0.0)
+    a.merge(b.delta_for(a.digest()), 0.0)
+    late = b.delta_for(GossipState("x", 2).digest())
+    b.set_column(np.array([3.0, 0.0]), 0.5)  # its last change, still in flight
+    in_flight = b.delta_for(a.digest())
+    b1.set_column(np.array([0.0, 1.0]), 1.0)
+    a.merge(b1.delta_for(a.digest()), 1.0)
+    assert a.totals().tolist() == [0.0, 1.0] and a.holders().tolist() == [0, 1]
+    assert sorted(a.members()) == ["a", "b#1"]
+    a.merge(late, 2.0)
+    a.merge(in_flight, 2.0)
+    assert a.totals().tolist() == [0.0, 1.0]
+    assert a.versions()["b"][2]  # a tombstone, passed on as one
+    # an introduction of the new incarnation is enough too; an older one changes nothing
+    c = GossipState("c", 2)
+    c.merge(b.delta_for(c.digest()), 0.0)
+    c.introduce("b#1", 1.0)
+    assert c.totals().tolist() == [0.0, 0.0]
+    c.introduce("b", 1.0)
+    c.merge([Entry("b#1", 1, 1, np.array([0.0, 1.0]))], 1.0)
+    assert c.totals().tolist() == [0.0, 1.0]
+    b1.heartbeat(65.0)
+    a.merge(b1.delta_for(a.digest()), 65.0)
+    a.expire(66.0)  # the tombstone is forgotten; the newest incarnation is not
+    assert "b" not in a.versions()
+    a.merge(late, 67.0)
+    assert a.totals().tolist() == [0.0, 1.0]
 
 
 def test_silent_origin_expires_and_a_newer_heartbeat_revives_it() -> None:

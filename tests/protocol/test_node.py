@@ -20,10 +20,7 @@ from psdsf_dist.protocol.node import (
     Ack2,
     ServerNode,
     Syn,
-    incarnation_of,
-    origin_name,
     seed_peers,
-    server_of,
     server_seed,
 )
 from tests.conftest import SMALL_CLUSTER as SMALL
@@ -53,14 +50,6 @@ def gossip_round(nodes: list[ServerNode], now: float) -> None:
 
 def allocation(nodes: list[ServerNode]) -> npt.NDArray[np.float64]:
     return np.array([n.column for n in nodes]).T
-
-
-def test_origins_name_incarnations() -> None:
-    assert origin_name("B-1", 0) == "B-1" and origin_name("B-1", 2) == "B-1#2"
-    assert server_of("B-1#2") == "B-1" and server_of("B-1") == "B-1"
-    assert incarnation_of("B-1#2") == 2 and incarnation_of("B-1") == 0
-    for n in (0, 1, 17):
-        assert incarnation_of(origin_name("s-3", n)) == n
 
 
 def test_seeds_are_per_server_and_per_incarnation_and_stable() -> None:

@@ -18,10 +18,10 @@ What runs where
 
 Faults
     A crashed server actor is restarted by Ray (``max_restarts``) and started again by the
-    coordinator as a new gossip incarnation; its predecessor's column expires from the others'
-    totals after ``ttl_periods``.  A restarted coordinator rebuilds membership, users and the
-    event history from the newest table its servers hold.  Nodes leaving or joining a
-    ``from-ray`` run are server failures and joins.
+    coordinator as a new gossip incarnation, which supersedes its predecessor's column wherever
+    it is heard (a server that stays down expires after ``ttl_periods``).  A restarted
+    coordinator rebuilds membership, users and the event history from the newest table its
+    servers hold.  Nodes leaving or joining a ``from-ray`` run are server failures and joins.
 
 Paced runs
     With ``clock="manual"`` (``psdsf-dist run --paced``) the coordinator moves time on one

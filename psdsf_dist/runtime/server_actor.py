@@ -6,19 +6,20 @@
 its own node, loop, gossip origin and random stream, and messages between two servers of one
 actor skip Ray but are otherwise the same.)
 
-Each server's loop wakes when its node asks (:meth:`ServerNode.wake`), starts the exchanges the
-wake returned as background tasks, and sleeps until the next wake.  The transport moves
-messages: a :class:`~psdsf_dist.protocol.node.Syn` is a call to the peer's actor whose answer is
-the peer's :class:`~psdsf_dist.protocol.node.Ack`; the starter's
-:class:`~psdsf_dist.protocol.node.Ack2` goes back without an answer.  Messages to one actor that
-are queued together go in one call.  On top of Ray's own latency, the transport holds each
-message ``delay`` seconds and drops it with probability ``loss`` (``ProtocolConfig``), exactly as
-the simulator's transport does — for experiments on a real cluster.
+Each server's loop wakes when its node asks (:meth:`ServerNode.wake`), starts the exchanges the wake
+returned as background tasks, and sleeps until the next wake.  The transport moves messages: a
+:class:`~psdsf_dist.protocol.node.Syn` is a call to the peer's actor whose answer is the peer's
+:class:`~psdsf_dist.protocol.node.Ack`; the starter's :class:`~psdsf_dist.protocol.node.Ack2` goes
+back without an answer.  Messages to one actor that are queued together go in one call, pickled as
+one payload.  On top of Ray's own latency, the transport holds each message ``delay`` seconds and
+drops it with probability ``loss`` (``ProtocolConfig``), exactly as the simulator's transport does —
+for experiments on a real cluster.
 
 After a crash Ray restarts the actor (``max_restarts``) with a fresh, un-started state; the
 coordinator notices (``report`` says not running) and starts it again with the current table, as
-a new incarnation: a new gossip origin, so the crashed incarnation's column expires from the
-others' totals after the time-to-live, while the new one starts empty and is filled by the rule.
+a new incarnation: a new gossip origin, which supersedes the crashed incarnation's column
+wherever it is heard (:mod:`psdsf_dist.protocol.gossip`, "Incarnations"), while the new one
+starts empty and is filled by the rule.
 """
 
 from __future__ import annotations

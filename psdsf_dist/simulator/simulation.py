@@ -3,14 +3,15 @@ transport around the protocol's own servers (no Ray, no wall clock).
 
 Every present server is a :class:`~psdsf_dist.protocol.node.ServerNode` — the code the Ray
 actors run — woken at the times it asks for on a :class:`~psdsf_dist.simulator.clock.SimClock`.
-The transport delivers each message ``delay`` seconds after it was sent (at once, in line, when
-the delay is 0: as between two servers hosted by one actor) and drops it with probability
+The transport delivers each message ``delay`` seconds after it was sent (at once, in line, when the
+delay is 0: as between two servers hosted by one actor) and drops it with probability
 ``loss``.  Churn goes through the protocol's membership table
-(:class:`~psdsf_dist.protocol.membership.ChurnState`), as in the coordinator: each scenario
-event makes a new table that every server adopts at the event's time; a failed server stops
-(its column expires from the others' totals), a joining one starts as a new incarnation with a
-few seed peers.  Everything random comes from the run's seed — each server's own stream and
-the transport's — so a run is a function of its inputs.
+(:class:`~psdsf_dist.protocol.membership.ChurnState`), as in the coordinator: each scenario event
+makes a new table that every server adopts at the event's time; a failed server stops (its column
+expires from the others' totals), a joining one starts as a new incarnation with a few seed peers
+(superseding its earlier incarnation's column wherever it is heard).  Everything random comes from
+the run's seed — each server's own stream and the transport's — so a run is a function of its
+inputs.
 
 Once per period, at ``t = r T`` after the events due by then and before any server acts at
 that instant, the run is observed (:func:`~psdsf_dist.protocol.convergence.observe`) and

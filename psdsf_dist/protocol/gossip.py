@@ -179,6 +179,7 @@ class _Known:
     nonzero: int = 0
     heartbeat_at: float = math.nan  # the origin's clock at its heartbeat
     moves: FloatArray = field(default_factory=lambda: _EMPTY)  # signs of the latest change
+    superseded: bool = False  # a newer incarnation of its server was heard of (see _hear_of)
 
 
 def _frozen(column: FloatArray) -> FloatArray:
@@ -276,7 +277,8 @@ class GossipState:
         before its first update: heartbeat 0, empty column.  A no-op if already known."""
         self._digest_cache = None
         if origin not in self._known:
-            self._known[origin] = _Known(0, 0, _EMPTY, self._hear_of(origin, now), now)
+            superseded = self._hear_of(origin, now)
+            self._known[origin] = _Known(0, 0, _EMPTY, superseded, now, superseded=superseded)
 
     # -- knowledge --------------------------------------------------------------------------
     def resize(self, num_users: int) -> None:
@@ -376,16 +378,17 @@ class GossipState:
         for e in entries:
             if e.origin == self.origin:
                 continue  # nobody knows this server better than itself
-            superseded = self._hear_of(e.origin, now)
             k = self._known.get(e.origin)
+            # an origin's name is parsed once, when it is first heard of (the hot path)
+            superseded = self._hear_of(e.origin, now) if k is None else k.superseded
             if k is None:
                 if e.column is None:
                     # a heartbeat for a column never seen: remember the heartbeat only
-                    k = _Known(e.heartbeat, -1, _EMPTY, superseded, now)
+                    k = _Known(e.heartbeat, -1, _EMPTY, superseded, now, superseded=superseded)
                     self._known[e.origin] = k
                     changed += 1
                     continue
-                k = _Known(-1, -1, _EMPTY, True, now)
+                k = _Known(-1, -1, _EMPTY, True, now, superseded=superseded)
                 self._known[e.origin] = k
             touched = False
             if e.heartbeat > k.heartbeat:
@@ -435,9 +438,10 @@ class GossipState:
 
     # -- internals --------------------------------------------------------------------------
     def _hear_of(self, origin: str, now: float) -> bool:
-        """Note that ``origin`` exists: if it is its server's newest incarnation so far, every
-        older one still counted becomes a tombstone now.  Returns whether ``origin`` itself is
-        superseded (a newer incarnation of its server was heard of before)."""
+        """Note that ``origin``, not known yet, exists: if it is its server's newest
+        incarnation so far, every older one is marked superseded and, if still counted, becomes
+        a tombstone now.  Returns whether ``origin`` itself is superseded (a newer incarnation
+        of its server was heard of before)."""
         server, incarnation = server_of(origin), incarnation_of(origin)
         newest = self._newest.get(server, -1)
         if incarnation < newest:
@@ -446,12 +450,14 @@ class GossipState:
             self._newest[server] = incarnation
             if newest >= 0:
                 for o, k in self._known.items():
-                    if (o != self.origin and not k.left and server_of(o) == server
+                    if (o != self.origin and server_of(o) == server
                             and incarnation_of(o) < incarnation):
-                        if not k.expired:
-                            self._add(self._padded(k.column), self._padded(k.moves), -1)
-                        k.left, k.expired, k.heard_at = True, False, now
-                        self._digest_cache = None
+                        k.superseded = True
+                        if not k.left:
+                            if not k.expired:
+                                self._add(self._padded(k.column), self._padded(k.moves), -1)
+                            k.left, k.expired, k.heard_at = True, False, now
+                            self._digest_cache = None
         return False
 
     def _padded(self, column: FloatArray) -> FloatArray:

@@ -134,20 +134,7 @@ def solve(
     t0 = time.perf_counter()
     classes = ServerClasses.of(scenario)
     if start is not None:
-        X0 = np.asarray(start, dtype=float)
-        if X0.shape != (scenario.num_users, scenario.num_servers):
-            raise ValueError(f"start must be {scenario.num_users} x {scenario.num_servers}, "
-                             f"got {X0.shape}")
-        C = len(classes.count)
-        sums = np.zeros((scenario.num_users, C))
-        np.add.at(sums.T, classes.member_class, np.maximum(np.nan_to_num(X0), 0.0).T)
-        Y = np.where(scenario.gamma[:, classes.representative] > 0, sums / classes.count, 0.0)
-        state = _ClassState(scenario, mode, classes, Y)
-        state.fit_capacity()
-        over = state.x > scenario.max_tasks  # a cap binds on the total, as in the cold start
-        if over.any():
-            state.Y[over] *= (scenario.max_tasks[over] / state.x[over])[:, None]
-            state.x = state.Y @ classes.count
+        state = _ClassState.from_allocation(scenario, mode, classes, start)
         state, sweeps, exact_solves = _iterate(state, rtol, max_sweeps, t0 + time_limit)
         return _solution(state, rtol, sweeps, exact_solves, t0)
     state = _ClassState.start(scenario, mode, classes)
@@ -356,12 +343,33 @@ class _ClassState:
         for c in range(state.Y.shape[1]):
             state.Y[:, c] = state._water_fill(c, np.zeros(scenario.num_users)).column
         state.x = state.Y @ classes.count
-        # a user's cap binds on its total, not per server
-        over = state.x > scenario.max_tasks
-        if over.any():
-            state.Y[over] *= (scenario.max_tasks[over] / state.x[over])[:, None]
-            state.x = state.Y @ classes.count
+        state.cap_totals()
         return state
+
+    @classmethod
+    def from_allocation(cls, scenario: Scenario, mode: Mode, classes: ServerClasses,
+                        allocation: FloatArray) -> _ClassState:
+        """A start from an N x K allocation: each class from the mean of its members' columns
+        (ineligible entries dropped), fitted into capacity, caps applied."""
+        X0 = np.asarray(allocation, dtype=float)
+        if X0.shape != (scenario.num_users, scenario.num_servers):
+            raise ValueError(f"start must be {scenario.num_users} x {scenario.num_servers}, "
+                             f"got {X0.shape}")
+        sums = np.zeros((scenario.num_users, len(classes.count)))
+        np.add.at(sums.T, classes.member_class, np.maximum(np.nan_to_num(X0), 0.0).T)
+        Y = np.where(scenario.gamma[:, classes.representative] > 0, sums / classes.count, 0.0)
+        state = cls(scenario, mode, classes, Y)
+        state.fit_capacity()
+        state.cap_totals()
+        return state
+
+    def cap_totals(self) -> None:
+        """A user's cap binds on its total, not per server: a user over it has every column
+        scaled down to it."""
+        over = self.x > self.scenario.max_tasks
+        if over.any():
+            self.Y[over] *= (self.scenario.max_tasks[over] / self.x[over])[:, None]
+            self.x = self.Y @ self.classes.count
 
     def _water_fill(self, c: int, totals: FloatArray | None = None) -> WaterFill:
         """The class's best response to ``totals`` (default: the current ones)."""

@@ -216,7 +216,12 @@ class Run:
 
     def stop(self) -> None:
         """End every actor of the run (servers and coordinator)."""
-        if not ray.get(self.coordinator.stop.remote(self.secret), timeout=60):
+        try:
+            stopped = ray.get(self.coordinator.stop.remote(self.secret), timeout=60)
+        except BaseException:
+            ray.kill(self.coordinator, no_restart=True)  # it could not stop itself
+            raise
+        if not stopped:
             raise ChurnError(f"run {self.run_id!r} refused to stop: wrong or missing run secret "
                              "(the launching Run's .secret)")
         ray.kill(self.coordinator, no_restart=True)

@@ -81,6 +81,21 @@ def test_user_at_its_cap_needs_no_bottleneck(fig2: Scenario) -> None:
     assert any("user u2 at server s1: no bottleneck" in v for v in cert.violations)
 
 
+def test_a_user_just_below_its_cap_scores_its_cap_gap(fig2: Scenario) -> None:
+    # u1 capped at 1 and given 0.8 % less: it has no bottleneck at s1 (others' V are far
+    # above its own), but reaching its cap would satisfy it, so it scores 0.008, not ~1
+    capped = with_users(fig2, max_tasks=[1, None, None, None])
+    X = np.array([[1.0, 0], [4.375, 0], [2.25, 6.5], [0, 8.75]])
+    assert certificate(capped, X, mode="rdm").holds
+    X[0] *= 0.992
+    strict = certificate(capped, X, mode="rdm", rtol=1e-3)
+    loose = certificate(capped, X, mode="rdm", rtol=1e-2)
+    assert strict.residual == pytest.approx(0.008) == loose.residual  # rtol does not move it
+    assert not strict.holds and loose.holds
+    assert any(v.startswith("user u1 at server s1: no bottleneck") and
+               v.endswith("0.008 below its cap") for v in strict.violations)
+
+
 def test_no_bottleneck_is_named(fig2: Scenario) -> None:
     cert = certificate(fig2, FIG2_RDM_X * 0.5, mode="rdm")
     assert not cert.holds

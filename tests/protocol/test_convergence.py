@@ -7,7 +7,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from psdsf_dist.cli.common import cap_line
 from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.protocol.convergence import Observation, Traffic, event_convergence, observe
 
@@ -66,8 +65,6 @@ def test_an_observation_reports_how_far_a_total_went_above_its_cap() -> None:
     assert over.to_json()["cap_excess"] == pytest.approx(0.25)
     within = observe(scenario, np.array([[2.0, 2.0], [8.0, 8.0]]), up, **kw)
     assert within.cap_excess == 0.0
-    assert cap_line([within]) == "caps: no user's total exceeded its max_tasks"
-    assert "by up to 25.00% (round 0" in cap_line([within, over])
 
 
 def dist_obs(t: float, distance: float | None) -> Observation:

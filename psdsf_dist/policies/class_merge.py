@@ -20,6 +20,10 @@ Why it is exact:
   are the same;
 * per-server DRF is each server's own DRF, which is homogeneous of degree one in the server's
   capacity: the merged server gets ``k`` times a member's allocation;
+* MNW maximises ``sum_n phi[n] log x[n]``, strictly concave in the totals, over the same kind
+  of convex, permutation-symmetric feasible set (the external resources and backlogs bound
+  totals only): its totals are unique, and averaging an optimum over each class's permutations
+  gives a class-constant optimum, which is the merged cluster's;
 * PS-DSF's conditions (the paper's Theorem 1) compare levels ``x[n] / (phi[n] gamma[n, i])``
   within one server; spread evenly, a member's allocation satisfies them iff the merged one
   does (the exact solver already solves classes as one, :mod:`psdsf_dist.core.solver`).
@@ -44,7 +48,7 @@ from psdsf_dist.policies.registry import Allocation, allocate
 FloatArray = npt.NDArray[np.float64]
 
 CLASS_INVARIANT: frozenset[str] = frozenset(
-    {"psdsf", "drf", "per-server-drf", "drfh", "c-drfh", "tsf", "cdrf", "tsf-er"})
+    {"psdsf", "drf", "per-server-drf", "drfh", "c-drfh", "tsf", "cdrf", "tsf-er", "mnw"})
 """Policies whose user totals are the same on the merged cluster (see the module docstring)."""
 
 

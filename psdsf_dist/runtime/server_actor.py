@@ -120,18 +120,17 @@ class ServerActor:
     # -- control (called by the coordinator) ---------------------------------------------------
     async def start(self, servers: list[tuple[str, int, list[str]]], table: Table,
                     started_at: float, handles: dict[str, Any],
-                    now: float | None = None) -> list[str]:
+                    now: float | None = None) -> None:
         """Start (or restart) hosted servers with the current table, in the given order: each
         ``(name, incarnation, seeds)``, ``seeds`` being the peers it is introduced to.
         ``handles``: server name -> the actor hosting it.  One call per actor, however many
         servers it hosts: calls queue behind the gossip this actor's running servers receive,
-        and the handles are sent once.  Returns the servers' gossip origins."""
+        and the handles are sent once."""
         if self.clock is None:
             self.started_at = started_at
             self.clock = (ManualClock(now or 0.0) if self.config.clock == "manual"
                           else WallClock(started_at))
         self.handles.update(handles)
-        origins = []
         for name, incarnation, seeds in servers:
             slot = self.slots[name]
             if slot.task is not None:
@@ -141,8 +140,6 @@ class ServerActor:
             node.introduce(list(seeds), self.clock.now())
             slot.error = None
             slot.task = self.clock.spawn(self._loop(slot, node))
-            origins.append(node.origin)
-        return origins
 
     async def adopt(self, table: Table, handles: dict[str, Any] | None = None) -> int:
         """A newer table (churn) for every hosted server and, optionally, members' handles."""

@@ -11,7 +11,9 @@ re-converge.  The columns are the servers' own: the coordinator only reads them.
 Faults
     A server actor that stops answering counts as holding nothing.  Ray restarts a crashed
     actor (``max_restarts``); its next report says it is not running, and the coordinator
-    starts it again as a new incarnation with the current table.  A scenario server whose node
+    starts it again as a new incarnation with the current table.  So it does with a server
+    whose loop stopped on an error (a bug: the error is the run's ``failure``), which would
+    otherwise keep its last column for good.  A scenario server whose node
     is gone is started again on an alive node, as a new incarnation in a new actor (actors are
     pinned to their node, :mod:`psdsf_dist.runtime.placement`).  An actor gone for good
     otherwise (restarts exhausted, or the node of a ``servers: from-ray`` server removed) is a
@@ -726,14 +728,18 @@ class Coordinator:
         for name, rep in by_server.items():
             self.pids[name] = rep.pid
         crashed = [self.members[name] for name in reply.restart]
-        for m in crashed:  # Ray restarted a crashed actor: a new incarnation each
+        # a server whose loop stopped on an error keeps its last column for good: it is
+        # restarted like a crashed one (the error stays in ``failure``)
+        broke = [self.members[name] for name in reply.errors if name in self.members]
+        for m in (*crashed, *broke):  # a new incarnation each
             m.incarnation = self.incarnations.get(m.name, m.incarnation) + 1
             self.incarnations[m.name] = m.incarnation
             self.restarts += 1
             self.metrics.restart(m.name)
-        if crashed:  # one notes update, and the servers start together
-            await self._faults(*(f"server {m.name} restarted after a crash" for m in crashed))
-            await self._start_members(crashed, churn.table())
+        if crashed or broke:  # one notes update, and the servers start together
+            await self._faults(*(f"server {m.name} restarted after a crash" for m in crashed),
+                               *(f"server {m.name} restarted after an error" for m in broke))
+            await self._start_members([*crashed, *broke], churn.table())
         for name in reply.failed:
             gone = self.members.get(name)
             if gone is None:

@@ -119,6 +119,28 @@ def test_a_crashed_server_restarts_as_a_new_incarnation_and_rejoins(manual_run: 
     assert_certified(manual_run)
 
 
+def test_a_server_whose_loop_fails_is_restarted_and_its_error_reported(manual_run: Run) -> None:
+    advance_until_held(manual_run)
+    victim = manual_run.handles()["B-1"]
+
+    def break_wake(actor: Any, name: str) -> None:  # a bug in one server's next round
+        def broken(now: float) -> Any:
+            raise RuntimeError("injected bug")
+        actor.slots[name].node.wake = broken
+
+    ray.get(victim.__ray_call__.remote(break_wake, "B-1"))
+    seen = advance_until_held(manual_run, hold=manual_run.config.protocol.hold, limit=100)
+    assert all(o["feasible"] for o in seen)
+    assert manual_run.status()["failure"] == "server B-1: RuntimeError: injected bug"
+    rep = ray.get(victim.report.remote())[0]
+    assert rep.running and rep.origin == "B-1#1" and rep.error is None
+    res = manual_run.result()
+    assert res.restarts == 1
+    event = [e for e in res.events if e.description == "server B-1 restarted after an error"]
+    assert len(event) == 1 and event[0].rounds is not None
+    assert_certified(manual_run)
+
+
 def test_a_restarted_coordinator_keeps_membership_and_users(manual_run: Run) -> None:
     advance_until_held(manual_run)
     manual_run.user_leaves("u3")

@@ -63,6 +63,18 @@ class Trace:
     events: tuple[tuple[str, int | None], ...] = ()
     """(event, rounds until the certificate held for good)."""
     seconds: float = 0.0
+    faults: str = ""
+    """What went wrong in a Ray run (restarts, the run's failure), empty if nothing."""
+
+
+def run_faults(status: dict[str, Any]) -> str:
+    """A Ray run's faults from its status, for the report: restarts and the run's failure."""
+    parts = []
+    if status.get("restarts"):
+        parts.append(f"{status['restarts']} server restart(s)")
+    if status.get("failure"):
+        parts.append(f"failure: {status['failure']}")
+    return "; ".join(parts)
 
 
 def simulate_trace(scenario: Scenario, config: SimConfig, label: str) -> Trace:

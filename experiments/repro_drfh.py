@@ -27,6 +27,7 @@ from repro_common import (
     figure,
     pct,
     resource_share,
+    run_faults,
     save_csv,
     section_main,
     simulate_trace,
@@ -139,12 +140,13 @@ def ray_trace(sc: Scenario) -> Trace:
                 times.append(float(obs["time"]))
                 allocations.append(np.array(run.result().allocation))
             events = tuple((e.description, e.rounds) for e in run.result().events)
+            faults = run_faults(run.status())
         finally:
             run.stop()
     finally:
         ray.shutdown()
     return Trace("PS-DSF on Ray (paced, 10x compressed)", np.array(times), tuple(allocations),
-                 events, time.perf_counter() - t0)
+                 events, time.perf_counter() - t0, faults)
 
 
 def run(quick: bool, ray_run: bool | None = None) -> Section:
@@ -189,7 +191,8 @@ def run(quick: bool, ray_run: bool | None = None) -> Section:
             rt = ray_trace(csc)
             compressed.append(rt)
             notes.append(f"Ray run: {rt.seconds:.0f} s wall-clock for "
-                         f"{int(HORIZON / COMPRESS)} paced periods.")
+                         f"{int(HORIZON / COMPRESS)} paced periods"
+                         + (f"; faults: {rt.faults}." if rt.faults else ", no fault."))
         for tr in compressed:
             curves[tr.label] = (tr.times * COMPRESS, shares(csc, tr.allocations))
             conv.append([tr.label, *[str(r) for _, r in tr.events]])

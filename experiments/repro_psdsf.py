@@ -35,6 +35,7 @@ from repro_common import (
     figure,
     pct,
     phase_mean,
+    run_faults,
     save,
     save_csv,
     section_main,
@@ -126,12 +127,13 @@ def ray_trace(scenario: Scenario) -> Trace:
                 times.append(float(obs["time"]))
                 allocations.append(np.array(res.allocation))
             events = tuple((e.description, e.rounds) for e in run.result().events)
+            faults = run_faults(run.status())
         finally:
             run.stop()
     finally:
         ray.shutdown()
     return Trace("PS-DSF on Ray (paced, 3 actors)", np.array(times), tuple(allocations), events,
-                 time.perf_counter() - t0)
+                 time.perf_counter() - t0, faults)
 
 
 def _write_ray(scenario: Scenario, trace: Trace) -> None:
@@ -191,7 +193,8 @@ def run(quick: bool, ray_run: bool | None = None) -> Section:
         rt = ray_trace(sc)
         _write_ray(sc, rt)
         runs[ray_label] = series(sc, rt)
-        notes.append(f"Ray run: {rt.seconds:.0f} s wall-clock for {HORIZON} paced periods.")
+        notes.append(f"Ray run: {rt.seconds:.0f} s wall-clock for {HORIZON} paced periods"
+                     + (f"; faults: {rt.faults}." if rt.faults else ", no fault."))
     else:
         stored = _read_ray(sc)
         if stored is not None:

@@ -239,15 +239,15 @@ def run(quick: bool) -> Section:
             if "note" in r:
                 body.append([r["policy"], r["note"], "", "", "", "", ""])
                 continue
-            props = r["properties"] or "-"
+            props, fails = r["properties"] or "-", r["fails"] or "-"
             if not r["merged"] and K > 1000:
-                props = "not checked at this size"
+                props = fails = "not checked at this size"
             body.append([r["policy"] if r["merged"] else f"{r['policy']} (every server)",
                          f"{pct(r['cpu'])} / {pct(r['mem'])}",
                          f"{r['jain_gds']:.3f}",
                          f"{r['tasks_total']:.0f} ({r['tasks_min']:.1f} / "
                          f"{r['tasks_median']:.1f} / {r['tasks_max']:.1f})",
-                         props, r["fails"] or "-", seconds_text(r["seconds"])])
+                         props, fails, seconds_text(r["seconds"])])
         constrained = sum(1 for u in google_doc(K)["users"] if "servers" in u)
         parts += [f"**K = {K:,}** ({len(merge_classes(sc)[1].count)} machine configurations, "
                   f"N = {N}, {constrained} users placement-constrained):", "",

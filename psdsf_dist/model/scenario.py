@@ -21,6 +21,7 @@ Array conventions (used by every other module):
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import warnings
@@ -93,6 +94,14 @@ class Scenario:
     @property
     def num_resources(self) -> int:
         return len(self.resources)
+
+    @functools.cached_property
+    def tasks_alone(self) -> FloatArray:
+        """(N,) each user's tasks alone summed over every server it may use (``gamma``'s row
+        sums; servers left out of ``placement`` add nothing).  Computed once per scenario: every
+        server's view divides by it (O(N K) each time otherwise)."""
+        total: FloatArray = self.gamma.sum(axis=1)
+        return total
 
     @property
     def eligible(self) -> BoolArray:

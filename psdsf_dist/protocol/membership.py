@@ -60,15 +60,6 @@ class Table:
     def _server_indices(self) -> dict[str, int]:
         return {n: i for i, n in enumerate(self.scenario.server_names)}
 
-    @functools.cached_property
-    def tasks_alone(self) -> FloatArray:
-        """(N,) each user's tasks alone summed over the present servers: the denominator of
-        every server's headroom share (:func:`~psdsf_dist.protocol.update_rule.server_view`),
-        computed once per table instead of once per server (O(N K) each)."""
-        alone: FloatArray = np.asarray(self.scenario.gamma, dtype=float)[
-            :, self.servers_present].sum(axis=1)
-        return alone
-
 
 @dataclass
 class ChurnState:

@@ -225,8 +225,7 @@ class ServerNode:
     def _view(self, table: Table) -> ServerView:
         i = table.server_index(self.name)
         return server_view(table.scenario, i, self.config.mode, None,
-                           int(table.servers_present.sum()), table.servers_present,
-                           table.tasks_alone)
+                           int(table.servers_present.sum()))
 
     def _where(self, now: float) -> str:
         return f"server {self.name} at t={now:g}"

@@ -232,18 +232,12 @@ def server_view(
     mode: Mode,
     active_users: BoolArray | None = None,
     num_servers: int | None = None,
-    servers_present: BoolArray | None = None,
-    tasks_alone: FloatArray | None = None,
 ) -> ServerView:
-    """The view of ``server`` in ``scenario`` (with ``servers_present``, default all); absent
-    users get gamma 0.  ``tasks_alone``: each user's gamma summed over the present servers, if
-    the caller has it (the same for every server of a table; O(N K) to compute)."""
-    if tasks_alone is None:
-        everywhere = np.asarray(scenario.gamma, dtype=float)
-        if servers_present is not None:
-            everywhere = everywhere[:, np.asarray(servers_present, dtype=bool)]
-        tasks_alone = everywhere.sum(axis=1)
-    alone = tasks_alone
+    """The view of ``server`` in ``scenario``; ``active_users`` absent get gamma 0.  Servers
+    absent from a churn table are left out of its scenario's placement (gamma 0), so they add
+    nothing to a user's tasks alone (``Scenario.tasks_alone``), the denominator of the
+    server's headroom share."""
+    alone = scenario.tasks_alone
     gamma = np.array(scenario.gamma[:, server], dtype=float)
     if active_users is not None:
         gamma = np.where(np.asarray(active_users, dtype=bool), gamma, 0.0)

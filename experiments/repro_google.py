@@ -80,10 +80,21 @@ def capped_call(fn: Callable[[], Any], cap: float) -> Any | None:
     q = ctx.Queue()
     p = ctx.Process(target=_child, args=(fn, q))
     p.start()
+    deadline = time.monotonic() + cap
     try:
-        return q.get(timeout=cap)  # before join: a large value would block the child's exit
-    except queue.Empty:
-        return None
+        # read before join (a large value would block the child's exit); a child that died
+        # without a value is not waited for until the cap
+        while True:
+            try:
+                return q.get(timeout=min(1.0, max(deadline - time.monotonic(), 0.0)))
+            except queue.Empty:
+                if time.monotonic() >= deadline:
+                    return None
+                if not p.is_alive():
+                    try:
+                        return q.get(timeout=0.1)  # put just before it exited
+                    except queue.Empty:
+                        return None
     finally:
         if p.is_alive():
             p.terminate()
@@ -102,10 +113,10 @@ def capped_seconds(fn: Callable[[], Any], cap: float) -> float | None:
     return None if got is None else float(got)
 
 
-def _measures(sc: Scenario, x: Any, seconds: float, rep: Any | None) -> dict[str, Any]:
-    """Utilisation, Jain's index of the weighted global dominant shares, tasks per user and
-    the properties of one allocation with totals ``x``."""
-    mu = global_dominant_share(sc, respect_placement=False)
+def _measures(sc: Scenario, mu: Any, x: Any, seconds: float, rep: Any | None) -> dict[str, Any]:
+    """Utilisation, Jain's index of the weighted global dominant shares (``mu``: each user's
+    global dominant share per task), tasks per user and the properties of one allocation with
+    totals ``x``."""
     used = x @ sc.demand  # tasks times per-task demand (the mix has no gamma overrides)
     util = used / sc.capacity.sum(axis=0)
     row: dict[str, Any] = {
@@ -121,7 +132,8 @@ def _measures(sc: Scenario, x: Any, seconds: float, rep: Any | None) -> dict[str
     return row
 
 
-def _direct(sc: Scenario, policy: str, trials: int, properties: bool) -> dict[str, Any]:
+def _direct(sc: Scenario, mu: Any, policy: str, trials: int,
+            properties: bool) -> dict[str, Any]:
     """A policy run on every server (no merging), measured; in a child process."""
     try:
         a = allocate(sc, policy)
@@ -129,7 +141,7 @@ def _direct(sc: Scenario, policy: str, trials: int, properties: bool) -> dict[st
                if properties else None)
     except Exception as err:  # the report says what failed instead of stopping
         return {"note": f"failed: {type(err).__name__}: {str(err).splitlines()[0]}"}
-    return _measures(sc, a.totals, a.seconds, rep)
+    return _measures(sc, mu, a.totals, a.seconds, rep)
 
 
 def compare(sc: Scenario, trials: int, direct_cap: float, direct_trials: int,
@@ -138,15 +150,16 @@ def compare(sc: Scenario, trials: int, direct_cap: float, direct_trials: int,
     others on every server with a time cap (properties at ``direct_trials`` probes of
     strategy-proofness, when ``direct_properties``)."""
     merged, _ = merge_classes(sc)
+    mu = global_dominant_share(sc, respect_placement=False)
     out = []
     for policy in POLICIES:
         row: dict[str, Any] = {"policy": policy, "merged": policy in CLASS_INVARIANT}
         if policy in CLASS_INVARIANT:
             a = allocate_by_class(sc, policy)
             rep = check_properties(merged, policy, "rdm", trials=trials, seed=0)
-            row.update(_measures(sc, a.totals, a.seconds, rep))
+            row.update(_measures(sc, mu, a.totals, a.seconds, rep))
         else:
-            got = capped_call(functools.partial(_direct, sc, policy, direct_trials,
+            got = capped_call(functools.partial(_direct, sc, mu, policy, direct_trials,
                                                 direct_properties), direct_cap)
             row.update(got if got is not None else
                        {"note": f"not done within the cap ({direct_cap:.0f} s)"})

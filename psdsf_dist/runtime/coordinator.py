@@ -13,9 +13,12 @@ Faults
     actor (``max_restarts``); its next report says it is not running, and the coordinator
     starts it again as a new incarnation with the current table.  So it does with a server
     whose loop stopped on an error (a bug: the error is the run's ``failure``), which would
-    otherwise keep its last column for good.  A scenario server whose node
-    is gone is started again on an alive node, as a new incarnation in a new actor (actors are
-    pinned to their node, :mod:`psdsf_dist.runtime.placement`).  An actor gone for good
+    otherwise keep its last column for good — unless its loop erred :data:`ERROR_RESTARTS`
+    times in a row, a bug every incarnation hits: then it has failed (churn ``server
+    fails``).  A server that missed a table (its ``adopt`` call failed or timed out) reports
+    an older epoch at the next observation and is sent the table again.  A scenario server
+    whose node is gone is started again on an alive node, as a new incarnation in a new actor
+    (actors are pinned to their node, :mod:`psdsf_dist.runtime.placement`).  An actor gone for good
     otherwise (restarts exhausted, or the node of a ``servers: from-ray`` server removed) is a
     failed server: churn ``server fails``.  With ``servers: from-ray`` a new Ray node becomes a
     new server.
@@ -39,7 +42,7 @@ import asyncio
 import hmac
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +86,11 @@ FloatArray = npt.NDArray[np.float64]
 NODE_CHECK_PERIODS = 5  # from-ray runs: look for new nodes this often
 JOURNAL_REPLICAS = 3  # server actors keeping a copy of the observations (see Restart above)
 START_TIMEOUT = 900.0  # seconds for a new actor to come up (120 at once on 2 busy cores: slow)
+ERROR_RESTARTS = 3
+"""A server whose loop stops on an error is restarted; one whose loop erred this many times
+with no healthy observation of it between two errors has failed (a bug every incarnation
+hits): it leaves the run as a failed server instead of being restarted at every
+observation."""
 
 
 @dataclass
@@ -175,6 +183,8 @@ class Coordinator:
         self.traffic: dict[str, tuple[int, int]] = {}
         self.pids: dict[str, int] = {}
         self.restarts = 0
+        self.erred: dict[str, int] = {}
+        """server -> errors of its loop in a row (a healthy report in between resets it)."""
         self.faults: list[tuple[str, float]] = []
         """Faults as events (description, run time): crashed servers started again, servers
         moved off a lost node, coordinator restarts — kept in the notes with ``restarts``."""
@@ -440,13 +450,17 @@ class Coordinator:
         if isinstance(event, ServerJoins):
             await self._spawn([event.server])
 
-    async def _push_table(self) -> None:
+    async def _push_table(self, actors: Collection[str] | None = None) -> None:
+        """The current table (and the members' handles) to every actor, or to ``actors``.  A
+        call that fails is not retried here: the next observation finds the actor's servers
+        on an older epoch and pushes again."""
         assert self.churn is not None
         table = self.churn.table()
         self.tables[table.epoch] = table.scenario
         handles = {n: m.handle for n, m in self.members.items()}
         await asyncio.gather(*(self._call(h.adopt.remote(table, handles))
-                               for h in self.actors.values()), return_exceptions=True)
+                               for a, h in self.actors.items()
+                               if actors is None or a in actors), return_exceptions=True)
 
     # -- tenants ------------------------------------------------------------------------------
     async def tenant_info(self, user: str) -> TenantInfo:
@@ -729,8 +743,20 @@ class Coordinator:
             self.pids[name] = rep.pid
         crashed = [self.members[name] for name in reply.restart]
         # a server whose loop stopped on an error keeps its last column for good: it is
-        # restarted like a crashed one (the error stays in ``failure``)
-        broke = [self.members[name] for name in reply.errors if name in self.members]
+        # restarted like a crashed one (the error stays in ``failure``), unless it keeps erring
+        for name, rep in by_server.items():
+            if rep.running and name not in reply.errors:
+                self.erred.pop(name, None)
+        broke: list[Member] = []
+        hopeless: list[str] = []
+        for name in reply.errors:
+            if name not in self.members:
+                continue
+            self.erred[name] = self.erred.get(name, 0) + 1
+            if self.erred[name] >= ERROR_RESTARTS:
+                hopeless.append(name)
+            else:
+                broke.append(self.members[name])
         for m in (*crashed, *broke):  # a new incarnation each
             m.incarnation = self.incarnations.get(m.name, m.incarnation) + 1
             self.incarnations[m.name] = m.incarnation
@@ -740,6 +766,18 @@ class Coordinator:
             await self._faults(*(f"server {m.name} restarted after a crash" for m in crashed),
                                *(f"server {m.name} restarted after an error" for m in broke))
             await self._start_members([*crashed, *broke], churn.table())
+        # a server on an older table missed a push (its adopt call failed or timed out): it
+        # would act on the old table until the next change, and the run never certify
+        missed = {self.members[r.name].actor for r in by_server.values()
+                  if r.running and r.epoch < churn.epoch and r.name in self.members}
+        if missed:
+            await self._push_table(missed)
+        for name in hopeless:
+            error = reply.errors[name]
+            await self._faults(f"server {name} failed: its loop erred {ERROR_RESTARTS} times in "
+                               f"a row ({error})")
+            await self._apply(ServerFails(self.now(), -1, name), from_scenario=False)
+            self.erred.pop(name, None)
         for name in reply.failed:
             gone = self.members.get(name)
             if gone is None:

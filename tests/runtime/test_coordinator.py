@@ -18,6 +18,7 @@ import ray
 from psdsf_dist.cli.run import serve_metrics
 from psdsf_dist.core.certificate import certificate
 from psdsf_dist.protocol.config import ProtocolConfig
+from psdsf_dist.runtime.coordinator import ERROR_RESTARTS
 from psdsf_dist.runtime.launcher import ChurnError, Run, attach, launch
 from psdsf_dist.runtime.settings import RunConfig
 
@@ -138,6 +139,61 @@ def test_a_server_whose_loop_fails_is_restarted_and_its_error_reported(manual_ru
     assert res.restarts == 1
     event = [e for e in res.events if e.description == "server B-1 restarted after an error"]
     assert len(event) == 1 and event[0].rounds is not None
+    assert_certified(manual_run)
+
+
+def test_a_server_whose_every_incarnation_fails_is_given_up(manual_run: Run) -> None:
+    advance_until_held(manual_run)
+    victim = manual_run.handles()["B-1"]
+
+    def break_every_wake(actor: Any, name: str) -> None:  # a bug every incarnation hits
+        node_type = type(actor.slots[name].node)
+        wake = node_type.wake
+
+        def broken(node: Any, now: float) -> Any:
+            if node.origin.startswith(name):
+                raise RuntimeError("injected bug")
+            return wake(node, now)
+        node_type.wake = broken
+
+    ray.get(victim.__ray_call__.remote(break_every_wake, "B-1"))
+    seen = advance_until_held(manual_run, limit=100)
+    assert all(o["feasible"] for o in seen)
+    assert seen[-1]["servers"] == 5
+    res = manual_run.result()
+    told = [e.description for e in res.events]
+    assert told.count("server B-1 restarted after an error") == ERROR_RESTARTS - 1
+    assert (f"server B-1 failed: its loop erred {ERROR_RESTARTS} times in a row "
+            "(RuntimeError: injected bug)") in told
+    assert not res.scenario.placement[:, res.scenario.server_names.index("B-1")].any()
+    assert_certified(manual_run)
+
+
+def test_a_server_that_missed_a_table_is_sent_it_again(manual_run: Run) -> None:
+    advance_until_held(manual_run)
+    victim = manual_run.handles()["B-1"]
+
+    def lose_next_table(actor: Any, name: str) -> None:  # its next adopt call fails, once
+        node = actor.slots[name].node
+        adopt = node.adopt
+
+        def fails_once(table: Any, now: float) -> bool:
+            node.adopt = adopt
+            raise TimeoutError("injected: the table was lost")
+        node.adopt = fails_once
+
+    ray.get(victim.__ray_call__.remote(lose_next_table, "B-1"))
+    manual_run.user_leaves("u3")
+    epoch = manual_run.status()["epoch"]
+    assert ray.get(victim.status.remote())["servers"]["B-1"]["epoch"] == epoch - 1  # missed
+    manual_run.advance(1)  # the observation finds it behind and sends the table again
+    assert manual_run.status()["epoch"] == epoch  # (no other change meanwhile)
+    assert ray.get(victim.status.remote())["servers"]["B-1"]["epoch"] == epoch
+    seen = advance_until_held(manual_run)
+    assert all(o["feasible"] for o in seen)
+    res = manual_run.result()
+    assert not res.scenario.eligible[2].any() and np.all(res.allocation[2] == 0)
+    assert res.restarts == 0
     assert_certified(manual_run)
 
 

@@ -138,7 +138,7 @@ def ray_trace(sc: Scenario) -> Trace:
             for _ in range(rounds):
                 obs = run.advance(1)[-1]
                 times.append(float(obs["time"]))
-                allocations.append(np.array(run.result().allocation))
+                allocations.append(np.array(run.allocation()))
             events = tuple((e.description, e.rounds) for e in run.result().events)
             faults = run_faults(run.status())
         finally:

@@ -123,9 +123,8 @@ def ray_trace(scenario: Scenario) -> Trace:
             times, allocations = [], []
             for _ in range(HORIZON):
                 obs = run.advance(1)[-1]
-                res = run.result()
                 times.append(float(obs["time"]))
-                allocations.append(np.array(res.allocation))
+                allocations.append(np.array(run.allocation()))
             events = tuple((e.description, e.rounds) for e in run.result().events)
             faults = run_faults(run.status())
         finally:

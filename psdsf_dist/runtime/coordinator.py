@@ -880,6 +880,13 @@ class Coordinator:
         return RunResult(current, X.copy(), tuple(self.observations), tuple(conv), self.config,
                          len(self.members), self.restarts, tuple(self.pids.values()))
 
+    async def allocation(self) -> FloatArray | None:
+        """The latest observation's allocation (users x servers of the run's universe; None
+        before the first): what :meth:`result` gives, without shipping every observation (a
+        light call, for tracing a run period by period)."""
+        await self._ensure()
+        return None if self.last_allocation is None else self.last_allocation.copy()
+
     async def user_totals(self) -> dict[str, float]:
         """Each present user's tasks in the latest observation, summed over the servers (a
         light call, for watching a run)."""

@@ -32,7 +32,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from psdsf_dist.errors import ScenarioError, ScenarioWarning
 from psdsf_dist.model.scenario import Scenario, load_scenario
-from psdsf_dist.runtime.coordinator import RemoteCoordinator, RunResult
+from psdsf_dist.runtime.coordinator import FloatArray, RemoteCoordinator, RunResult
 from psdsf_dist.runtime.from_ray import from_ray_document, is_from_ray, node_entry
 from psdsf_dist.runtime.names import DEFAULT_RUN_ID, NAMESPACE, coordinator_name
 from psdsf_dist.runtime.settings import RunConfig
@@ -175,6 +175,11 @@ class Run:
 
     def result(self) -> RunResult:
         out: RunResult = self._ask(self.coordinator.result.remote)
+        return out
+
+    def allocation(self) -> FloatArray | None:
+        """The latest observation's allocation (users x servers; None before the first)."""
+        out: FloatArray | None = self._ask(self.coordinator.allocation.remote)
         return out
 
     def user_totals(self) -> dict[str, float]:

@@ -66,6 +66,14 @@ def test_reaches_a_certified_allocation_and_reconverges_after_each_event(
     assert seen[-1]["messages"] > 0 and seen[-1]["bytes"] > 0
 
 
+def test_the_latest_allocation_is_the_result_s(manual_run: Run) -> None:
+    assert manual_run.allocation() is None  # nothing observed yet
+    manual_run.advance(3)
+    X = manual_run.allocation()
+    assert X is not None and np.array_equal(X, manual_run.result().allocation)
+    assert X.shape == (4, 6) and X.sum() > 0
+
+
 def test_churn_through_the_api(manual_run: Run) -> None:
     advance_until_held(manual_run)
     assert manual_run.set_weight("u1", 4) == "user u1 weight set to 4"

@@ -191,6 +191,7 @@ class Coordinator:
         self.monitor: asyncio.Task[None] | None = None
         self.last_allocation: FloatArray | None = None
         self.lock: asyncio.Lock | None = None
+        self.observing = asyncio.Lock()
         self.failure: str | None = None
         self.tenants = TenantBook()
         """Tenant runs: the queues' latest backlog reports."""
@@ -710,6 +711,12 @@ class Coordinator:
 
     # -- observing ----------------------------------------------------------------------------
     async def _observe(self) -> Observation:
+        """One observation at a time: the monitor, :meth:`advance` and :meth:`result` may ask
+        together, and an observation's round is the number of those made before it."""
+        async with self.observing:
+            return await self._observe_now()
+
+    async def _observe_now(self) -> Observation:
         assert self.churn is not None
         churn = self.churn
         actors = list(self.actors.items())
@@ -872,8 +879,11 @@ class Coordinator:
         current = self.churn.current()
         X = self.last_allocation
         if X is None or X.shape != (current.num_users, current.num_servers):
-            await self._observe()
-            X = self.last_allocation
+            async with self.observing:  # unless a concurrent call has just observed
+                X = self.last_allocation
+                if X is None or X.shape != (current.num_users, current.num_servers):
+                    await self._observe_now()
+                    X = self.last_allocation
         assert X is not None
         conv = event_convergence([*self.churn.history, *self.faults], self.observations,
                                  self.config.period, self.config.protocol.hold)

@@ -74,6 +74,13 @@ def test_the_latest_allocation_is_the_result_s(manual_run: Run) -> None:
     assert X.shape == (4, 6) and X.sum() > 0
 
 
+def test_concurrent_result_calls_observe_once(manual_run: Run) -> None:
+    # before the first observation each call must observe: one does, the others use it
+    ray.get([manual_run.coordinator.result.remote() for _ in range(4)])
+    res = manual_run.result()
+    assert [o.round for o in res.observations] == [0]
+
+
 def test_churn_through_the_api(manual_run: Run) -> None:
     advance_until_held(manual_run)
     assert manual_run.set_weight("u1", 4) == "user u1 weight set to 4"

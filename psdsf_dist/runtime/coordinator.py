@@ -876,19 +876,20 @@ class Coordinator:
     async def result(self) -> RunResult:
         await self._ensure()
         assert self.churn is not None
-        current = self.churn.current()
-        X = self.last_allocation
-        if X is None or X.shape != (current.num_users, current.num_servers):
-            async with self.observing:  # unless a concurrent call has just observed
+        # read between observations: the table, the allocation and the trace agree
+        async with self.observing:
+            current = self.churn.current()
+            X = self.last_allocation
+            if X is None or X.shape != (current.num_users, current.num_servers):
+                await self._observe_now()
+                current = self.churn.current()  # the observation may have applied churn
                 X = self.last_allocation
-                if X is None or X.shape != (current.num_users, current.num_servers):
-                    await self._observe_now()
-                    X = self.last_allocation
-        assert X is not None
-        conv = event_convergence([*self.churn.history, *self.faults], self.observations,
-                                 self.config.period, self.config.protocol.hold)
-        return RunResult(current, X.copy(), tuple(self.observations), tuple(conv), self.config,
-                         len(self.members), self.restarts, tuple(self.pids.values()))
+            assert X is not None
+            conv = event_convergence([*self.churn.history, *self.faults], self.observations,
+                                     self.config.period, self.config.protocol.hold)
+            return RunResult(current, X.copy(), tuple(self.observations), tuple(conv),
+                             self.config, len(self.members), self.restarts,
+                             tuple(self.pids.values()))
 
     async def allocation(self) -> FloatArray | None:
         """The latest observation's allocation (users x servers of the run's universe; None

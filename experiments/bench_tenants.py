@@ -19,6 +19,8 @@ user          shape                           weight  workload
 ``training``  1 CPU, 2 GiB, 1 gpu             2       tasks of 0.5-1.5 s, from t = 20 s
 ============  ==============================  ======  ====================================
 
+Each user submits its tasks in one bulk call (``map_unordered``: one message to its queue;
+``--submit remote`` sends one ``.remote`` call per task instead, results suffixed ``_remote``).
 The late users submit more than they can finish while ``batch`` has work; when ``batch``'s last
 task has started, the others close their queues (what is still queued is dropped) and the phase
 ends.  The same tasks, at the same times, then go to plain Ray (same shapes, Ray's own
@@ -34,8 +36,9 @@ Measured
       averages over the window); plain Ray's against the same allocation;
     * time from a late user's first submission to 90 % of its allocation;
     * overhead on the same cluster, PS-DSF against plain Ray, alternating, median of
-      ``--repeats``: throughput of 1,000 empty tasks and of 100 ms tasks (1 CPU each),
-      latency of one task submitted and awaited alone (p50, p99 of 200);
+      ``--repeats``: throughput of 1,000 empty tasks and of 280 100 ms tasks (1 CPU each),
+      submitted with ``.remote`` each and with one ``map`` (plain Ray: ``.remote`` each, its
+      own bulk path), latency of one task submitted and awaited alone (p50, p99 of 200);
     * the allocator's CPU (seconds of CPU per second of wall clock) and memory (PSS) — the
       coordinator, the server actors and the tenants' queues — over the PS-DSF phase.
 """
@@ -48,7 +51,7 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,7 +67,7 @@ from psdsf_dist.runtime.from_ray import node_capacity
 from psdsf_dist.runtime.launcher import Run, launch
 from psdsf_dist.runtime.settings import RunConfig
 from psdsf_dist.runtime.tenant import Tenant
-from psdsf_dist.runtime.tenant_queue import AllocatorGoneError
+from psdsf_dist.runtime.tenant_queue import AllocatorGoneError, TaskWithdrawnError
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
@@ -103,11 +106,11 @@ def task(seconds: float) -> tuple[str, float, float]:
     return ray.get_runtime_context().get_node_id(), t0, time.time()
 
 
-def empty() -> None:
+def empty(*_: Any) -> None:
     return None
 
 
-def hundred_ms() -> tuple[float, float]:
+def hundred_ms(*_: Any) -> tuple[float, float]:
     t0 = time.time()
     time.sleep(0.1)
     return t0, time.time()
@@ -134,40 +137,69 @@ class Phase:
     ended: float = 0.0
 
 
-def submit_on_schedule(loads: list[UserLoad], submit: Callable[[UserLoad, float], Any],
-                       t0: float, rng: np.random.Generator) -> dict[str, list[Any]]:
+def submit_on_schedule(loads: list[UserLoad], submit: Callable[[UserLoad, list[float]], Any],
+                       t0: float, rng: np.random.Generator) -> dict[str, Any]:
     """Each user's tasks at its start time (durations drawn once per user, same seed)."""
-    refs: dict[str, list[Any]] = {}
+    handles: dict[str, Any] = {}
     for load in sorted(loads, key=lambda u: u.start):
         wait = t0 + load.start - time.time()
         if wait > 0:
             time.sleep(wait)
         durations = rng.uniform(*load.seconds, size=load.tasks)
-        refs[load.name] = [submit(load, float(d)) for d in durations]
-    return refs
+        handles[load.name] = submit(load, [float(d) for d in durations])
+    return handles
 
 
-def collect(refs: list[Any], name: str, *, dropped_ok: bool) -> list[tuple[float, float]]:
-    """The intervals of the tasks that ran; tasks dropped when the phase ended are expected
-    (closed queue, cancelled) only where ``dropped_ok``, any other failure stops the run."""
+DROPPED = (AllocatorGoneError, TaskWithdrawnError, ray.exceptions.TaskCancelledError)
+
+
+def collect(values: Iterator[Any], count: int, name: str, *,
+            dropped_ok: bool) -> list[tuple[float, float]]:
+    """The intervals of the tasks that ran, from an iterator that raises a task's error at its
+    place (``TaskResults``, or ``ray.get`` over refs); tasks dropped when the phase ended are
+    expected (closed queue, cancelled) only where ``dropped_ok``, any other failure stops the
+    run.  A bulk submission's stream ends with its queue: what it did not deliver was dropped."""
     out = []
     dropped = 0
     why: set[str] = set()
-    for r in refs:
+    while True:
         try:
-            _, s, e = ray.get(r)
+            _, s, e = next(values)
             out.append((s, e))
-        except (AllocatorGoneError, ray.exceptions.TaskCancelledError) as err:
+        except StopIteration:
+            break
+        except DROPPED as err:
             if not dropped_ok:
                 raise
             dropped += 1
             lines = str(err).strip().splitlines() or [type(err).__name__]
             why.add(lines[-1][:160])  # the cause, not Ray's header
+        except ray.exceptions.RayActorError:
+            if not dropped_ok:
+                raise
+            why.add("the closed queue ended the stream")
+            break
+    dropped = count - len(out)
     print(f"  {name}: {len(out)} ran, {dropped} dropped at the end {sorted(why)}", flush=True)
     return out
 
 
-def psdsf_phase(run: Run, loads: list[UserLoad], seed: int) -> tuple[Phase, dict[str, float]]:
+class EachValue(Iterator[Any]):
+    """``ray.get`` of each ref in turn; an error is raised at its place, and reading goes on."""
+
+    def __init__(self, refs: list[Any]) -> None:
+        self.refs = refs
+        self.at = 0
+
+    def __next__(self) -> Any:
+        if self.at == len(self.refs):
+            raise StopIteration
+        self.at += 1
+        return ray.get(self.refs[self.at - 1])
+
+
+def psdsf_phase(run: Run, loads: list[UserLoad], seed: int,
+                bulk: bool) -> tuple[Phase, dict[str, float]]:
     tenants = {u.name: Tenant.connect(u.name, weight=u.weight, run_id=RUN_ID) for u in loads}
     functions = {u.name: tenants[u.name].remote(**u.options)(task) for u in loads}
     pids = allocator_pids(run, tenants)
@@ -189,18 +221,22 @@ def psdsf_phase(run: Run, loads: list[UserLoad], seed: int) -> tuple[Phase, dict
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
 
-    def submit(load: UserLoad, seconds: float) -> Any:
+    def submit(load: UserLoad, seconds: list[float]) -> Any:
         phase.first_submit.setdefault(load.name, time.time() - phase.started)
-        return functions[load.name].remote(seconds)
+        if bulk:
+            return functions[load.name].map_unordered(seconds)
+        return EachValue([functions[load.name].remote(d) for d in seconds])
 
-    refs = submit_on_schedule(loads, submit, phase.started, np.random.default_rng(seed))
-    phase.intervals["batch"] = collect(refs["batch"], "batch", dropped_ok=False)
+    values = submit_on_schedule(loads, submit, phase.started, np.random.default_rng(seed))
+    counts = {u.name: u.tasks for u in loads}
+    phase.intervals["batch"] = collect(values["batch"], counts["batch"], "batch",
+                                       dropped_ok=False)
     for name, t in tenants.items():
         if name != "batch":
             t.close()  # the phase ends: what the others still queue is dropped
-    for name in refs:
+    for name in values:
         if name != "batch":
-            phase.intervals[name] = collect(refs[name], name, dropped_ok=True)
+            phase.intervals[name] = collect(values[name], counts[name], name, dropped_ok=True)
     phase.ended = time.time()
     stop.set()
     sampler.join()
@@ -215,17 +251,19 @@ def plain_phase(loads: list[UserLoad], seed: int) -> Phase:
     functions = {u.name: ray.remote(task).options(**u.options) for u in loads}
     phase = Phase(time.time())
 
-    def submit(load: UserLoad, seconds: float) -> Any:
+    def submit(load: UserLoad, seconds: list[float]) -> Any:
         phase.first_submit.setdefault(load.name, time.time() - phase.started)
-        return functions[load.name].remote(seconds)
+        return [functions[load.name].remote(d) for d in seconds]
 
     refs = submit_on_schedule(loads, submit, phase.started, np.random.default_rng(seed))
-    phase.intervals["batch"] = collect(refs["batch"], "batch", dropped_ok=False)
+    phase.intervals["batch"] = collect(EachValue(refs["batch"]), len(refs["batch"]), "batch",
+                                       dropped_ok=False)
     for name in refs:
         if name != "batch":
             for r in refs[name]:
                 ray.cancel(r)
-            phase.intervals[name] = collect(refs[name], name, dropped_ok=True)
+            phase.intervals[name] = collect(EachValue(refs[name]), len(refs[name]), name,
+                                            dropped_ok=True)
     phase.ended = time.time()
     return phase
 
@@ -323,14 +361,17 @@ def overhead(repeats: int) -> dict[str, list[float]]:
     plain_100 = ray.remote(hundred_ms).options(num_cpus=1)
     out: dict[str, list[float]] = {k: [] for k in (
         "empty_tps_psdsf", "empty_tps_plain", "100ms_tps_psdsf", "100ms_tps_plain",
-        "latency_p50_psdsf", "latency_p50_plain", "latency_p99_psdsf", "latency_p99_plain")}
+        "latency_p50_psdsf", "latency_p50_plain", "latency_p99_psdsf", "latency_p99_plain",
+        "empty_map_tps_psdsf", "empty_map_tps_plain", "100ms_map_tps_psdsf",
+        "100ms_map_tps_plain")}
 
     cpus = int(sum(n["Resources"].get("CPU", 0.0)
                    for n in ray.nodes() if n["Alive"]))  # type: ignore[no-untyped-call]
 
-    def rate(fn: Any, n: int) -> float:
+    def rate(fn: Any, n: int, bulk: bool = False) -> float:
+        """Tasks per second: ``n`` submitted at once (``map`` in one call where ``bulk``)."""
         t0 = time.perf_counter()
-        values = ray.get([fn.remote() for _ in range(n)])
+        values = list(fn.map(range(n))) if bulk else ray.get([fn.remote() for _ in range(n)])
         seconds = time.perf_counter() - t0
         if values and values[0] is not None:  # 100 ms tasks: never more at once than CPUs
             most = most_at_once(values)
@@ -354,6 +395,10 @@ def overhead(repeats: int) -> dict[str, list[float]]:
         out["empty_tps_plain"].append(rate(plain_empty, 1000))
         out["100ms_tps_psdsf"].append(rate(tenant_100, 280))
         out["100ms_tps_plain"].append(rate(plain_100, 280))
+        out["empty_map_tps_psdsf"].append(rate(tenant_empty, 1000, bulk=True))
+        out["empty_map_tps_plain"].append(rate(plain_empty, 1000))
+        out["100ms_map_tps_psdsf"].append(rate(tenant_100, 280, bulk=True))
+        out["100ms_map_tps_plain"].append(rate(plain_100, 280))
         p50, p99 = latency(tenant_empty)
         out["latency_p50_psdsf"].append(p50)
         out["latency_p99_psdsf"].append(p99)
@@ -432,6 +477,10 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="a fifth of the workload (example)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--submit", choices=("map", "remote"), default="map",
+                    help="how the PS-DSF phase's users submit their tasks: one bulk call "
+                         "(map_unordered) or one .remote call per task (results suffixed "
+                         "_remote)")
     ap.add_argument("--analytics-gib", type=float, default=2.0,
                     help="memory of an analytics task (GiB); 3 makes the allocation ask for "
                          "1.33 of them where one fits (results suffixed _3gib)")
@@ -450,7 +499,7 @@ def main() -> None:
     try:
         warm_up(loads)
         print("PS-DSF phase ...", flush=True)
-        psdsf, usage = psdsf_phase(run, loads, args.seed)
+        psdsf, usage = psdsf_phase(run, loads, args.seed, args.submit == "map")
         print("plain Ray phase ...", flush=True)
         plain = plain_phase(loads, args.seed)
         print("overhead ...", flush=True)
@@ -470,6 +519,8 @@ def main() -> None:
     suffix = "_quick" if args.quick else ""  # an example run: not kept in the repository
     if args.analytics_gib != 2.0:
         suffix += f"_{args.analytics_gib:g}gib"
+    if args.submit != "map":
+        suffix += f"_{args.submit}"
     plot(psdsf, plain, loads, wins, RESULTS / f"tenants{suffix}.png")
     with open(RESULTS / f"tenants{suffix}.csv", "w", newline="") as f:
         w = csv.writer(f)
@@ -498,8 +549,10 @@ def main() -> None:
         lines.append(f"| {name} | {p:.1f} | {'never' if np.isnan(q) else f'{q:.1f}'} |")
     lines += ["", f"| overhead (median of {len(over['empty_tps_psdsf'])}) | PS-DSF | plain Ray | "
               "ratio |", "|---|---|---|---|"]
-    for key, label, unit in (("empty_tps", "empty tasks / s", ""),
-                             ("100ms_tps", "100 ms tasks / s", ""),
+    for key, label, unit in (("empty_tps", "empty tasks / s (`.remote` each)", ""),
+                             ("empty_map_tps", "empty tasks / s (`map`)", ""),
+                             ("100ms_tps", "100 ms tasks / s (`.remote` each)", ""),
+                             ("100ms_map_tps", "100 ms tasks / s (`map`)", ""),
                              ("latency_p50", "latency p50", " ms"),
                              ("latency_p99", "latency p99", " ms")):
         a_, b_ = med[f"{key}_psdsf"], med[f"{key}_plain"]

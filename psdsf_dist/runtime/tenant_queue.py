@@ -32,15 +32,21 @@ What it does
       :class:`AllocatorGoneError` (one line), and so does every new one.
 
 The caller's ``ObjectRef`` is that of :meth:`TenantQueue.submit`, which returns the task's value:
-``ray.get`` and ``ray.wait`` work as usual (the value passes through the queue once).
+``ray.get`` and ``ray.wait`` work as usual (the value passes through the queue once).  That is
+one Ray actor call per task, ~1 ms of the queue's CPU on this machine; a burst of thousands
+takes seconds to receive, while the queue also launches the user's tasks.  A bulk submission
+(:meth:`TenantQueue.submit_many`, the client's ``map``) is one call for all of them, and its
+results come back as a stream (a Ray generator), several finished tasks per message.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +77,10 @@ class TenantRefusedError(PsdsfError, RuntimeError):
     """The coordinator refused the tenant's demand or weight (one line saying why)."""
 
 
+class TaskWithdrawnError(PsdsfError, RuntimeError):
+    """A task of a bulk submission withdrawn before it started (its caller closed the results)."""
+
+
 @dataclass
 class _Task:
     function: tuple[Any, dict[str, Any]]
@@ -81,6 +91,8 @@ class _Task:
     result: asyncio.Future[Any]
     submitted: float
     attempts: int = 0
+    batch: str | None = None
+    """The bulk submission the task came in (:meth:`TenantQueue.submit_many`), if any."""
 
 
 @dataclass
@@ -190,13 +202,50 @@ class TenantQueue:
         function = await self._function(function_box[0])
         args, kwargs = call
         result: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.queue.append(_Task(function, tuple(args), dict(kwargs), max_retries, result,
-                                time.monotonic()))
-        if self.idle_since is not None:
-            self.idle_since = None
-            self.work.set()  # report at once: a late user should not wait a period to join
-        self._pump()
+        self._enqueue([_Task(function, tuple(args), dict(kwargs), max_retries, result,
+                             time.monotonic())])
         return await result
+
+    async def submit_many(self, function_box: list[Any], calls: list[Any], max_retries: int,
+                          batch: str) -> AsyncIterator[list[tuple[int, bool, Any]]]:
+        """Queue one task per ``(args, kwargs)`` of ``calls`` (in that order) and stream their
+        outcomes as they end: each item is a list of ``(index, ok, value)`` — the value, or
+        the error ``ray.get`` would raise — for every task of the batch that ended since the
+        last item.  Call it with ``num_returns="streaming"``.  :meth:`drop` withdraws what is
+        still queued of ``batch`` (it then ends with the running tasks)."""
+        loop = asyncio.get_running_loop()
+        ended: asyncio.Queue[tuple[int, asyncio.Future[Any]]] = asyncio.Queue()
+        futures: list[asyncio.Future[Any]] = [loop.create_future() for _ in calls]
+        for index, future in enumerate(futures):
+            future.add_done_callback(functools.partial(_put_ended, ended, index))
+        if self.gone is not None:
+            for future in futures:
+                future.set_exception(AllocatorGoneError(self.gone))
+        else:
+            function = await self._function(function_box[0])
+            now = time.monotonic()
+            self._enqueue([_Task(function, tuple(args), dict(kwargs), max_retries, future, now,
+                                 batch=batch)
+                           for (args, kwargs), future in zip(calls, futures, strict=True)])
+        left = len(futures)
+        while left:
+            chunk = [await ended.get()]
+            while not ended.empty():
+                chunk.append(ended.get_nowait())
+            left -= len(chunk)
+            yield [(i, f.exception() is None, f.exception() or f.result()) for i, f in chunk]
+
+    async def drop(self, batch: str) -> int:
+        """Withdraw the queued tasks of a bulk submission (its caller stopped reading it);
+        running ones finish.  Returns how many were withdrawn."""
+        keep = deque(t for t in self.queue if t.batch != batch)
+        dropped = [t for t in self.queue if t.batch == batch]
+        self.queue = keep
+        for t in dropped:
+            self.failed += 1
+            t.result.set_exception(TaskWithdrawnError(
+                f"user {self.user!r}: withdrawn by its caller before it started"))
+        return len(dropped)
 
     async def status(self) -> QueueStatus:
         now = time.monotonic()
@@ -227,6 +276,13 @@ class TenantQueue:
             function = await ref
             self.functions[key] = function
         return function
+
+    def _enqueue(self, tasks: list[_Task]) -> None:
+        self.queue.extend(tasks)
+        if self.idle_since is not None:
+            self.idle_since = None
+            self.work.set()  # report at once: a late user should not wait a period to join
+        self._pump()
 
     def _placed(self, function: tuple[Any, dict[str, Any]], node: str) -> Any:
         """The function with its options and hard affinity to ``node``, made once per node
@@ -388,7 +444,12 @@ class TenantQueue:
                 task.result.set_exception(kind(message))
 
 
+def _put_ended(ended: asyncio.Queue[tuple[int, asyncio.Future[Any]]], index: int,
+               future: asyncio.Future[Any]) -> None:
+    ended.put_nowait((index, future))
+
+
 RemoteTenantQueue: Any = ray.remote(TenantQueue)
 
-__all__ = ["AllocatorGoneError", "QueueStatus", "RemoteTenantQueue", "ShapeError", "TenantQueue",
-           "TenantRefusedError"]
+__all__ = ["AllocatorGoneError", "QueueStatus", "RemoteTenantQueue", "ShapeError",
+           "TaskWithdrawnError", "TenantQueue", "TenantRefusedError"]

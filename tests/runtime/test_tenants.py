@@ -200,6 +200,48 @@ def test_a_task_errors_as_in_plain_ray(run: Run) -> None:
     t.close()
 
 
+def test_a_bulk_submission_streams_its_values(run: Run) -> None:
+    t = Tenant.connect("bulk", run_id=RUN)
+
+    @t.remote(num_cpus=1)
+    def work(x: int, y: int, z: int = 0) -> int:
+        time.sleep(0.05 * (x % 3))
+        if x == 7:
+            raise KeyError(x)
+        return x + y
+
+    ordered = work.map(range(40), range(100, 140), range(1000))  # zip: the shortest
+    assert ordered.count == 40
+    got = []
+    for i in range(40):
+        if i == 7:
+            with pytest.raises(KeyError):  # raised at its place; the iterator goes on
+                next(ordered)
+        else:
+            got.append(next(ordered))
+    assert got == [x + 100 + x for x in range(40) if x != 7]
+    with pytest.raises(StopIteration):
+        next(ordered)
+    assert sorted(work.map_unordered(range(10, 30), [0] * 20)) == list(range(10, 30))
+    assert list(work.map([], [])) == []
+
+    @t.remote(num_cpus=1)
+    def slow(x: int) -> int:
+        time.sleep(0.3)
+        return x
+
+    before = t.status().failed
+    with slow.map_unordered(range(200)) as results:
+        next(results)
+    # the block's end withdrew what had not started, and nothing of it runs later
+    status = t.status()
+    assert status.queued == 0
+    assert status.failed - before == 200 - (status.admitted - 60)
+    assert wait_for(lambda: sum(t.status().running.values()) == 0, 5.0)
+    assert t.status().completed == status.admitted
+    t.close()
+
+
 def test_a_server_actor_kill_loses_no_queued_task(run: Run) -> None:
     t = Tenant.connect("sturdy", run_id=RUN)
 

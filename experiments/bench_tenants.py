@@ -2,8 +2,8 @@
 
 Regenerate (writes ``experiments/results/tenants.md``, ``tenants.csv``, ``tenants.png``)::
 
-    .venv/bin/python experiments/bench_tenants.py            # ~8 minutes
-    .venv/bin/python experiments/bench_tenants.py --quick    # the example: ~2 minutes
+    .venv/bin/python experiments/bench_tenants.py            # 3 runs: ~15 minutes
+    .venv/bin/python experiments/bench_tenants.py --quick --runs 1   # the example: ~2 minutes
 
 The cluster is local and heterogeneous (``ray.cluster_utils.Cluster``, three nodes on this
 machine): a CPU-rich node (8 CPU, 8 GiB), a memory-rich node (2 CPU, 24 GiB) and a node with 2
@@ -477,6 +477,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="a fifth of the workload (example)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--runs", type=int, default=3,
+                    help="runs of the workload, PS-DSF and plain Ray alternating (seeds "
+                         "seed, seed + 1, ...); the plot shows the first")
     ap.add_argument("--submit", choices=("map", "remote"), default="map",
                     help="how the PS-DSF phase's users submit their tasks: one bulk call "
                          "(map_unordered) or one .remote call per task (results suffixed "
@@ -496,12 +499,14 @@ def main() -> None:
     ray.init(address=cluster.address, namespace="psdsf", log_to_driver=False,
              configure_logging=False)
     run = launch(SCENARIO, RunConfig(ProtocolConfig(period=1.0)), run_id=RUN_ID)
+    runs: list[tuple[Phase, Phase, dict[str, float]]] = []
     try:
         warm_up(loads)
-        print("PS-DSF phase ...", flush=True)
-        psdsf, usage = psdsf_phase(run, loads, args.seed, args.submit == "map")
-        print("plain Ray phase ...", flush=True)
-        plain = plain_phase(loads, args.seed)
+        for k in range(args.runs):
+            print(f"run {k + 1} of {args.runs}: PS-DSF phase ...", flush=True)
+            psdsf, usage = psdsf_phase(run, loads, args.seed + k, args.submit == "map")
+            print(f"run {k + 1} of {args.runs}: plain Ray phase ...", flush=True)
+            runs.append((psdsf, plain_phase(loads, args.seed + k), usage))
         print("overhead ...", flush=True)
         over = overhead(2 if args.quick else args.repeats)
     finally:
@@ -511,42 +516,75 @@ def main() -> None:
             ray.shutdown()
             cluster.shutdown()
 
-    wins = windows(psdsf, loads)
-    g_psdsf = gaps(psdsf, psdsf, loads, wins)
-    g_plain = gaps(plain, psdsf, loads, wins)
-    late = {u.name: (time_to_share(psdsf, psdsf, u.name), time_to_share(plain, psdsf, u.name))
-            for u in loads if u.start > 0}
     suffix = "_quick" if args.quick else ""  # an example run: not kept in the repository
     if args.analytics_gib != 2.0:
         suffix += f"_{args.analytics_gib:g}gib"
     if args.submit != "map":
         suffix += f"_{args.submit}"
-    plot(psdsf, plain, loads, wins, RESULTS / f"tenants{suffix}.png")
+    table = report(runs, over, loads, suffix)
+    (RESULTS / f"tenants{suffix}.md").write_text(table + "\n")
+    print(table)
+
+
+def report(runs: list[tuple[Phase, Phase, dict[str, float]]], over: dict[str, list[float]],
+           loads: list[UserLoad], suffix: str) -> str:
+    """The tables (one row per run and window, medians over runs), the CSV and the plot (of
+    the first run)."""
+    rows: list[tuple[int, dict[str, float], dict[str, float]]] = []
+    late: dict[str, list[tuple[float, float]]] = {u.name: [] for u in loads if u.start > 0}
+    for k, (psdsf, plain, _) in enumerate(runs):
+        wins = windows(psdsf, loads)
+        rows += [(k, a, b) for a, b in zip(gaps(psdsf, psdsf, loads, wins),
+                                           gaps(plain, psdsf, loads, wins), strict=True)]
+        for name in late:
+            late[name].append((time_to_share(psdsf, psdsf, name),
+                               time_to_share(plain, psdsf, name)))
+        if k == 0:
+            plot(psdsf, plain, loads, wins, RESULTS / f"tenants{suffix}.png")
     with open(RESULTS / f"tenants{suffix}.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["scheduler", "from_s", "to_s", "gap",
+        w.writerow(["run", "scheduler", "from_s", "to_s", "gap",
                     *[f"{u.name}_{k}" for u in loads for k in ("allocated", "running")]])
-        for name, rows in (("psdsf", g_psdsf), ("plain", g_plain)):
-            for r in rows:
-                w.writerow([name, f"{r['from']:.1f}", f"{r['to']:.1f}", f"{r['gap']:.4f}",
-                            *[f"{r[f'{u.name}_{k}']:.3f}" for u in loads
-                              for k in ("allocated", "running")]])
-    med = {k: statistics.median(v) for k, v in over.items()}
+        for k, a, b in rows:
+            for name, r in (("psdsf", a), ("plain", b)):
+                w.writerow([k + 1, name, f"{r['from']:.1f}", f"{r['to']:.1f}",
+                            f"{r['gap']:.4f}", *[f"{r[f'{u.name}_{key}']:.3f}" for u in loads
+                                                 for key in ("allocated", "running")]])
+
+    def spread(values: list[float], fmt: str) -> str:
+        ok = [v for v in values if not np.isnan(v)]
+        if not ok:
+            return "never"
+        never = f", {len(values) - len(ok)} never" if len(ok) < len(values) else ""
+        return (f"{statistics.median(ok):{fmt}} ({min(ok):{fmt}}-{max(ok):{fmt}}{never})"
+                if len(values) > 1 else f"{ok[0]:{fmt}}")
+
     lines = [
-        "| window (s) | PS-DSF gap | plain Ray gap | "
+        "| run | window (s) | PS-DSF gap | plain Ray gap | "
         + " | ".join(f"{u.name} alloc / PS-DSF / plain" for u in loads) + " |",
-        "|---|---|---|" + "---|" * len(loads),
+        "|---|---|---|---|" + "---|" * len(loads),
     ]
-    for a, b in zip(g_psdsf, g_plain, strict=True):
+    for k, a, b in rows:
         cells = " | ".join(
             f"{a[f'{u.name}_allocated']:.2f} / {a[f'{u.name}_running']:.2f} / "
             f"{b[f'{u.name}_running']:.2f}" for u in loads)
-        lines.append(f"| {a['from']:.0f}-{a['to']:.0f} | {a['gap']:.1%} | {b['gap']:.1%} | "
-                     f"{cells} |")
-    lines += ["", "| late user | PS-DSF: to 90 % of its allocation (s) | plain Ray (s) |",
+        lines.append(f"| {k + 1} | {a['from']:.0f}-{a['to']:.0f} | {a['gap']:.1%} | "
+                     f"{b['gap']:.1%} | {cells} |")
+    n_windows = max((sum(1 for k, _, _ in rows if k == j) for j in range(len(runs))), default=0)
+    lines += ["", f"| window | PS-DSF gap, median (range) of {len(runs)} runs | plain Ray gap |",
               "|---|---|---|"]
-    for name, (p, q) in late.items():
-        lines.append(f"| {name} | {p:.1f} | {'never' if np.isnan(q) else f'{q:.1f}'} |")
+    for i in range(n_windows):
+        mine = [(a, b) for j in range(len(runs))
+                for m, (_, a, b) in enumerate(r for r in rows if r[0] == j) if m == i]
+        lines.append(f"| {i + 1} | "
+                     f"{spread([a['gap'] * 100 for a, _ in mine], '.1f')} % | "
+                     f"{spread([b['gap'] * 100 for _, b in mine], '.1f')} % |")
+    lines += ["", f"| late user | PS-DSF: to 90 % of its allocation (s), median (range) of "
+              f"{len(runs)} runs | plain Ray (s) |", "|---|---|---|"]
+    for name, pairs in late.items():
+        lines.append(f"| {name} | {spread([p for p, _ in pairs], '.1f')} | "
+                     f"{spread([q for _, q in pairs], '.1f')} |")
+    med = {k: statistics.median(v) for k, v in over.items()}
     lines += ["", f"| overhead (median of {len(over['empty_tps_psdsf'])}) | PS-DSF | plain Ray | "
               "ratio |", "|---|---|---|---|"]
     for key, label, unit in (("empty_tps", "empty tasks / s (`.remote` each)", ""),
@@ -556,15 +594,15 @@ def main() -> None:
                              ("latency_p50", "latency p50", " ms"),
                              ("latency_p99", "latency p99", " ms")):
         a_, b_ = med[f"{key}_psdsf"], med[f"{key}_plain"]
-        k = 1000.0 if unit else 1.0
-        lines.append(f"| {label} | {a_ * k:.1f}{unit} | {b_ * k:.1f}{unit} | {a_ / b_:.2f} |")
-    lines += ["", f"Allocator over the PS-DSF phase ({usage['processes']:.0f} processes: "
+        scale = 1000.0 if unit else 1.0
+        lines.append(f"| {label} | {a_ * scale:.1f}{unit} | {b_ * scale:.1f}{unit} | "
+                     f"{a_ / b_:.2f} |")
+    usage = [u for _, _, u in runs]
+    lines += ["", f"Allocator over the PS-DSF phases ({usage[0]['processes']:.0f} processes: "
               "coordinator, 3 server actors, the tenants' queues): "
-              f"{usage['cpu_per_second']:.3f} CPU-seconds per second, "
-              f"{usage['pss_mib']:.0f} MiB PSS in all (largest sample)."]
-    table = "\n".join(lines)
-    (RESULTS / f"tenants{suffix}.md").write_text(table + "\n")
-    print(table)
+              f"{spread([u['cpu_per_second'] for u in usage], '.3f')} CPU-seconds per second, "
+              f"{max(u['pss_mib'] for u in usage):.0f} MiB PSS in all (largest sample)."]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -264,6 +264,7 @@ class TenantQueue:
             loop_task.cancel()
         self.gone = f"tenant {self.user!r} closed its queue"  # later submissions fail at once
         self._fail_queued(AllocatorGoneError, self.gone)
+        self.metrics.flush()
         calls = [s.handle.release.remote(s.name, self.user) for s in self.servers.values()]
         calls.append(self.coordinator.tenant_leave.remote(self.user, self.handle))
         await asyncio.gather(*(asyncio.wait_for(c, self.period) for c in calls),

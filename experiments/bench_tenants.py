@@ -160,7 +160,6 @@ def collect(values: Iterator[Any], count: int, name: str, *,
     expected (closed queue, cancelled) only where ``dropped_ok``, any other failure stops the
     run.  A bulk submission's stream ends with its queue: what it did not deliver was dropped."""
     out = []
-    dropped = 0
     why: set[str] = set()
     while True:
         try:
@@ -171,7 +170,6 @@ def collect(values: Iterator[Any], count: int, name: str, *,
         except DROPPED as err:
             if not dropped_ok:
                 raise
-            dropped += 1
             lines = str(err).strip().splitlines() or [type(err).__name__]
             why.add(lines[-1][:160])  # the cause, not Ray's header
         except ray.exceptions.RayActorError:
@@ -531,11 +529,15 @@ def report(runs: list[tuple[Phase, Phase, dict[str, float]]], over: dict[str, li
     """The tables (one row per run and window, medians over runs), the CSV and the plot (of
     the first run)."""
     rows: list[tuple[int, dict[str, float], dict[str, float]]] = []
+    by_window: dict[int, list[tuple[dict[str, float], dict[str, float]]]] = {}
+    """Window index -> (PS-DSF, plain Ray) rows of every run that has it."""
     late: dict[str, list[tuple[float, float]]] = {u.name: [] for u in loads if u.start > 0}
     for k, (psdsf, plain, _) in enumerate(runs):
         wins = windows(psdsf, loads)
-        rows += [(k, a, b) for a, b in zip(gaps(psdsf, psdsf, loads, wins),
-                                           gaps(plain, psdsf, loads, wins), strict=True)]
+        for i, (a, b) in enumerate(zip(gaps(psdsf, psdsf, loads, wins),
+                                       gaps(plain, psdsf, loads, wins), strict=True)):
+            rows.append((k, a, b))
+            by_window.setdefault(i, []).append((a, b))
         for name in late:
             late[name].append((time_to_share(psdsf, psdsf, name),
                                time_to_share(plain, psdsf, name)))
@@ -570,12 +572,9 @@ def report(runs: list[tuple[Phase, Phase, dict[str, float]]], over: dict[str, li
             f"{b[f'{u.name}_running']:.2f}" for u in loads)
         lines.append(f"| {k + 1} | {a['from']:.0f}-{a['to']:.0f} | {a['gap']:.1%} | "
                      f"{b['gap']:.1%} | {cells} |")
-    n_windows = max((sum(1 for k, _, _ in rows if k == j) for j in range(len(runs))), default=0)
     lines += ["", f"| window | PS-DSF gap, median (range) of {len(runs)} runs | plain Ray gap |",
               "|---|---|---|"]
-    for i in range(n_windows):
-        mine = [(a, b) for j in range(len(runs))
-                for m, (_, a, b) in enumerate(r for r in rows if r[0] == j) if m == i]
+    for i, mine in sorted(by_window.items()):
         lines.append(f"| {i + 1} | "
                      f"{spread([a['gap'] * 100 for a, _ in mine], '.1f')} % | "
                      f"{spread([b['gap'] * 100 for _, b in mine], '.1f')} % |")

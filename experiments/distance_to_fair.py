@@ -16,14 +16,14 @@ Settings, in the same run:
   gossip, random phases, jitter 0.2) and the distance computed online by ``observe``, as
   ``simulate`` and ``run`` report it.  The message-level simulator costs ~1 s per round at
   K = N = 100, so it runs on the suite's scenarios with K <= ``--sim-max-k`` servers, the paper
-  cluster with its churn and one Google-mix cluster at K = 100.
+  cluster with its churn and ``--sim-google`` Google-mix clusters (``100:5``: five at K = 100).
 
 Cases: the random suite (``rule_study.suite_scenario``; the published run used its first 60
 of 200 scenarios to stay within ~10 minutes on two loaded cores), the Google 2011 mix (N = 100)
 at K = 100 (five clusters), 1,000 (two) and 10,000 (one, lock-step only: a sequential sweep
 costs 10,000 best responses), and the paper's 120-server cluster (from zero, u4 leaves, u4
 rejoins).  Writes ``experiments/results/distance_to_fair.{md,csv,png}``.
-Usage: ``python experiments/distance_to_fair.py --suite 60`` (578 s on 2 workers).
+Usage: ``python experiments/distance_to_fair.py --suite 60 --sim-google 100:5``.
 """
 
 from __future__ import annotations
@@ -220,9 +220,10 @@ def report(rows: list[Row], cap: int, seconds: float, sim_max_k: int, suite: int
         "the default rule `split`, totals one round stale.  Sequential: exact sweeps on fresh "
         "totals (a sweep is a round).  Runtime: the simulator with `ProtocolConfig()` defaults, "
         "distance computed online; run on the suite's scenarios with K <= "
-        f"{sim_max_k} only and the paper cluster with its churn (message-level simulation "
-        "costs ~1 s per round at K = N = 100, too slow for the Google mix here).  Google mix: "
-        "clusters per size as in the table; K = 10,000 lock-step only.  Suite: the first "
+        f"{sim_max_k} only, the paper cluster with its churn and the Google-mix clusters "
+        "with a runtime row (message-level simulation costs ~1 s per round at K = N = 100, "
+        "too slow for the larger ones here).  Google mix: clusters per size as in the table; "
+        "K = 10,000 lock-step only.  Suite: the first "
         f"{suite} seeded scenarios of `rule_study.py`'s.",
         "",
         table(head, body),
@@ -271,14 +272,16 @@ def main(argv: list[str] | None = None) -> None:
                     help="sweep cap of the sequential reference from K = 1,000")
     ap.add_argument("--sim-max-k", type=int, default=60,
                     help="largest suite scenario run in the message-level simulator")
-    ap.add_argument("--sim-google", type=int, default=0,
-                    help="Google-mix size of the one simulated cluster (0: none)")
+    ap.add_argument("--sim-google", default="",
+                    help="Google-mix sizes and clusters per size run in the simulator too "
+                         "(as --google; empty: none)")
     args = ap.parse_args(argv)
     began = time.perf_counter()
     caps = {"small": args.seq_cap, "large": args.seq_cap_large}
     jobs: list[tuple[str, str, int | None, int, int, dict[str, int]]] = []
-    if args.sim_google:
-        jobs.append(("sim", "google", 0, args.sim_google, args.cap, caps))
+    for spec in (x for x in args.sim_google.split(",") if x):
+        k, n = (int(v) for v in spec.split(":"))
+        jobs.extend(("sim", "google", s, k, args.cap, caps) for s in range(n))
     jobs.append(("sim", "paper", None, 120, 400, caps))
     for spec in (x for x in args.google.split(",") if x):
         k, n = (int(v) for v in spec.split(":"))

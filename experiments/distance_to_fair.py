@@ -8,10 +8,12 @@ distance stays below X through the end of the phase (the next event, or the end 
 Settings, in the same run:
 
 * lock-step (``experiments/lockstep.py``): every server at once on the totals one round stale,
-  the default rule ``split``; the set of known PS-DSF totals is the cold solve's plus a warm solve
-  from the run's last allocation (the allocation the run settles on);
+  the default rule ``split``; the set of known PS-DSF totals is the cold solve's, a warm solve
+  from the run's last allocation and, for a run that certified, the allocation the same
+  dynamics reach from there at the solver's tolerance 1e-9 (``EXACT_ROUNDS`` more at most): the
+  allocation the run settles on, exactly;
 * sequential: exact sweeps, one server at a time on fresh totals (one sweep = one round), the
-  same measure;
+  same measure (the continuation is skipped from K = 1,000, for time);
 * runtime setting: the simulator with ``ProtocolConfig()`` defaults (message-level Scuttlebutt
   gossip, random phases, jitter 0.2) and the distance computed online by ``observe``, as
   ``simulate`` and ``run`` report it.  The message-level simulator costs ~1 s per round at
@@ -41,7 +43,7 @@ from lockstep import Run, active_scenario, run, sequential
 from rule_study import PAPER, churn_runs, suite_scenario
 from sim_common import HOLD, RESULTS, table, write_atomic, write_csv
 
-from psdsf_dist.core.certificate import certificate
+from psdsf_dist.core.certificate import DEFAULT_RTOL, certificate
 from psdsf_dist.model.random_scenarios import google_cluster
 from psdsf_dist.model.scenario import Scenario, load_scenario
 from psdsf_dist.protocol.config import ProtocolConfig
@@ -53,7 +55,7 @@ from psdsf_dist.protocol.distance import (
     known_totals,
     relative_gap,
 )
-from psdsf_dist.protocol.update_rule import DEFAULT_RULE, make_rule
+from psdsf_dist.protocol.update_rule import DEFAULT_RULE, UpdateRule, make_rule
 from psdsf_dist.simulator.simulation import SimConfig, simulate
 
 FloatArray = npt.NDArray[np.float64]
@@ -68,12 +70,21 @@ def settle(flags: Sequence[bool]) -> int | None:
     return final_run_of_holds(list(flags), 1, open_ended=False)
 
 
+EXACT_ROUNDS = 1000
+"""Rounds a run that certified (rtol 1e-3) is continued, by the same dynamics, towards the
+solver's own tolerance (1e-9): the PS-DSF allocation it settles on then joins the known set
+exactly, instead of through a warm solve that may land on another one (``distance.py``)."""
+
+
 def lockstep_row(case: str, seed: int | None, phase: str, setting: str, scenario: Scenario,
-                 r: Run, cap: int) -> Row:
-    """Rounds to each threshold of a lock-step or sequential run (trace index = round)."""
+                 r: Run, cap: int, exact: Run | None = None) -> Row:
+    """Rounds to each threshold of a lock-step or sequential run (trace index = round);
+    ``exact``: the run continued towards rtol 1e-9 (see ``EXACT_ROUNDS``)."""
     final = r.allocation
     residual = certificate(scenario, final, rtol=RTOL).residual
     distance_to_fair(scenario, final, "rdm", residual)  # adds the run's own PS-DSF allocation
+    if exact is not None:
+        distance_to_fair(scenario, exact.allocation, "rdm", exact.residuals[-1])
     known = known_totals(scenario, "rdm")
     dist = [min((relative_gap(x, c) for c in known), default=math.inf) for x in r.totals]
     row: Row = {"case": case, "seed": "" if seed is None else seed, "phase": phase,
@@ -101,19 +112,36 @@ def lockstep_job(job: tuple[str, int | None, int, int]) -> list[Row]:
         runs = churn_runs(sc, rule, cap, 0, None)
         leaving = np.array([n != "u4" for n in sc.user_names])
         scs = [sc, active_scenario(sc, leaving), sc]
-        rows = [lockstep_row(case, None, ph, SETTINGS[0], s, r, cap) for ph, s, r in
-                zip(("from zero", "u4 leaves", "u4 rejoins"), scs, runs, strict=True)]
+        rows = [lockstep_row(case, None, ph, SETTINGS[0], s, r, cap, exactly(s, r, rule))
+                for ph, s, r in zip(("from zero", "u4 leaves", "u4 rejoins"), scs, runs,
+                                    strict=True)]
         seq = sequential(sc, rounds=seq_cap, rtol=RTOL, hold=HOLD)
-        return [*rows, lockstep_row(case, None, "from zero", SETTINGS[1], sc, seq, seq_cap)]
+        return [*rows, lockstep_row(case, None, "from zero", SETTINGS[1], sc, seq, seq_cap,
+                                    exactly(sc, seq, None))]
     sc = suite_scenario(int(seed or 0)) if case == "suite" else google_cluster(
         np.random.default_rng(seed), K=K, N=100)
     name = case if case == "suite" else f"google K={K}"
-    rows = [lockstep_row(name, seed, "from zero", SETTINGS[0], sc,
-                         run(sc, rule, rounds=cap, rtol=RTOL, hold=HOLD), cap)]
+    r = run(sc, rule, rounds=cap, rtol=RTOL, hold=HOLD)
+    rows = [lockstep_row(name, seed, "from zero", SETTINGS[0], sc, r, cap,
+                         exactly(sc, r, rule))]
     if K <= 1000:
-        rows.append(lockstep_row(name, seed, "from zero", SETTINGS[1], sc,
-                                 sequential(sc, rounds=seq_cap, rtol=RTOL, hold=HOLD), seq_cap))
+        seq = sequential(sc, rounds=seq_cap, rtol=RTOL, hold=HOLD)
+        rows.append(lockstep_row(name, seed, "from zero", SETTINGS[1], sc, seq, seq_cap,
+                                 exactly(sc, seq, None) if K < 1000 else None))
     return rows
+
+
+def exactly(scenario: Scenario, r: Run, rule: UpdateRule | None) -> Run | None:
+    """``r`` continued by the same dynamics (``rule`` in lock-step, or sequential sweeps for
+    None) until the certificate holds to 1e-9, at most ``EXACT_ROUNDS`` rounds; None if ``r``
+    did not certify (rtol 1e-3)."""
+    if r.converged_round is None:
+        return None
+    if rule is None:
+        return sequential(scenario, rounds=EXACT_ROUNDS, rtol=DEFAULT_RTOL, hold=1,
+                          start=r.allocation)
+    return run(scenario, rule, rounds=EXACT_ROUNDS, rtol=DEFAULT_RTOL, hold=1,
+               start=r.allocation, states=r.states, lineage=r.lineage)
 
 
 def sim_job(job: tuple[str, int | None, int, int]) -> list[Row]:

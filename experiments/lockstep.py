@@ -157,15 +157,17 @@ def sequential(
     rounds: int = 200,
     rtol: float = 1e-3,
     hold: int = 20,
+    start: FloatArray | None = None,
 ) -> Run:
     """Exact sequential sweeps (Gauss-Seidel): servers take the plain best response one after
     another on the true, fresh totals.  No concurrency and no staleness: the setting the
     best response is designed for, and the reference the lock-step rules are measured against
-    (one sweep counts as one round)."""
+    (one sweep counts as one round).  ``start``: continue from this allocation (default
+    empty)."""
     N, K = scenario.num_users, scenario.num_servers
     servers = np.arange(K, dtype=np.int64)
     views = [server_view(scenario, i, mode, None, K) for i in range(K)]
-    X = np.zeros((N, K))
+    X = np.zeros((N, K)) if start is None else np.array(start, dtype=float)
     totals = X.sum(axis=1)
     ones = np.ones(K)
     residuals = [_residual(scenario, X, ones, servers, mode, rtol)]

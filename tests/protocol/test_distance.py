@@ -165,6 +165,31 @@ def test_the_google_mix_run_settles_on_another_ps_dsf_allocation_and_reads_fair(
     assert warm is not None and warm < 1e-12
 
 
+def test_an_allocation_certified_to_the_solvers_tolerance_is_itself_fair() -> None:
+    # measured: exact sequential sweeps (one server at a time, per server, fresh totals) on
+    # this random scenario reach a PS-DSF allocation that splits classes of identical servers
+    # unevenly; the warm solve starts each class from its members' mean and lands on another
+    # PS-DSF allocation 1-2 % away, so the run's own allocation must count as fair by itself
+    from psdsf_dist.protocol.update_rule import best_response, server_view
+
+    rng = np.random.default_rng(35)
+    K, N, M = int(rng.integers(2, 201)), int(rng.integers(2, 51)), int(rng.integers(1, 5))
+    scenario = random_scenario(rng, K=K, N=N, M=M)
+    views = [server_view(scenario, i, "rdm") for i in range(K)]
+    X = np.zeros((N, K))
+    for _ in range(60):
+        for i in range(K):
+            X[:, i] = best_response(views[i], X.sum(axis=1), X[:, i])
+    cert = certificate(scenario, X, mode="rdm")
+    assert cert.holds  # PS-DSF to the solver's own tolerance (1e-9)
+    warm = solve(scenario, "rdm", start=X)
+    assert relative_gap(X.sum(axis=1), warm.totals) > 0.01  # the warm solve lands elsewhere
+    got = distance_to_fair(scenario, X, "rdm", cert.residual)
+    assert got == 0.0
+    assert any(relative_gap(X.sum(axis=1), c) == 0.0
+               for c in dist.known_totals(scenario, "rdm"))
+
+
 def test_forget_drops_what_earlier_runs_found(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(dist, "_cache", type(dist._cache)())
     assert len(dist.known_totals(two_servers(), "rdm")) == 1

@@ -154,6 +154,9 @@ class QueueStatus:
     """Server -> Ray node id."""
     pipelined: dict[str, int] = field(default_factory=dict)
     """Server -> tasks launched beyond the lease's slots, waiting at the node (pipelining)."""
+    withdrawn: int = 0
+    """Tasks of bulk submissions withdrawn by their caller before they started (not in
+    ``failed``)."""
 
 
 class TenantQueue:
@@ -175,12 +178,14 @@ class TenantQueue:
         self.completed = 0
         self.retried = 0
         self.failed = 0
+        self.withdrawn = 0
         self.gone: str | None = None
         self.last_answer = time.monotonic()
         self.idle_since: float | None = time.monotonic()
         self.reported = 0
         self.work = asyncio.Event()
         self.loops: list[asyncio.Task[None]] = []
+        self.closed = False
         self.metrics = TenantMetrics(user)
 
     async def start(self) -> None:
@@ -251,12 +256,13 @@ class TenantQueue:
                            self.admitted, self.completed, self.retried, self.failed,
                            len(self.servers), self.gone,
                            {n: s.node for n, s in self.servers.items()},
-                           {n: s.waiting for n, s in self.servers.items()})
+                           {n: s.waiting for n, s in self.servers.items()}, self.withdrawn)
 
     async def close(self) -> None:
         """Drop what is queued, give the slots back and leave (the driver is done)."""
         for loop_task in self.loops:
             loop_task.cancel()
+        self.closed = True
         self.gone = f"tenant {self.user!r} closed its queue"  # later submissions fail at once
         self._fail_queued(AllocatorGoneError, self.gone)
         self.metrics.flush()
@@ -345,6 +351,8 @@ class TenantQueue:
         finally:
             server.ended()
             self._pump()
+            if self.closed:
+                self.metrics.flush()  # the report loop that flushes is gone
 
     # -- talking to the allocator -------------------------------------------------------------
     def _backlog(self) -> int:
@@ -432,13 +440,16 @@ class TenantQueue:
 
     def _fail_queued(self, kind: type[Exception], message: str, batch: str | None = None) -> int:
         """Fail the queued tasks — every one, or those of one bulk submission — and return
-        how many."""
+        how many (counted as withdrawn for :class:`TaskWithdrawnError`, else as failed)."""
         failing = [t for t in self.queue if batch is None or t.batch == batch]
         self.queue = deque(t for t in self.queue if batch is not None and t.batch != batch)
         # one exception object per task: raising one object many times would chain every
         # raise's traceback onto it (quadratic time; 200 tasks took 5 s to drop)
+        if kind is TaskWithdrawnError:
+            self.withdrawn += len(failing)
+        else:
+            self.failed += len(failing)
         for task in failing:
-            self.failed += 1
             if not task.result.done():
                 task.result.set_exception(kind(message))
         return len(failing)

@@ -171,7 +171,8 @@ def distance_to_fair(scenario: Scenario, allocation: FloatArray, mode: Mode,
     known.since_warm += 1
     if (residual is not None and residual <= DEFAULT_RTOL and (best is None or best > 0.0)
             and certificate(scenario, X, mode=mode, rtol=DEFAULT_RTOL).holds):
-        _add(known, x)
+        if best is None or best > WARM_GAP:  # not a near copy of one known (round-off moves)
+            _add(known, x)
         return 0.0
     if (residual is not None and residual <= WARM_RESIDUAL and np.all(np.isfinite(X))
             and (best is None or best > WARM_GAP) and known.since_warm >= WARM_EVERY):

@@ -268,18 +268,19 @@ def run(quick: bool, ray_run: bool | None = None) -> Section:
 def _plot(curves: dict[str, tuple[Any, Any]]) -> str:
     fig, axes = figure(3, 1, height=8.0)
     colors = ["tab:blue", "tab:orange", "tab:green"]
-    # one style per run (six): the last two drawn wide and light so they stay apart
-    styles: list[Any] = ["-", "--", ":", "-.", (0, (3, 1, 1, 1, 1, 1)), "-"]
-    widths = [1.1, 1.1, 1.1, 1.1, 1.1, 2.6]
-    alphas = [1.0, 1.0, 1.0, 1.0, 1.0, 0.45]
+    # one look (line style, width, alpha) per run, six: the last drawn wide and light so it
+    # stays apart from the first
+    looks: list[dict[str, Any]] = [
+        *({"ls": ls, "lw": 1.1, "alpha": 1.0}
+          for ls in ("-", "--", ":", "-.", (0, (3, 1, 1, 1, 1, 1)))),
+        {"ls": "-", "lw": 2.6, "alpha": 0.45}]
     for k, (title, j) in enumerate((("CPU share of the cluster", 0),
                                     ("memory share of the cluster", 1),
                                     ("global dominant share", 2))):
         ax = axes[k][0]
         for s, (ts, sh) in enumerate(curves.values()):
             for n in range(3):
-                ax.plot(ts, 100 * sh[:, n, j], color=colors[n], ls=styles[s % len(styles)],
-                        lw=widths[s % len(styles)], alpha=alphas[s % len(styles)])
+                ax.plot(ts, 100 * sh[:, n, j], color=colors[n], **looks[s % len(looks)])
         for x, _, _ in EVENTS:
             ax.axvline(x, color="grey", lw=0.6, ls="--")
         ax.set_ylabel(f"{title} (%)")
@@ -293,9 +294,7 @@ def _plot(curves: dict[str, tuple[Any, Any]]) -> str:
 
     # colour = user, line style = run: two small legends instead of one entry per pair
     users = [Line2D([], [], color=c, lw=1.5) for c in colors]
-    runs = [Line2D([], [], color="black", ls=styles[s % len(styles)],
-                   lw=widths[s % len(styles)], alpha=alphas[s % len(styles)])
-            for s in range(len(curves))]
+    runs = [Line2D([], [], color="black", **looks[s % len(looks)]) for s in range(len(curves))]
     fig.legend(users, ["u1", "u2", "u3"], loc="upper left", fontsize=7.5, title="user",
                title_fontsize=7.5, bbox_to_anchor=(0.01, 1.0))
     fig.legend(runs, list(curves), loc="upper right", ncol=2, fontsize=7, title="run",

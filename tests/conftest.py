@@ -3,6 +3,12 @@ local Ray session (2 CPUs) for every test that needs Ray.
 
 Tests marked ``multinode`` (``ray.cluster_utils.Cluster``) shut the shared session down and start
 their own cluster, so they are moved to the end of the run.
+
+The suite runs on two pytest-xdist workers with ``--dist loadgroup`` (``scripts/test.sh``): every
+test of a module that uses Ray is put in one group, ``ray``, so that those tests run in one worker,
+one after another, on one Ray session as they would alone, while the other worker runs the tests
+that need no Ray (most of them CPU-bound).  Without xdist the group is inert; the ``ray`` marker
+it comes with lets ``scripts/test.sh --quick`` leave those modules out.
 """
 
 from __future__ import annotations
@@ -111,9 +117,27 @@ def stop_ray_cluster(c: Any) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "multinode: starts its own multi-node Ray cluster")
+    config.addinivalue_line("markers", "ray: in a module that uses Ray (set at collection)")
+
+
+RAY_MARKS = ("import ray", "ray_session", "start_ray_cluster")
+
+
+def _uses_ray(path: Path, seen: dict[Path, bool]) -> bool:
+    """Whether a test module starts or joins Ray (imports it, or uses the session or cluster
+    fixtures); read once per module."""
+    if path not in seen:
+        text = path.read_text(encoding="utf-8")
+        seen[path] = any(mark in text for mark in RAY_MARKS)
+    return seen[path]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    seen: dict[Path, bool] = {}
+    for item in items:
+        if _uses_ray(item.path, seen):
+            item.add_marker(pytest.mark.ray)
+            item.add_marker(pytest.mark.xdist_group("ray"))
     items.sort(key=lambda item: item.get_closest_marker("multinode") is not None)
 
 

@@ -108,32 +108,41 @@ class OnlineTsfEr:
         return np.asarray(ok)
 
     def allocate_from_queues(self) -> list[Placement]:
-        """Algorithm 2's ``AllocateFromQueues``: the tasks started, in order."""
+        """Algorithm 2's ``AllocateFromQueues``: the tasks started, in order.
+
+        Placing a task only shrinks server m's residual and the external ones, so only column
+        m of the fit matrix and the external check are recomputed (fits only get lost)."""
         out: list[Placement] = []
         queued = np.array([len(q) for q in self.queues]) > 0
         can = queued & (self.eta > 0)
         inv_eta = np.where(self.eta > 0, 1.0 / np.where(self.eta > 0, self.eta, 1.0), np.inf)
-        while can.any():
-            fit = self.fits() & can[:, None]
+        fit = self.fits() & can[:, None]
+        share = self.share
+        ext = len(self.ext_capacity) > 0
+        while True:
             feasible = fit.any(axis=1)
             if not feasible.any():
-                break
-            share = np.where(feasible, self.share, np.inf)
-            least = share <= share.min() * (1 + SHARE_RTOL)  # J_min (exact ties stay ties)
+                return out
+            s = np.where(feasible, share, np.inf)
+            least = s <= s.min() * (1 + SHARE_RTOL)  # J_min (exact ties stay ties)
             j = int(np.argmin(np.where(least, inv_eta, np.inf)))  # least 1/eta, lowest index
             ok = np.flatnonzero(fit[j])
             dist = ((self.residual[ok] - self.demand[j][None, :]) ** 2).sum(axis=1)
-            server = int(ok[int(np.argmin(dist))])
+            m = int(ok[int(np.argmin(dist))])
             task = self.queues[j].popleft()
-            self.residual[server] -= self.demand[j]
-            if len(self.ext_capacity):
-                self.ext_residual -= self.ext_demand[j]
+            self.residual[m] -= self.demand[j]
             self.running[j] += 1
-            self.where[j, task] = server
-            out.append(Placement(j, task, server))
+            share[j] = self.running[j] * inv_eta[j]
+            self.where[j, task] = m
+            out.append(Placement(j, task, m))
             if not self.queues[j]:
-                can[j] = False
-        return out
+                fit[j] = False
+            fit[:, m] &= (self.demand <= self.residual[m] + self._tol[m]).all(axis=1)
+            if ext:
+                self.ext_residual = self.ext_residual - self.ext_demand[j]
+                ext_ok = np.asarray((self.ext_demand <= self.ext_residual
+                                     + self._ext_tol).all(axis=1))
+                fit &= ext_ok[:, None]
 
     def arrive(self, user: int, tasks: list[int]) -> list[Placement]:
         """``TaskArrival``: queue the user's tasks (ids unique per user) and allocate."""
@@ -185,11 +194,14 @@ zero), feasible for the servers and external resources."""
 class RoundedFluid(OnlineTsfEr):
     """The TSF-ER paper's extension of a divisible rule (MNW, CRU) to indivisible tasks (section
     6.1): at each reallocation every running task is suspended, the rule's divisible allocation
-    for the users with tasks is rounded down per server (and to the tasks they have), and, if a
-    user arrived or left since the last reallocation, tasks are then placed at random - a
-    uniformly drawn (user, server) pair among those where a queued task fits - until none fits.
-    A user arriving between reallocations is served the same random way; tasks finishing
-    between them leave their resources idle until the next one.
+    for the users with tasks (not bounded by their task counts, as in the fluid model) is
+    rounded down per server and started as far as the users have tasks, and, if a user arrived
+    or left during the slot, tasks are then placed at random - a uniformly drawn (user, server)
+    pair among those where a queued task fits - until none fits.  Between reallocations
+    nothing is placed: arriving tasks wait for the next one, finished tasks leave their
+    resources idle until then.  (The paper's words, "upon arrival or departure of some users
+    during each reallocation time slot, the scheduler keeps allocating tasks to the server
+    randomly", are read as acting at the slot's reallocation, as the rule itself does.)
 
     Rounding down keeps the allocation feasible (fewer tasks per server than the feasible
     divisible one, and so of the external resources too).
@@ -240,18 +252,15 @@ class RoundedFluid(OnlineTsfEr):
         return out
 
     def arrive(self, user: int, tasks: list[int]) -> list[Placement]:
-        """A user's tasks arrive: queued, and served by the random fill."""
+        """A user's tasks arrive: queued until the next reallocation."""
         self.queues[user].extend(tasks)
         self.users_changed = True
-        return self.random_fill()
+        return []
 
     def depart(self, tasks: list[tuple[int, int]]) -> list[Placement]:
-        """Tasks finished: their resources stay idle until the next reallocation, unless a user
-        left (its last task done), which triggers the random fill."""
+        """Tasks finished: their resources stay idle until the next reallocation."""
         for user, task in tasks:
             self.release(user, task)
             if not self.queues[user] and not self.running[user]:
                 self.users_changed = True
-        if self.users_changed:
-            return self.random_fill()
         return []

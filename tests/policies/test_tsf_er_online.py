@@ -25,7 +25,7 @@ def transcription(sc: Scenario, queued: list[int]) -> list[tuple[int, int]]:
     s = [0.0] * len(queued)
     count = [0] * len(queued)
     left = list(queued)
-    out = []
+    out: list[tuple[int, int]] = []
 
     def fits(j: int, m: int) -> bool:
         return bool((sc.demand[j] <= a[m] + 1e-9 * sc.capacity[m]).all()

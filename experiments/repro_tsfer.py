@@ -285,6 +285,7 @@ def indivisible_factor(jobs: Jobs, sc: Scenario, jct: FloatArray) -> FloatArray:
 
 # -- Figs. 3-4: SI and PO over time --------------------------------------------------------------
 
+SI_RTOL = 1e-4  # a task ratio this close to 1 is the LPs' round-off, not a violation
 RESERVED = ("drf-cpu", "drf-mem", "drf-eq", "tsf-cpu", "tsf-mem", "tsf-eq", "drf-er", "tsf-er")
 
 
@@ -326,7 +327,7 @@ def si_po_over_time(jobs: Jobs, sc: Scenario, name: str) -> tuple[float, float, 
         r, d = seen[act]
         total += length
         ratio += r * length
-        violated += length * (r < 1 - 1e-6)
+        violated += length * (r < 1 - SI_RTOL)
         dom += d * length
     return ratio / total, violated / total, dom / total
 
@@ -343,19 +344,17 @@ def table2(quick: bool) -> str:
     scenarios = [(f, load_scenario(EXAMPLES / f"{f}.yaml")) for f in
                  ("tsfer_fig2", "tsfer_sp_counterexample", "tsfer_si_counterexample")]
     pool = job_pool()
-    for k in range(3 if quick else 10):
+    for k in range(2 if quick else 6):
         scenarios.append((f"random 6.2 environment {k}",
                           environment(sample(pool, 4, 1000 + k), 0.9, 2.0)))
-    trials = 10 if quick else 40
+    trials = 5 if quick else 20
     rows = []
     for rule in TABLE2_RULES:
+        reports = [(name, check_properties(sc, rule, trials=trials)) for name, sc in scenarios]
         cells = []
         for key, claim in zip(KEYS, TABLE2_PAPER[rule], strict=True):
-            fails = []
-            for name, sc in scenarios:
-                check = check_properties(sc, rule, trials=trials).get(key)
-                if check.holds is False:
-                    fails.append(f"{name}: {check.detail}")
+            fails = [f"{name}: {rep.get(key).detail}" for name, rep in reports
+                     if rep.get(key).holds is False]
             ours = f"fails ({len(fails)}/{len(scenarios)}): {fails[0]}" if fails else (
                 f"holds in {len(scenarios)}")
             paper = "yes" if claim == "Y" else "no"
@@ -463,17 +462,20 @@ def figs34(pool: Jobs, users: int, instances: int) -> tuple[str, list[dict[str, 
     fig, axes = figure(1, 3)
     titles = ("mean minimum restricted task ratio", "share of time SI is violated",
               "mean domination factor")
+    colour = {"cpu": "tab:red", "mem": "tab:blue", "eq": "tab:green", "er": "black"}
     for c, ax in enumerate(axes[0]):
         for name in RESERVED:
-            style = "-" if name.startswith("tsf") else "--"
-            ax.plot(rhos, [v[c] for v in out[name]], style, marker="o", label=name,
-                    linewidth=2.5 if name == "tsf-er" else 1.2)
+            drf = name.startswith("drf")
+            ax.plot(rhos, [v[c] for v in out[name]], "--" if drf else "-",
+                    marker="s" if drf else "o", markersize=7 if drf else 4,
+                    markerfacecolor="none" if drf else None, color=colour[name.split("-")[1]],
+                    label=name, linewidth=2.5 if name == "tsf-er" else 1.2)
         ax.set_xlabel("server heterogeneity rho")
         ax.set_ylabel(titles[c] + (" (fraction)" if c == 1 else " (ratio)"))
         ax.set_xticks(rhos)
-    axes[0][0].legend(ncol=2)
-    fig.suptitle(f"Figs. 3-4 (synthetic pool, {users} users, BW 2 MHz, {instances} runs per "
-                 "point)")
+    axes[0][2].legend(loc="upper left", ncol=2)
+    fig.suptitle(f"Figs. 3-4: synthetic job pool, {users} users per run, BW 2 MHz, {instances} "
+                 "run(s) per point (DRF dashed squares, TSF solid circles)")
     path = save(fig, "tsfer_figs34.png")
     csv = [{"rule": name, "rho": rho, "min_task_ratio": v[0], "si_violated_time": v[1],
             "domination_factor": v[2]} for name in RESERVED for rho, v in zip(rhos, out[name],
@@ -481,25 +483,85 @@ def figs34(pool: Jobs, users: int, instances: int) -> tuple[str, list[dict[str, 
     return path, csv
 
 
+def figs34_note(csv: list[dict[str, Any]], users: int) -> str:
+    """Figs. 3-4's claims checked on our points."""
+    by = {(r["rule"], r["rho"]): r for r in csv}
+    rhos = sorted({r["rho"] for r in csv})
+    ideal = [name for name in ("tsf-er", "drf-er") if all(
+        abs(by[name, rho]["domination_factor"] - 1) < SI_RTOL for rho in rhos)]
+    si_ok = all(by["tsf-er", rho]["min_task_ratio"] >= 1 - SI_RTOL for rho in rhos)
+    worse = [name for name in RESERVED[:6] if by[name, rhos[-1]]["min_task_ratio"]
+             < by[name, rhos[0]]["min_task_ratio"] - SI_RTOL]
+    dom = [name for name in RESERVED[:6] if by[name, rhos[-1]]["domination_factor"]
+           > by[name, rhos[0]]["domination_factor"] + SI_RTOL]
+    return (
+        f"Figs. 3-4 (paper: 100 users, ours: {users}, since each point is a fluid run per rule "
+        "with a progressive-filling solve per event): TSF-ER keeps the minimum restricted task "
+        f"ratio at 1 at every rho: {'yes' if si_ok else 'no'}; domination factor 1 (PO) at "
+        f"every rho for {', '.join(ideal) or 'none'} (paper: DRF-ER and TSF-ER); the minimum "
+        f"ratio falls from rho {rhos[0]} to {rhos[-1]} for {len(worse)} of the 6 reserved "
+        f"rules ({', '.join(worse)}) and their domination factor grows for {len(dom)} "
+        f"({', '.join(dom)}) (paper: all of them).  DRF-ER's SI failures show as a ratio "
+        "below 1 where they occur; with few users they are rarer than the paper's.")
+
+
+def ordering_note(csv3: list[dict[str, Any]], csv4: list[dict[str, Any]], inst3: int,
+                  inst4: int, pool: Jobs) -> str:
+    """What of the paper's orderings the tables reproduce, counted from the rows."""
+    below = sum(r["tsf-er_ours"] < min(r["mnw_ours"], r["cru_ours"]) for r in csv3)
+    above = sum(r["tsf-er_ours"] > max(r["mnw_ours"], r["cru_ours"]) for r in csv4)
+    n3 = [r["tsf-er_ours"] for r in csv3 if r["rho"] == 0.7 and r["bw_mhz"] == 2]
+    n4 = [r["tsf-er_ours"] for r in csv4 if r["rho"] == 0.7 and r["bw_mhz"] == 2
+          and r["slot_s"] == 256]
+    gap3 = max(1 - r["tsf-er_ours"] / r["cru_ours"] for r in csv3)
+    mnw4 = np.mean([r["mnw_ours"] for r in csv4])
+    cru4 = np.mean([r["cru_ours"] for r in csv4])
+    return (
+        f"Orderings: in the fluid runs TSF-ER is below both MNW and CRU in {below} of "
+        f"{len(csv3)} columns (paper: all; its largest drop against CRU 6.5 %, ours "
+        f"{100 * gap3:.1f} %); with indivisible tasks TSF-ER is above both in {above} of "
+        f"{len(csv4)} columns (paper: all).  TSF-ER's factor falls with the number of users, "
+        f"fluid {' > '.join(f'{v:.3f}' for v in n3[:3])} and indivisible "
+        f"{' > '.join(f'{v:.3f}' for v in n4[:3])} for n = 10, 15, 20 (paper: falls).  "
+        "Magnitudes differ, and why: the paper samples the Google trace's first 1,000 jobs, "
+        "which are not shipped here, so our pool is synthetic (log-uniform tasks, durations and "
+        "demands over the ranges the paper states; `job_pool`), and the factors depend on how "
+        "much the sampled jobs overlap; the paper's X ~ Gamma(shape 4, \"rate\" 200) is read "
+        "as scale 200 cycles per bit (mean 800), because a rate of 200 (mean 0.02) would ask "
+        "40,000 times as much bandwidth for every task and make the link every user's only "
+        "bottleneck, against the paper's remark that more than 3 MHz makes it irrelevant; "
+        f"and we average {inst3} (fluid) and {inst4} (indivisible) instances per column, the "
+        "paper over 10,000 problem "
+        "instances in all.  The paper's MNW and CRU collapse to 0.13-0.31 with indivisible "
+        f"tasks; ours average {mnw4:.3f} and {cru4:.3f}: their rounding (`RoundedFluid`) "
+        "leaves arriving tasks waiting and freed resources idle until the next slot, as we read "
+        "the paper, but our synthetic tasks (log-uniform from 15 s, median "
+        f"{np.median(pool.duration) / 3600:.1f} hours) are seldom shorter than a slot, so "
+        "waiting for it costs them little; the rounding can cost as much as the paper reports "
+        "only if the trace's tasks are much shorter, which cannot be checked without it.")
+
+
 def run(quick: bool) -> Section:
     t0 = time.perf_counter()
     pool = job_pool()
     parts = [table2(quick), ""]
-    inst3 = 3 if quick else 20
+    inst3 = 2 if quick else 8
     rows3, csv3 = table3(pool, inst3)
     parts += [f"**TSF-ER paper, Table 3: mean JCT factor, fluid tasks** (cells `paper / ours`; "
               f"ours: {inst3} seeded instances per column, the same users for every rule):", "",
               table(["n", "rho", "BW", "TSF-ER", "MNW", "CRU", "ordering"], rows3), "",
               f"CSV: `{save_csv('tsfer_table3.csv', csv3)}`", ""]
-    inst4 = 2 if quick else 10
+    inst4 = 1 if quick else 4
     rows4, csv4 = table4(pool, inst4)
     parts += [f"**TSF-ER paper, Table 4: mean JCT factor, indivisible tasks** (cells `paper / "
               f"ours`; ours: {inst4} seeded instances per column):", "",
               table(["n", "rho", "BW", "slot", "TSF-ER", "MNW", "CRU", "ordering"], rows4), "",
               f"CSV: `{save_csv('tsfer_table4.csv', csv4)}`", ""]
-    users, inst = (8, 1) if quick else (20, 3)
+    parts += [ordering_note(csv3, csv4, inst3, inst4, pool), ""]
+    users, inst = (6, 1) if quick else (20, 3)
     path, csv34 = figs34(pool, users, inst)
-    parts += [f"![Figs. 3-4]({path})", "", f"CSV: `{save_csv('tsfer_figs34.csv', csv34)}`", ""]
+    parts += [f"![Figs. 3-4]({path})", "", f"CSV: `{save_csv('tsfer_figs34.csv', csv34)}`", "",
+              figs34_note(csv34, users), ""]
     return Section("TSF-ER: Table 2 and section 6.2", "\n".join(parts),
                    time.perf_counter() - t0)
 

@@ -24,16 +24,18 @@ Seeded: instance k of a column uses seed k, so every rule sees the same users.
 
 from __future__ import annotations
 
+import csv
 import heapq
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from repro_common import Section, figure, save, save_csv, section_main
+from repro_common import REPORT_DIR, Section, figure, save, save_csv, section_main
 from scipy.optimize import linprog
 from sim_common import EXAMPLES, table
 
@@ -341,6 +343,7 @@ KEYS = ("ef", "po", "sp", "si")
 
 
 def table2(quick: bool) -> str:
+    """Table 2."""
     scenarios = [(f, load_scenario(EXAMPLES / f"{f}.yaml")) for f in
                  ("tsfer_fig2", "tsfer_sp_counterexample", "tsfer_si_counterexample")]
     pool = job_pool()
@@ -541,29 +544,65 @@ def ordering_note(csv3: list[dict[str, Any]], csv4: list[dict[str, Any]], inst3:
         "only if the trace's tasks are much shorter, which cannot be checked without it.")
 
 
+def fluid_part(quick: bool) -> str:
+    """Table 3."""
+    pool = job_pool()
+    inst3 = FLUID_INSTANCES[quick]
+    rows3, csv3 = table3(pool, inst3)
+    return "\n".join([
+        f"**TSF-ER paper, Table 3: mean JCT factor, fluid tasks** (cells `paper / ours`; ours: "
+        f"{inst3} seeded instances per column, the same users for every rule):", "",
+        table(["n", "rho", "BW", "TSF-ER", "MNW", "CRU", "ordering"], rows3), "",
+        f"CSV: `{save_csv('tsfer_table3.csv', csv3)}`", ""])
+
+
+def indivisible_part(quick: bool) -> str:
+    """Table 4."""
+    pool = job_pool()
+    inst4 = INDIVISIBLE_INSTANCES[quick]
+    rows4, csv4 = table4(pool, inst4)
+    return "\n".join([
+        f"**TSF-ER paper, Table 4: mean JCT factor, indivisible tasks** (cells `paper / ours`; "
+        f"ours: {inst4} seeded instances per column):", "",
+        table(["n", "rho", "BW", "slot", "TSF-ER", "MNW", "CRU", "ordering"], rows4), "",
+        f"CSV: `{save_csv('tsfer_table4.csv', csv4)}`", ""])
+
+
+def orderings_part(quick: bool) -> str:
+    """The orderings of Tables 3-4, read back from their CSV files."""
+    csv3 = read_csv(REPORT_DIR / "tsfer_table3.csv")
+    csv4 = read_csv(REPORT_DIR / "tsfer_table4.csv")
+    return ordering_note(csv3, csv4, FLUID_INSTANCES[quick], INDIVISIBLE_INSTANCES[quick],
+                         job_pool()) + "\n"
+
+
+def figures_part(quick: bool) -> str:
+    """Figs. 3-4."""
+    users, inst = FIG_RUNS[quick]
+    path, csv34 = figs34(job_pool(), users, inst)
+    return "\n".join([f"![Figs. 3-4]({path})", "",
+                      f"CSV: `{save_csv('tsfer_figs34.csv', csv34)}`", "",
+                      figs34_note(csv34, users), ""])
+
+
+def read_csv(path: Path) -> list[dict[str, Any]]:
+    with path.open() as f:
+        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+FLUID_INSTANCES = {True: 2, False: 8}
+INDIVISIBLE_INSTANCES = {True: 1, False: 4}
+FIG_RUNS = {True: (6, 1), False: (16, 2)}  # users per run, runs per point
+PARTS: dict[str, Callable[[bool], str]] = {
+    "table2": table2, "fluid": fluid_part, "indivisible": indivisible_part,
+    "orderings": orderings_part, "figures": figures_part}
+"""The section's parts in order; ``orderings`` reads the CSV files of the two before it."""
+
+
 def run(quick: bool) -> Section:
     t0 = time.perf_counter()
-    pool = job_pool()
-    parts = [table2(quick), ""]
-    inst3 = 2 if quick else 8
-    rows3, csv3 = table3(pool, inst3)
-    parts += [f"**TSF-ER paper, Table 3: mean JCT factor, fluid tasks** (cells `paper / ours`; "
-              f"ours: {inst3} seeded instances per column, the same users for every rule):", "",
-              table(["n", "rho", "BW", "TSF-ER", "MNW", "CRU", "ordering"], rows3), "",
-              f"CSV: `{save_csv('tsfer_table3.csv', csv3)}`", ""]
-    inst4 = 1 if quick else 4
-    rows4, csv4 = table4(pool, inst4)
-    parts += [f"**TSF-ER paper, Table 4: mean JCT factor, indivisible tasks** (cells `paper / "
-              f"ours`; ours: {inst4} seeded instances per column):", "",
-              table(["n", "rho", "BW", "slot", "TSF-ER", "MNW", "CRU", "ordering"], rows4), "",
-              f"CSV: `{save_csv('tsfer_table4.csv', csv4)}`", ""]
-    parts += [ordering_note(csv3, csv4, inst3, inst4, pool), ""]
-    users, inst = (6, 1) if quick else (20, 3)
-    path, csv34 = figs34(pool, users, inst)
-    parts += [f"![Figs. 3-4]({path})", "", f"CSV: `{save_csv('tsfer_figs34.csv', csv34)}`", "",
-              figs34_note(csv34, users), ""]
-    return Section("TSF-ER: Table 2 and section 6.2", "\n".join(parts),
-                   time.perf_counter() - t0)
+    text = "\n\n".join(part(quick).rstrip() for part in PARTS.values())
+    return Section("TSF-ER: Table 2 and section 6.2", text, time.perf_counter() - t0)
 
 
 def main(argv: list[str] | None = None) -> None:

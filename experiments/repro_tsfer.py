@@ -473,6 +473,17 @@ def figs34(pool: Jobs, users: int, instances: int) -> tuple[str, list[dict[str, 
                 vals.append(si_po_over_time(jobs, environment(jobs, rho, 2.0), name))
             a = np.mean(vals, axis=0)
             out[name].append((float(a[0]), float(a[1]), float(a[2])))
+    csv = [{"rule": name, "rho": rho, "min_task_ratio": v[0], "si_violated_time": v[1],
+            "domination_factor": v[2]} for name in RESERVED for rho, v in zip(rhos, out[name],
+                                                                            strict=True)]
+    return plot_figs34(csv, users, instances), csv
+
+
+def plot_figs34(csv: list[dict[str, Any]], users: int, instances: int) -> str:
+    """The three panels against rho, one line per rule; returns the PNG's report path."""
+    rhos = sorted({float(r["rho"]) for r in csv})
+    by = {(r["rule"], float(r["rho"])): r for r in csv}
+    keys = ("min_task_ratio", "si_violated_time", "domination_factor")
     fig, axes = figure(1, 3)
     titles = ("mean minimum restricted task ratio", "share of time SI is violated",
               "mean domination factor")
@@ -480,21 +491,17 @@ def figs34(pool: Jobs, users: int, instances: int) -> tuple[str, list[dict[str, 
     for c, ax in enumerate(axes[0]):
         for name in RESERVED:
             drf = name.startswith("drf")
-            ax.plot(rhos, [v[c] for v in out[name]], "--" if drf else "-",
+            ax.plot(rhos, [by[name, rho][keys[c]] for rho in rhos], "--" if drf else "-",
                     marker="s" if drf else "o", markersize=7 if drf else 4,
                     markerfacecolor="none" if drf else None, color=colour[name.split("-")[1]],
                     label=name, linewidth=2.5 if name == "tsf-er" else 1.2)
         ax.set_xlabel("server heterogeneity rho")
         ax.set_ylabel(titles[c] + (" (fraction)" if c == 1 else " (ratio)"))
         ax.set_xticks(rhos)
-    axes[0][2].legend(loc="upper left", ncol=2)
-    fig.suptitle(f"Figs. 3-4: synthetic job pool, {users} users per run, BW 2 MHz, {instances} "
-                 "run(s) per point (DRF dashed squares, TSF solid circles)")
-    path = save(fig, "tsfer_figs34.png")
-    csv = [{"rule": name, "rho": rho, "min_task_ratio": v[0], "si_violated_time": v[1],
-            "domination_factor": v[2]} for name in RESERVED for rho, v in zip(rhos, out[name],
-                                                                            strict=True)]
-    return path, csv
+    axes[0][1].legend(loc="center", bbox_to_anchor=(0.5, 0.68), ncol=2, fontsize=7)
+    fig.suptitle(f"Figs. 3-4: synthetic jobs, {users} users, BW 2 MHz, {instances} run(s) per "
+                 "point; DRF dashed, TSF solid")
+    return save(fig, "tsfer_figs34.png")
 
 
 def figs34_note(csv: list[dict[str, Any]], users: int) -> str:

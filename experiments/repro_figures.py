@@ -6,7 +6,7 @@
   each 10 (one server each);
 * TSF-ER paper, Fig. 2 (ORACLES 4, ``tsfer_fig2.yaml``): one external resource;
 * Kesidis et al. (ORACLES 5, ``kesidis_two_servers.yaml``): whole-task progressive filling, and
-  Tables II-V, the randomised round robin over 200 seeds (and a server drawn each step).
+  Tables II-V, the randomised round robin over 2,000 seeds (and a server drawn each step).
 
 The policy list is the registry's (:data:`psdsf_dist.policies.POLICIES`): a policy registered
 later appears in every table without a change here.  A policy that refuses a scenario (e.g.

@@ -9,7 +9,9 @@ Sections (each its own module, ``run(quick) -> Section``):
 1. ``repro_psdsf``: PS-DSF paper section V, Table IV and Fig. 6 (simulator and Ray);
 2. ``repro_drfh``: DRFH paper Fig. 4, users joining and leaving on 100 Google machines;
 3. ``repro_figures``: the papers' small worked figures, every registered policy;
-4. ``repro_google``: the Google 2011 mix at K = 1,000 and 12,583 with 100 users.
+4. ``repro_google``: the Google 2011 mix at K = 1,000 and 12,583 with 100 users;
+5. ``repro_tsfer``: TSF-ER paper Table 2 (six rules' properties) and section 6.2 (Tables 3-4,
+   Figs. 3-4; Algorithm 2 for indivisible tasks).
 
 Figures and CSV files go to ``experiments/report/``.  ``--quick`` (a few minutes) runs the
 simulator in lock-step only, fewer rounds, no Ray (the last full run's Ray trace of the paper
@@ -28,6 +30,7 @@ import repro_drfh
 import repro_figures
 import repro_google
 import repro_psdsf
+import repro_tsfer
 from repro_common import REPORT, Section, seconds_text
 from sim_common import write_atomic
 
@@ -46,7 +49,8 @@ def main(argv: list[str] | None = None) -> None:
         ("psdsf", lambda: repro_psdsf.run(args.quick, args.ray)),
         ("drfh", lambda: repro_drfh.run(args.quick, args.ray)),
         ("figures", lambda: repro_figures.run(args.quick)),
-        ("google", lambda: repro_google.run(args.quick)))
+        ("google", lambda: repro_google.run(args.quick)),
+        ("tsfer", lambda: repro_tsfer.run(args.quick)))
     for name, fn in steps:
         print(f"[{time.perf_counter() - t0:6.0f} s] {name} ...", flush=True)
         sections.append(fn())

@@ -1,10 +1,12 @@
 """Every allocation policy by name: ``allocate(scenario, policy, mode) -> Allocation``.
 
 ``psdsf`` is the certified exact solver (:func:`psdsf_dist.core.solver.solve`); the others are the
-baselines of :mod:`drf`, :mod:`drfh`, :mod:`tsf`, :mod:`tsf_er`, :mod:`mnw` and :mod:`cru`; the
+baselines of :mod:`drf`, :mod:`drfh`, :mod:`tsf`, :mod:`tsf_er`, :mod:`tsf_er_baselines`,
+:mod:`mnw` and :mod:`cru`; the
 whole-task schedulers (integer tasks, ``Allocation.whole``) are :mod:`whole_task_policies`,
 ``rrr-psdsf`` seeded by ``allocate``'s ``seed``.  Only the policies of :func:`models_external`
-(``tsf-er``, ``mnw``, ``cru``) model the external resources of a scenario; every other policy
+(``tsf-er``, ``drf-alpha-er``, ``tsf-alpha-er``, ``drf-er``, ``mnw``, ``cru``) model the external
+resources of a scenario; every other policy
 allocates as if they did not exist (as the mechanisms are defined), so its use of them may
 exceed their capacity.  Likewise only the AMF family (:mod:`amf`) reads users' per-server task
 counts and task groups.
@@ -30,6 +32,7 @@ from psdsf_dist.policies.drfh import drfh
 from psdsf_dist.policies.mnw import max_nash_welfare
 from psdsf_dist.policies.tsf import tsf
 from psdsf_dist.policies.tsf_er import tsf_er
+from psdsf_dist.policies.tsf_er_baselines import drf_alpha_er, drf_er, tsf_alpha_er
 from psdsf_dist.policies.whole_task_policies import (
     DEFAULT_SEED,
     WHOLE_TASK_POLICIES,
@@ -47,6 +50,9 @@ POLICIES: tuple[str, ...] = (
     "tsf",
     "cdrf",
     "tsf-er",
+    "drf-alpha-er",
+    "tsf-alpha-er",
+    "drf-er",
     *WHOLE_TASK_POLICIES,
     *AMF_POLICIES,
     "mnw",
@@ -62,11 +68,16 @@ DESCRIPTIONS: dict[str, str] = {
     "tsf": "max-min task share, tasks alone on the cluster counted ignoring placement",
     "cdrf": "max-min task share, tasks alone on the cluster counted respecting placement",
     "tsf-er": "TSF with the external resources (task share over servers and external)",
+    "drf-alpha-er": "DRFH on servers each reserved an equal part of the external resources "
+                    "(DRF-eq)",
+    "tsf-alpha-er": "TSF on servers each reserved an equal part of the external resources "
+                    "(TSF-eq)",
+    "drf-er": "max-min dominant share, external resources pooled (their split chosen freely)",
     "drfh-first-fit": "whole tasks: lowest DRFH global dominant share first, first server it fits",
     "drfh-best-fit": "whole tasks: lowest DRFH global dominant share first, best-fit server H",
     "psdsf-pf": "whole tasks: progressive filling, pair of smallest PS-DSF share x/(phi gamma)",
     "rpsdsf": "whole tasks: progressive filling by PS-DSF share on residual capacities",
-    "rrr-psdsf": "whole tasks: random server each step (seeded), user by PS-DSF share there",
+    "rrr-psdsf": "whole tasks: servers in a new random order each round (seeded), PS-DSF user",
     "bf-drf": "whole tasks: lowest pooled DRF dominant share first, best-fit server H",
     "amf": "aggregate max-min fairness across servers, tasks bound to one server (Guan ch. 4)",
     "amf-si": "AMF with per-server sharing-incentive floors (SIG-AMF, Guan 4.4.4)",
@@ -75,6 +86,10 @@ DESCRIPTIONS: dict[str, str] = {
     "mnw": "max Nash welfare: max sum phi log x over servers and external (conic program)",
     "cru": "cautious relative utilitarian: max sum x / eta over the EF and SI allocations (LP)",
 }
+
+
+EXTERNAL_POLICIES: tuple[str, ...] = ("tsf-er", "drf-alpha-er", "tsf-alpha-er", "drf-er", "mnw",
+                                      "cru")
 
 
 class UnknownPolicyError(PsdsfError, ValueError):
@@ -104,7 +119,7 @@ class Allocation:
 
 def models_external(policy: str) -> bool:
     """Whether the policy takes the scenario's external resources into account."""
-    return policy in ("tsf-er", "mnw", "cru")
+    return policy in EXTERNAL_POLICIES
 
 
 def without_external(scenario: Scenario) -> Scenario:
@@ -120,7 +135,8 @@ def without_external(scenario: Scenario) -> Scenario:
 
 
 def policy_view(scenario: Scenario, policy: str) -> Scenario:
-    """The scenario as the policy models it: external resources only for ``tsf-er``, task
+    """The scenario as the policy models it: external resources only for those of
+    :data:`EXTERNAL_POLICIES`, task
     groups only for the AMF family (:func:`psdsf_dist.policies.amf.task_group_view`)."""
     env = scenario if models_external(policy) else without_external(scenario)
     return task_group_view(env, policy)
@@ -161,6 +177,12 @@ def allocate(
         X, filling = tsf(scenario, mode, respect_placement=policy == "cdrf")
     elif policy in AMF_POLICIES:
         X, filling = amf(scenario, mode, policy)
+    elif policy == "drf-alpha-er":
+        X, filling = drf_alpha_er(scenario, mode)
+    elif policy == "tsf-alpha-er":
+        X, filling = tsf_alpha_er(scenario, mode)
+    elif policy == "drf-er":
+        X, filling = drf_er(scenario, mode)
     else:
         X, filling = tsf_er(scenario, mode)
     return Allocation(policy, mode, X, time.perf_counter() - t0, filling.lp_solves)

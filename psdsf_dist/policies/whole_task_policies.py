@@ -14,7 +14,8 @@ the server's residual (unreserved) capacity.
   has little left of what n needs looks expensive to n.
 * ``rrr-psdsf`` - randomised round robin picks the server (a random order of the servers, new
   each round), the PS-DSF criterion ``x[n] / (phi[n] gamma[n, i])`` the user for it (Kesidis et
-  al., section VI); seeded, so a seed gives one allocation.
+  al., section VI); seeded, so a seed gives one allocation.  :func:`rrr_psdsf` also runs it with
+  the server drawn afresh at every step (``order="each-step"``), for comparison.
 * ``drfh-first-fit`` - First-Fit DRFH (Wang, Li and Liang, section V-B): the user of smallest
   weighted global dominant share ``x[n] mu[n] / phi[n]`` with a task that fits somewhere, on the
   first server (lowest index) it fits on.  ``mu[n]`` is :func:`.drfh.global_dominant_share`
@@ -32,10 +33,13 @@ the server's residual (unreserved) capacity.
 
 Ties go to the lowest user index, then the lowest server index, as ORACLES example 5 fixes them.
 Also here, for the papers' comparisons, DRF and TSF under randomised round robin
-(:func:`rrr_drf`, :func:`rrr_tsf`; Kesidis et al.'s Table II rows DRF and TSF).
+(:func:`rrr_drf`, :func:`rrr_tsf`; Kesidis et al.'s Table II rows DRF and TSF), each with the
+same choice of server order.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -47,6 +51,7 @@ from psdsf_dist.policies.whole_tasks import (
     Column,
     FillState,
     fill_pairs,
+    fill_random_server,
     fill_round_robin,
     fill_users,
 )
@@ -64,6 +69,12 @@ WHOLE_TASK_POLICIES: tuple[str, ...] = (
 )
 SEEDED_POLICIES: tuple[str, ...] = ("rrr-psdsf",)
 DEFAULT_SEED = 0
+
+ServerOrder = Literal["round-robin", "each-step"]
+SERVER_ORDERS: tuple[ServerOrder, ...] = ("round-robin", "each-step")
+"""How the randomised schedulers pick the server: ``round-robin`` visits every server once per
+round in a fresh random permutation (Kesidis et al.'s RRR); ``each-step`` draws one uniformly at
+every step (:func:`.whole_tasks.fill_random_server`)."""
 
 
 # -- criteria: one column (server i -> N values) at a time -------------------------------------
@@ -145,7 +156,7 @@ def whole_task_allocation(
     if policy == "rpsdsf":
         return fill_pairs(state, residual_psdsf_per_task(state))
     if policy == "rrr-psdsf":
-        return fill_round_robin(state, psdsf_value(state), np.random.default_rng(seed))
+        return _fill_servers(state, psdsf_value(state), np.random.default_rng(seed), "round-robin")
     if policy in ("drfh-first-fit", "drfh-best-fit", "bf-drf"):
         per_task = _dominant_share(state, respect_placement=policy != "bf-drf")
         # a user eligible nowhere (an infinite share per task) is never chosen: not 0 * inf
@@ -156,21 +167,41 @@ def whole_task_allocation(
     raise ValueError(f"not a whole-task policy: {policy!r}")
 
 
-def rrr_drf(scenario: Scenario, mode: Mode, rng: np.random.Generator) -> IntArray:
-    """DRF under randomised round robin (the Mesos default): the server drawn at random, the
-    user of smallest pooled dominant share ``x[n] mu[n] / phi[n]`` (Kesidis et al., Table II)."""
+def _fill_servers(state: FillState, crit: Column, rng: np.random.Generator,
+                  order: ServerOrder) -> IntArray:
+    if order == "round-robin":
+        return fill_round_robin(state, crit, rng)
+    if order == "each-step":
+        return fill_random_server(state, crit, rng)
+    raise ValueError(f"unknown server order {order!r} (choose from {', '.join(SERVER_ORDERS)})")
+
+
+def rrr_psdsf(scenario: Scenario, mode: Mode, rng: np.random.Generator, *,
+              order: ServerOrder = "round-robin") -> IntArray:
+    """PS-DSF choosing the user at the server of randomised round robin (``rrr-psdsf``), or,
+    ``order="each-step"``, at a server drawn afresh every step."""
+    state = FillState(scenario, mode)
+    return _fill_servers(state, psdsf_value(state), rng, order)
+
+
+def rrr_drf(scenario: Scenario, mode: Mode, rng: np.random.Generator, *,
+            order: ServerOrder = "round-robin") -> IntArray:
+    """DRF under randomised round robin (the Mesos default): the server by ``order``, the user
+    of smallest pooled dominant share ``x[n] mu[n] / phi[n]`` (Kesidis et al., Table II)."""
     state = FillState(scenario, mode)
     per_task = _dominant_share(state, respect_placement=False)
-    return fill_round_robin(state, _times_total(per_task), rng)
+    return _fill_servers(state, _times_total(per_task), rng, order)
 
 
-def rrr_tsf(scenario: Scenario, mode: Mode, rng: np.random.Generator) -> IntArray:
-    """TSF under randomised round robin: the user of smallest task share ``x[n] / (phi[n]
-    gamma_n)``, ``gamma_n`` ignoring placement (Kesidis et al., Table II, "TSF")."""
+def rrr_tsf(scenario: Scenario, mode: Mode, rng: np.random.Generator, *,
+            order: ServerOrder = "round-robin") -> IntArray:
+    """TSF under randomised round robin: the server by ``order``, the user of smallest task
+    share ``x[n] / (phi[n] gamma_n)``, ``gamma_n`` ignoring placement (Kesidis et al., Table II,
+    "TSF")."""
     state = FillState(scenario, mode)
     scale = task_share_scale(scenario, respect_placement=False)
     per_task = np.where(scale > 0, 1.0 / np.where(scale > 0, scale, 1.0), np.inf)
-    return fill_round_robin(state, _times_total(per_task), rng)
+    return _fill_servers(state, _times_total(per_task), rng, order)
 
 
 def _times_total(per_task: FloatArray) -> Column:

@@ -11,9 +11,11 @@ They differ only in *how* the pair is picked, and this module implements the thr
 * **user order** (:func:`fill_users`): the user with the smallest share ``s[n]`` among the users
   with a task that fits somewhere, then, for it, the fitting server with the smallest preference
   ``P[n, i]`` (First-Fit and Best-Fit DRFH, BF-DRF);
-* **server order** (:func:`fill_round_robin`): randomised round robin - each step a server
-  drawn uniformly among those that still take a task offers one task to its fitting user with
-  the smallest ``V[n, i]`` (RRR, the default of Mesos; section VI of Kesidis et al.).
+* **server order** (:func:`fill_round_robin`): randomised round robin - round after round,
+  the servers that still take a task, in an order randomly permuted each round, each offer one
+  task to their fitting user with the smallest ``V[n, i]`` (RRR, the default of Mesos; section
+  VI of Kesidis et al.: "the server order is randomly permuted in each round");
+  :func:`fill_random_server` is the variant that draws the server afresh at every step.
 
 A *criterion* gives one server's column of values from the current state.  Every criterion
 here depends on the user's total only through a common factor of its row (pair order: ``V =
@@ -198,10 +200,27 @@ def fill_users(
 
 
 def fill_round_robin(state: FillState, crit: Column, rng: np.random.Generator) -> IntArray:
-    """Server order, randomised round robin: every step the first server of a fresh random
-    permutation of the servers that still take a task - a server drawn uniformly among them -
-    gives one task to its fitting user of smallest ``crit`` (ties to the lowest user); a server
-    nobody fits on leaves the rotation for good."""
+    """Server order, randomised round robin: each round visits every server that still takes a
+    task once, in a fresh random permutation, and each gives one task to its fitting user of
+    smallest ``crit`` (ties to the lowest user; a server nobody fits on at its turn passes);
+    after the round the servers nobody fits on leave the rotation for good (residuals only
+    shrink, totals only grow)."""
+    active = np.flatnonzero(state.fit.any(axis=0))
+    while len(active):
+        for i in rng.permutation(active).tolist():
+            v = np.where(state.fit[:, i], crit(state, i), np.inf)
+            n = int(np.argmin(v))
+            if np.isfinite(v[n]):
+                state.place(n, i)
+        active = active[state.fit[:, active].any(axis=0)]
+    return state.X
+
+
+def fill_random_server(state: FillState, crit: Column, rng: np.random.Generator) -> IntArray:
+    """Server order with the server drawn afresh at every step, uniformly among those that still
+    take a task (not round robin: a server may be drawn twice before another once); it gives
+    one task to its fitting user of smallest ``crit`` (ties to the lowest user); a server
+    nobody fits on leaves the pool for good."""
     active = np.flatnonzero(state.fit.any(axis=0)).tolist()
     while active:
         j = int(rng.integers(len(active)))

@@ -1,0 +1,176 @@
+"""Balanced allocation of one job's tasks to sites: the flow network of Guan's thesis (section
+3.2.1, Fig. 3.2) and the greedy water-filling of ATA-Greedy (Fig. 3.10).
+
+A job's unstarted tasks come in groups; the tasks of group g may run at the sites
+``group_sites[g]``.  Sites already hold ``loads[j]`` unstarted tasks, and site j runs
+``slots[j]`` tasks at a time.  The *level* of an allocation x (tasks per group and site) is the
+job's estimated completion in rounds of tasks, ``max_j (loads[j] + x_j) / slots[j]`` over the
+sites that get a task of the job, measured on the grid 1/L with L = lcm(slots) (exact for equal
+slots; L = 1 when every site has one slot, the thesis's integer C).  Level K is reachable iff the
+flow network source -> group g (capacity |T_g|) -> its sites (|T_g|) -> sink (capacity
+``max(floor(K slots[j] / L) - loads[j], 0)``) carries every task; the least such K is found by
+binary search (Algorithms 1-4).  Feasibility at a given K is decided by Hall's condition on the
+sites the job can use (every subset B of them must offer at least the tasks of the groups whose
+sites lie inside B), which is the max-flow/min-cut condition of this bipartite network and is
+vectorised over subsets; the allocation at the least K is then read off
+``scipy.sparse.csgraph.maximum_flow``.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+import numpy.typing as npt
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import maximum_flow
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+MAX_GRID = 1 << 20
+"""Above this lcm of the slot counts, levels are measured on the grid 1/max(slots)."""
+MAX_HALL_SITES = 16
+"""A job able to use more sites than this is checked by max-flow instead of Hall's condition."""
+SCAN = 64
+"""Binary search stops when this many candidate levels remain; they are checked at once."""
+
+
+def grid(slots: IntArray) -> int:
+    """L: levels are integers K meaning K / L rounds of tasks."""
+    L = math.lcm(*(int(u) for u in slots))
+    return L if L <= MAX_GRID else int(slots.max())
+
+
+def caps(K: int | IntArray, slots: IntArray, loads: IntArray, L: int) -> IntArray:
+    """Tasks each site can still take at level K (K scalar or a column of levels)."""
+    k = np.asarray(K, dtype=np.int64)[..., None]
+    return np.asarray(np.maximum(k * slots // L - loads, 0), dtype=np.int64)
+
+
+def level(x_sites: IntArray, slots: IntArray, loads: IntArray, L: int) -> int:
+    """The level of an allocation with ``x_sites[j]`` tasks at site j (0 if it has none)."""
+    used = x_sites > 0
+    if not used.any():
+        return 0
+    need = -((-(loads[used] + x_sites[used]) * L) // slots[used])  # ceil
+    return int(need.max())
+
+
+@lru_cache(maxsize=4096)
+def _hall(sites_of_groups: tuple[tuple[int, ...], ...]) -> tuple[IntArray, IntArray, IntArray]:
+    """For groups with the given site lists: the sites N they can use, and for every subset
+    B of N (rows) its membership over N and which groups lie inside it."""
+    N = sorted({j for g in sites_of_groups for j in g})
+    pos = {j: i for i, j in enumerate(N)}
+    n = len(N)
+    masks = np.arange(1 << n, dtype=np.int64)
+    member = ((masks[:, None] >> np.arange(n)) & 1).astype(np.int64)  # (S, n)
+    gmask = np.array([sum(1 << pos[j] for j in g) for g in sites_of_groups], dtype=np.int64)
+    inside = ((masks[:, None] & gmask[None, :]) == gmask[None, :]).astype(np.int64)  # (S, G)
+    return np.array(N, dtype=np.int64), member, inside
+
+
+def _site_lists(groups: IntArray, group_sites: BoolArray) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(int(j) for j in np.flatnonzero(group_sites[g])) for g in groups)
+
+
+def min_level(demand: IntArray, groups: IntArray, group_sites: BoolArray, slots: IntArray,
+              loads: IntArray, L: int, lower: int = 0) -> int:
+    """The least level K at which the job's tasks (``demand[i]`` of group ``groups[i]``) fit;
+    ``lower`` is a known lower bound (e.g. the level found before the loads grew)."""
+    keep = demand > 0
+    demand, groups = demand[keep], groups[keep]
+    if demand.size == 0:
+        return 0
+    lists = _site_lists(groups, group_sites)
+    # an upper bound: every group at its first site
+    first = np.zeros_like(loads)
+    np.add.at(first, [lst[0] for lst in lists], demand)
+    hi = level(first, slots, loads, L)
+    lo = max(lower, 1)
+    if len({j for lst in lists for j in lst}) > MAX_HALL_SITES:
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if _flow(demand, groups, group_sites, caps(mid, slots, loads, L))[0] == demand.sum():
+                hi = mid
+            else:
+                lo = mid + 1
+        return hi
+    N, member, inside = _hall(lists)
+    need = inside @ demand  # (S,) tasks that must go inside each subset
+    sl, ld = slots[N], loads[N]
+
+    def feasible(Ks: IntArray) -> npt.NDArray[np.bool_]:
+        return np.asarray(((caps(Ks, sl, ld, L) @ member.T) >= need).all(axis=1))
+
+    while hi - lo > SCAN:
+        mid = (lo + hi) // 2
+        if feasible(np.array([mid]))[0]:
+            hi = mid
+        else:
+            lo = mid + 1
+    cand = np.arange(lo, hi + 1, dtype=np.int64)
+    return int(cand[np.argmax(feasible(cand))])
+
+
+def _flow(demand: IntArray, groups: IntArray, group_sites: BoolArray,
+          site_caps: IntArray) -> tuple[int, IntArray]:
+    """Max-flow of the job's network with the given site capacities: value, (G, m) flows."""
+    G, m = len(groups), len(site_caps)
+    n = 2 + G + m
+    cap = np.zeros((n, n), dtype=np.int32)
+    cap[0, 1:1 + G] = demand
+    for i, g in enumerate(groups):
+        cap[1 + i, 1 + G + np.flatnonzero(group_sites[g])] = demand[i]
+    cap[1 + G:1 + G + m, n - 1] = np.minimum(site_caps, np.iinfo(np.int32).max)
+    res = maximum_flow(csr_matrix(cap), 0, n - 1)
+    flow = res.flow.toarray()
+    return int(res.flow_value), np.asarray(flow[1:1 + G, 1 + G:1 + G + m], dtype=np.int64)
+
+
+def balance(demand: IntArray, groups: IntArray, group_sites: BoolArray, slots: IntArray,
+            loads: IntArray, L: int, lower: int = 0) -> tuple[int, IntArray]:
+    """The least level and an allocation reaching it: (K, x) with x (len(groups), m), rows
+    summing to ``demand``, read off the maximum flow at level K."""
+    K = min_level(demand, groups, group_sites, slots, loads, L, lower)
+    value, x = _flow(demand, groups, group_sites, caps(K, slots, loads, L))
+    if value != int(demand.sum()):  # Hall and max-flow disagree: a bug, never bad input
+        raise AssertionError(f"level {K} admits {value} of {int(demand.sum())} tasks")
+    return K, x
+
+
+def greedy(demand: IntArray, groups: IntArray, group_sites: BoolArray, slots: IntArray,
+           loads: IntArray, L: int) -> tuple[int, IntArray]:
+    """ATA-Greedy's allocation (Fig. 3.10): groups in decreasing size (ties by position), each
+    water-filled onto its least loaded sites so that their loads in rounds
+    ``(loads + x) / slots`` end as even as whole tasks allow (a remainder task goes to the
+    site whose load after it is least, ties to the lower index).  Returns (level, x)."""
+    m = len(slots)
+    x = np.zeros((len(groups), m), dtype=np.int64)
+    cur = loads.astype(np.int64).copy()
+    for i in sorted(range(len(groups)), key=lambda i: (-int(demand[i]), i)):
+        n = int(demand[i])
+        if n == 0:
+            continue
+        S = np.flatnonzero(group_sites[groups[i]])
+        u, c = slots[S].astype(float), cur[S].astype(float)
+        # continuous water level lam: sum max(0, lam u - c) = n, over sites sorted by c/u
+        o = np.argsort(c / u, kind="stable")
+        lam = 0.0
+        for k in range(1, len(S) + 1):
+            uu, cc = u[o[:k]].sum(), c[o[:k]].sum()
+            lam = (n + cc) / uu
+            if k == len(S) or lam <= c[o[k]] / u[o[k]]:
+                break
+        take = np.maximum(np.floor(lam * u - c + 1e-9), 0).astype(np.int64)
+        while take.sum() > n:  # float slack: undo from the most loaded
+            j = int(np.argmax((c + take) / u - (take == 0)))
+            take[j] -= 1
+        for _ in range(n - int(take.sum())):
+            j = int(np.argmin((c + take + 1) / u))
+            take[j] += 1
+        x[i, S] = take
+        cur[S] += take
+    return level(x.sum(axis=0), slots, loads, L), x

@@ -12,8 +12,7 @@ flow network source -> group g (capacity |T_g|) -> its sites (|T_g|) -> sink (ca
 binary search (Algorithms 1-4).  Feasibility at a given K is decided by Hall's condition on the
 sites the job can use (every subset B of them must offer at least the tasks of the groups whose
 sites lie inside B), which is the max-flow/min-cut condition of this bipartite network and is
-vectorised over subsets; the allocation at the least K is then read off
-``scipy.sparse.csgraph.maximum_flow``.
+vectorised over subsets; the allocation at the least K is then read off a maximum flow.
 """
 
 from __future__ import annotations
@@ -23,8 +22,6 @@ from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import maximum_flow
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -117,17 +114,78 @@ def min_level(demand: IntArray, groups: IntArray, group_sites: BoolArray, slots:
 
 def _flow(demand: IntArray, groups: IntArray, group_sites: BoolArray,
           site_caps: IntArray) -> tuple[int, IntArray]:
-    """Max-flow of the job's network with the given site capacities: value, (G, m) flows."""
+    """Max-flow of the job's network with the given site capacities: (value, (G, m) flows).
+
+    The network has at most a few dozen nodes, so a plain Edmonds-Karp in Python (shortest
+    augmenting paths, started from a greedy flow) beats building a sparse matrix per call;
+    tests check its value against ``scipy.sparse.csgraph.maximum_flow``."""
     G, m = len(groups), len(site_caps)
-    n = 2 + G + m
-    cap = np.zeros((n, n), dtype=np.int32)
-    cap[0, 1:1 + G] = demand
-    for i, g in enumerate(groups):
-        cap[1 + i, 1 + G + np.flatnonzero(group_sites[g])] = demand[i]
-    cap[1 + G:1 + G + m, n - 1] = np.minimum(site_caps, np.iinfo(np.int32).max)
-    res = maximum_flow(csr_matrix(cap), 0, n - 1)
-    flow = res.flow.toarray()
-    return int(res.flow_value), np.asarray(flow[1:1 + G, 1 + G:1 + G + m], dtype=np.int64)
+    dem = [int(d) for d in demand]
+    room = [int(c) for c in site_caps]
+    adj = [[int(j) for j in np.flatnonzero(group_sites[g])] for g in groups]
+    x = [[0] * m for _ in range(G)]
+    left = dem[:]
+    for i in range(G):  # greedy start: each group into its sites with room
+        for j in adj[i]:
+            if left[i] == 0:
+                break
+            t = min(left[i], room[j])
+            if t:
+                x[i][j] += t
+                left[i] -= t
+                room[j] -= t
+    rev: list[list[int]] = [[] for _ in range(m)]  # groups that can reach each site
+    for i in range(G):
+        for j in adj[i]:
+            rev[j].append(i)
+    while any(left):
+        # BFS from groups with tasks left over (group -> site forward, site -> group on flow)
+        prev_site: dict[int, int] = {}
+        prev_group: dict[int, int] = {}
+        frontier = [i for i in range(G) if left[i]]
+        seen_g = set(frontier)
+        end = -1
+        while frontier and end < 0:
+            nxt: list[int] = []
+            for i in frontier:
+                for j in adj[i]:
+                    if j in prev_site:
+                        continue
+                    prev_site[j] = i
+                    if room[j] > 0:
+                        end = j
+                        break
+                    for i2 in rev[j]:
+                        if i2 not in seen_g and x[i2][j] > 0:
+                            seen_g.add(i2)
+                            prev_group[i2] = j
+                            nxt.append(i2)
+                if end >= 0:
+                    break
+            frontier = nxt
+        if end < 0:
+            break
+        # bottleneck along site end <- group <- site <- ... <- group with tasks left
+        path: list[tuple[int, int]] = []
+        j = end
+        while True:
+            i = prev_site[j]
+            path.append((i, j))
+            if i not in prev_group:
+                break
+            j = prev_group[i]
+        root = path[-1][0]
+        b = min(room[end], left[root])
+        for k in range(len(path) - 1):  # flow moved off (group k, site of step k + 1)
+            b = min(b, x[path[k][0]][path[k + 1][1]])
+        for k, (i, j) in enumerate(path):
+            x[i][j] += b
+            if k + 1 < len(path):
+                x[i][path[k + 1][1]] -= b
+        room[end] -= b
+        left[root] -= b
+    value = sum(dem) - sum(left)
+    return value, np.array(x, dtype=np.int64).reshape(G, m)
 
 
 def balance(demand: IntArray, groups: IntArray, group_sites: BoolArray, slots: IntArray,

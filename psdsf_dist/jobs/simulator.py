@@ -78,7 +78,6 @@ def simulate_jobs(w: Workload, scheduler: str, *, order: str = "swag",
     t_wall = time.perf_counter()
     m, J = w.num_sites, w.num_jobs
     sites = Sites(w.slots, w.group_sites, w.group_home, grid(w.slots))
-    row_start = np.searchsorted(w.row_job, np.arange(J + 1)).astype(np.int64)
     est_end = float(w.submit[-1]) + float(w.durations.sum()) / float(w.slots.sum()) + 1.0
     sample_step = max(est_end - float(w.submit[0]), 1e-9) / samples
     next_sample = float(w.submit[0])
@@ -86,15 +85,23 @@ def simulate_jobs(w: Workload, scheduler: str, *, order: str = "swag",
     s_site: list[IntArray] = []
     s_user: list[IntArray] = []
 
-    free = w.slots.astype(np.int64).copy()
-    busy_user = np.zeros(len(w.user_names), dtype=np.int64)
-    busy_seconds = np.zeros(m)
+    slots = [int(u) for u in w.slots]
+    free = slots[:]
+    user_of = [int(u) for u in w.job_user]
+    submit = [float(t) for t in w.submit]
+    row_start = [int(r) for r in np.searchsorted(w.row_job, np.arange(J + 1))]
+    row_offset = [int(o) for o in w.row_offset]
+    durations = w.durations.tolist()
+    busy_user = [0] * len(w.user_names)
+    busy_seconds = [0.0] * m
     finish = np.full(J, np.nan)
     start = np.full(w.num_tasks, np.nan)
-    left = np.zeros(J, dtype=np.int64)  # unstarted + running tasks per job
-    active: list[int] = []  # outstanding jobs with unstarted tasks, in arrival order
-    queues: dict[int, Queue] = {}
-    drawn: dict[int, IntArray] = {}  # per job: tasks of each row started so far
+    left = [0] * J  # unstarted + running tasks per job
+    active: list[int] = []  # jobs with unstarted tasks, in arrival order
+    groups: dict[int, IntArray] = {}
+    demand: dict[int, list[int]] = {}  # per job: unstarted tasks per row
+    alloc: dict[int, list[list[int]]] = {}  # per job: unstarted tasks per row and site
+    drawn: dict[int, list[int]] = {}  # per job: tasks of each row started so far
     at_site: dict[int, list[int]] = {}  # per job: unstarted tasks placed at each site
     site_jobs: list[deque[int]] = [deque() for _ in range(m)]
     heap: list[tuple[float, int, int, int]] = []
@@ -105,12 +112,14 @@ def simulate_jobs(w: Workload, scheduler: str, *, order: str = "swag",
     def replan() -> None:
         nonlocal plans, plan_seconds, active
         t0 = time.perf_counter()
-        active = [i for i in active if int(queues[i].demand.sum()) > 0]
-        qs = [queues[i] for i in active]
+        active = [i for i in active if sum(demand[i])]
+        qs = [Queue(groups[i], np.array(demand[i], dtype=np.int64),
+                    np.array(alloc[i], dtype=np.int64) if i in alloc else None)
+              for i in active]
         chosen, allocs = plan(scheduler, qs, sites, order)
         for i, a in zip(active, allocs, strict=True):
-            queues[i].alloc = a
-            at_site[i] = [int(v) for v in a.sum(axis=0)]
+            alloc[i] = a.tolist()
+            at_site[i] = a.sum(axis=0).tolist()
         ordered = [active[k] for k in chosen]
         for j in range(m):
             site_jobs[j] = deque(i for i in ordered if at_site[i][j] > 0)
@@ -119,65 +128,63 @@ def simulate_jobs(w: Workload, scheduler: str, *, order: str = "swag",
 
     def fill(t: float) -> None:
         nonlocal seq
-        for j in np.flatnonzero(free):
+        for j in range(m):
             dq = site_jobs[j]
             while free[j] and dq:
                 i = dq[0]
-                q = queues[i]
-                a = q.alloc
-                assert a is not None
-                for k in np.flatnonzero(a[:, j]):
-                    take = min(int(a[k, j]), int(free[j]))
-                    r = int(row_start[i] + k)
-                    first = int(w.row_offset[r] + drawn[i][k])
+                a, dem, got = alloc[i], demand[i], drawn[i]
+                for k in range(len(a)):
+                    if not a[k][j]:
+                        continue
+                    take = min(a[k][j], free[j])
+                    first = row_offset[row_start[i] + k] + got[k]
                     start[first:first + take] = t
-                    durs = w.durations[first:first + take]
-                    busy_seconds[j] += float(durs.sum())
-                    for d in durs.tolist():
-                        heapq.heappush(heap, (t + d, seq, int(j), i))
+                    for d in durations[first:first + take]:
+                        heapq.heappush(heap, (t + d, seq, j, i))
+                        busy_seconds[j] += d
                         seq += 1
-                    drawn[i][k] += take
-                    a[k, j] -= take
-                    q.demand[k] -= take
+                    got[k] += take
+                    a[k][j] -= take
+                    dem[k] -= take
                     at_site[i][j] -= take
                     free[j] -= take
-                    busy_user[w.job_user[i]] += take
+                    busy_user[user_of[i]] += take
                     if not free[j]:
                         break
                 if at_site[i][j] == 0:
                     dq.popleft()
 
     while nxt < J or heap:
-        t = min(float(w.submit[nxt]) if nxt < J else np.inf, heap[0][0] if heap else np.inf)
+        t = min(submit[nxt] if nxt < J else np.inf, heap[0][0] if heap else np.inf)
         while next_sample <= t:
             s_times.append(next_sample)
-            s_site.append((w.slots - free).copy())
-            s_user.append(busy_user.copy())
+            s_site.append(np.array([u - f for u, f in zip(slots, free, strict=True)]))
+            s_user.append(np.array(busy_user))
             next_sample += sample_step
         done_job = False
         while heap and heap[0][0] <= t:
             t_end, _, j, i = heapq.heappop(heap)
             events += 1
             free[j] += 1
-            busy_user[w.job_user[i]] -= 1
+            busy_user[user_of[i]] -= 1
             left[i] -= 1
             if left[i] == 0:
                 finish[i] = t_end
                 done_job = True
-                queues.pop(i, None)
-                drawn.pop(i, None)
-                at_site.pop(i, None)
+                for d in (groups, demand, alloc, drawn, at_site):
+                    d.pop(i, None)
         if done_job:
-            active = [i for i in active if i in queues]
+            active = [i for i in active if i in groups]
         arrived = False
-        while nxt < J and w.submit[nxt] <= t:
+        while nxt < J and submit[nxt] <= t:
             i = nxt
             nxt += 1
             events += 1
-            rows = slice(int(row_start[i]), int(row_start[i + 1]))
-            queues[i] = Queue(w.row_group[rows].copy(), w.row_tasks[rows].copy())
-            drawn[i] = np.zeros(rows.stop - rows.start, dtype=np.int64)
-            left[i] = int(w.row_tasks[rows].sum())
+            lo, hi = row_start[i], row_start[i + 1]
+            groups[i] = w.row_group[lo:hi].copy()
+            demand[i] = w.row_tasks[lo:hi].tolist()
+            drawn[i] = [0] * (hi - lo)
+            left[i] = sum(demand[i])
             active.append(i)
             replan()
             arrived = True
@@ -185,7 +192,7 @@ def simulate_jobs(w: Workload, scheduler: str, *, order: str = "swag",
             replan()
         fill(t)
     waits = start - np.repeat(w.submit[w.row_job], w.row_tasks)
-    return JobRun(scheduler, order, w.submit.copy(), finish, start, waits, busy_seconds,
+    return JobRun(scheduler, order, w.submit.copy(), finish, start, waits, np.array(busy_seconds),
                   np.array(s_times), np.array(s_site, dtype=np.int64).reshape(-1, m),
                   np.array(s_user, dtype=np.int64).reshape(-1, len(w.user_names)),
                   plans, plan_seconds, time.perf_counter() - t_wall, events)

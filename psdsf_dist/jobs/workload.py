@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from psdsf_dist.errors import ScenarioError
+from psdsf_dist.policies.whole_task_policies import DEFAULT_SEED
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -271,7 +272,7 @@ def zipf_counts(rng: np.random.Generator, tasks: IntArray, m: int, zipf: float) 
 def build_workload(trace: Trace, *, sites: int = DEFAULT_SITES, slots: int = DEFAULT_SLOTS,
                    zipf: float = DEFAULT_ZIPF, available: int = DEFAULT_AVAILABLE,
                    utilisation: float | None = None, shape: float = PARETO_SHAPE,
-                   mean: float = PARETO_MEAN_S, seed: int = 0) -> Workload:
+                   mean: float = PARETO_MEAN_S, seed: int = DEFAULT_SEED) -> Workload:
     """The simulator's workload of a trace (see the module docstring).  A trace whose rows
     name their sites keeps them (``sites``, ``zipf`` and ``available`` are then unused);
     ``slots`` is every site's number of slots.  Deterministic in ``seed``."""

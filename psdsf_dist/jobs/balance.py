@@ -24,14 +24,13 @@ import numpy as np
 import numpy.typing as npt
 
 IntArray = npt.NDArray[np.int64]
-BoolArray = npt.NDArray[np.bool_]
+SiteLists = tuple[tuple[int, ...], ...]
+"""The sites of every group, ascending."""
 
 MAX_GRID = 1 << 20
 """Above this lcm of the slot counts, levels are measured on the grid 1/max(slots)."""
 MAX_HALL_SITES = 16
 """A job able to use more sites than this is checked by max-flow instead of Hall's condition."""
-SCAN = 64
-"""Binary search stops when this many candidate levels remain; they are checked at once."""
 
 
 def grid(slots: IntArray) -> int:
@@ -69,11 +68,12 @@ def _hall(sites_of_groups: tuple[tuple[int, ...], ...]) -> tuple[IntArray, IntAr
     return np.array(N, dtype=np.int64), member, inside
 
 
-def _site_lists(groups: IntArray, group_sites: BoolArray) -> tuple[tuple[int, ...], ...]:
-    return tuple(tuple(int(j) for j in np.flatnonzero(group_sites[g])) for g in groups)
+def site_lists(group_sites: npt.NDArray[np.bool_]) -> SiteLists:
+    """The sites of every group from a (G, m) membership matrix."""
+    return tuple(tuple(int(j) for j in np.flatnonzero(row)) for row in group_sites)
 
 
-def min_level(demand: IntArray, groups: IntArray, group_sites: BoolArray, slots: IntArray,
+def min_level(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntArray,
               loads: IntArray, L: int, lower: int = 0) -> int:
     """The least level K at which the job's tasks (``demand[i]`` of group ``groups[i]``) fit;
     ``lower`` is a known lower bound (e.g. the level found before the loads grew)."""
@@ -81,7 +81,7 @@ def min_level(demand: IntArray, groups: IntArray, group_sites: BoolArray, slots:
     demand, groups = demand[keep], groups[keep]
     if demand.size == 0:
         return 0
-    lists = _site_lists(groups, group_sites)
+    lists = tuple(sites_of[g] for g in groups)
     # an upper bound: every group at its first site
     first = np.zeros_like(loads)
     np.add.at(first, [lst[0] for lst in lists], demand)
@@ -90,7 +90,7 @@ def min_level(demand: IntArray, groups: IntArray, group_sites: BoolArray, slots:
     if len({j for lst in lists for j in lst}) > MAX_HALL_SITES:
         while lo < hi:
             mid = (lo + hi) // 2
-            if _flow(demand, groups, group_sites, caps(mid, slots, loads, L))[0] == demand.sum():
+            if _flow(demand, groups, sites_of, caps(mid, slots, loads, L))[0] == demand.sum():
                 hi = mid
             else:
                 lo = mid + 1
@@ -99,20 +99,28 @@ def min_level(demand: IntArray, groups: IntArray, group_sites: BoolArray, slots:
     need = inside @ demand  # (S,) tasks that must go inside each subset
     sl, ld = slots[N], loads[N]
 
-    def feasible(Ks: IntArray) -> npt.NDArray[np.bool_]:
-        return np.asarray(((caps(Ks, sl, ld, L) @ member.T) >= need).all(axis=1))
+    def feasible(K: int) -> bool:
+        return bool(((member @ caps(K, sl, ld, L)) >= need).all())
 
-    while hi - lo > SCAN:
+    # levels grow little between calls with a known lower bound: gallop up, then bisect
+    if lo >= hi or feasible(lo):
+        return min(lo, hi)
+    lo += 1
+    step = 1
+    while lo + step < hi and not feasible(lo + step):
+        lo += step + 1
+        step *= 2
+    hi = min(hi, lo + step)
+    while lo < hi:
         mid = (lo + hi) // 2
-        if feasible(np.array([mid]))[0]:
+        if feasible(mid):
             hi = mid
         else:
             lo = mid + 1
-    cand = np.arange(lo, hi + 1, dtype=np.int64)
-    return int(cand[np.argmax(feasible(cand))])
+    return hi
 
 
-def _flow(demand: IntArray, groups: IntArray, group_sites: BoolArray,
+def _flow(demand: IntArray, groups: IntArray, sites_of: SiteLists,
           site_caps: IntArray) -> tuple[int, IntArray]:
     """Max-flow of the job's network with the given site capacities: (value, (G, m) flows).
 
@@ -122,7 +130,7 @@ def _flow(demand: IntArray, groups: IntArray, group_sites: BoolArray,
     G, m = len(groups), len(site_caps)
     dem = [int(d) for d in demand]
     room = [int(c) for c in site_caps]
-    adj = [[int(j) for j in np.flatnonzero(group_sites[g])] for g in groups]
+    adj = [list(sites_of[g]) for g in groups]
     x = [[0] * m for _ in range(G)]
     left = dem[:]
     for i in range(G):  # greedy start: each group into its sites with room
@@ -188,18 +196,18 @@ def _flow(demand: IntArray, groups: IntArray, group_sites: BoolArray,
     return value, np.array(x, dtype=np.int64).reshape(G, m)
 
 
-def balance(demand: IntArray, groups: IntArray, group_sites: BoolArray, slots: IntArray,
+def balance(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntArray,
             loads: IntArray, L: int, lower: int = 0) -> tuple[int, IntArray]:
     """The least level and an allocation reaching it: (K, x) with x (len(groups), m), rows
     summing to ``demand``, read off the maximum flow at level K."""
-    K = min_level(demand, groups, group_sites, slots, loads, L, lower)
-    value, x = _flow(demand, groups, group_sites, caps(K, slots, loads, L))
+    K = min_level(demand, groups, sites_of, slots, loads, L, lower)
+    value, x = _flow(demand, groups, sites_of, caps(K, slots, loads, L))
     if value != int(demand.sum()):  # Hall and max-flow disagree: a bug, never bad input
         raise AssertionError(f"level {K} admits {value} of {int(demand.sum())} tasks")
     return K, x
 
 
-def greedy(demand: IntArray, groups: IntArray, group_sites: BoolArray, slots: IntArray,
+def greedy(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntArray,
            loads: IntArray, L: int) -> tuple[int, IntArray]:
     """ATA-Greedy's allocation (Fig. 3.10): groups in decreasing size (ties by position), each
     water-filled onto its least loaded sites so that their loads in rounds
@@ -212,7 +220,7 @@ def greedy(demand: IntArray, groups: IntArray, group_sites: BoolArray, slots: In
         n = int(demand[i])
         if n == 0:
             continue
-        S = np.flatnonzero(group_sites[groups[i]])
+        S = np.array(sites_of[groups[i]], dtype=np.int64)
         u, c = slots[S].astype(float), cur[S].astype(float)
         # continuous water level lam: sum max(0, lam u - c) = n, over sites sorted by c/u
         o = np.argsort(c / u, kind="stable")

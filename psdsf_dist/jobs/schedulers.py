@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from psdsf_dist.jobs.balance import balance, greedy, level
+from psdsf_dist.jobs.balance import SiteLists, balance, greedy, level, min_level, site_lists
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -67,9 +67,18 @@ class Sites:
     group_home: IntArray
     L: int
 
+    @property
+    def lists(self) -> SiteLists:
+        """The sites of every group (computed once)."""
+        cached: SiteLists | None = self.__dict__.get("_lists")
+        if cached is None:
+            cached = site_lists(self.group_sites)
+            object.__setattr__(self, "_lists", cached)
+        return cached
 
-Allocate = Callable[[int, IntArray, int], tuple[int, IntArray]]
-"""(job index, loads, lower bound) -> (level, allocation) of a job placed anew."""
+
+Allocate = Callable[[int, IntArray, int, bool], tuple[int, IntArray | None]]
+"""(job index, loads, lower bound, allocation wanted) -> (level, allocation or None)."""
 
 
 def plan(scheduler: str, queues: list[Queue], sites: Sites,
@@ -104,15 +113,18 @@ def plan(scheduler: str, queues: list[Queue], sites: Sites,
     if scheduler not in FIXED and order != "swag":
         raise ValueError(f"{scheduler} orders the jobs itself (order must be 'swag')")
 
-    def allocate(i: int, loads: IntArray, lower: int) -> tuple[int, IntArray]:
+    def allocate(i: int, loads: IntArray, lower: int,
+                 want: bool) -> tuple[int, IntArray | None]:
         q = queues[i]
         if i not in flexible:
             a = _placed(allocs[i])
             return level(a.sum(axis=0), sites.slots, loads, sites.L), a
         if scheduler == "ata-greedy":
-            return greedy(q.demand, q.groups, sites.group_sites, sites.slots, loads, sites.L)
-        return balance(q.demand, q.groups, sites.group_sites, sites.slots, loads, sites.L,
-                       lower)
+            return greedy(q.demand, q.groups, sites.lists, sites.slots, loads, sites.L)
+        if not want:
+            return min_level(q.demand, q.groups, sites.lists, sites.slots, loads, sites.L,
+                             lower), None
+        return balance(q.demand, q.groups, sites.lists, sites.slots, loads, sites.L, lower)
 
     chosen, placed = swag_order(live, allocate, m)
     for i, x in placed.items():
@@ -133,7 +145,7 @@ def _place(scheduler: str, q: Queue, sites: Sites, loads: IntArray) -> IntArray:
         x[np.arange(len(q.groups)), sites.group_home[q.groups]] = q.demand
         return x
     base = np.zeros(m, dtype=np.int64) if scheduler == "btawj" else loads
-    return balance(q.demand, q.groups, sites.group_sites, sites.slots, base, sites.L)[1]
+    return balance(q.demand, q.groups, sites.lists, sites.slots, base, sites.L)[1]
 
 
 def swag_order(live: list[int], allocate: Allocate,
@@ -144,9 +156,9 @@ def swag_order(live: list[int], allocate: Allocate,
     loads = np.zeros(m, dtype=np.int64)
     version = 0
     heap: list[tuple[int, int, int]] = []
-    cache: dict[int, IntArray] = {}
+    cache: dict[int, IntArray | None] = {}
     for i in live:
-        K, x = allocate(i, loads, 0)
+        K, x = allocate(i, loads, 0, False)
         cache[i] = x
         heap.append((K, i, version))
     heapq.heapify(heap)
@@ -155,12 +167,14 @@ def swag_order(live: list[int], allocate: Allocate,
     while heap:
         K, i, v = heapq.heappop(heap)
         if v != version:
-            K, x = allocate(i, loads, K)
+            K, x = allocate(i, loads, K, False)
             cache[i] = x
             if heap and (K, i) > heap[0][:2]:
                 heapq.heappush(heap, (K, i, version))
                 continue
         x = cache.pop(i)
+        if x is None:
+            x = _placed(allocate(i, loads, K, True)[1])
         out.append(i)
         placed[i] = x
         add = x.sum(axis=0)

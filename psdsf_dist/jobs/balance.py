@@ -212,7 +212,8 @@ def greedy(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntAr
     """ATA-Greedy's allocation (Fig. 3.10): groups in decreasing size (ties by position), each
     water-filled onto its least loaded sites so that their loads in rounds
     ``(loads + x) / slots`` end as even as whole tasks allow (a remainder task goes to the
-    site whose load after it is least, ties to the lower index).  Returns (level, x)."""
+    site whose load after it is least, a tie to the site more loaded before, as Fig. 3.10).
+    Returns (level, x)."""
     m = len(slots)
     x = np.zeros((len(groups), m), dtype=np.int64)
     cur = loads.astype(np.int64).copy()
@@ -234,8 +235,8 @@ def greedy(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntAr
         while take.sum() > n:  # float slack: undo from the most loaded
             j = int(np.argmax((c + take) / u - (take == 0)))
             take[j] -= 1
-        for _ in range(n - int(take.sum())):
-            j = int(np.argmin((c + take + 1) / u))
+        for _ in range(n - int(take.sum())):  # Fig. 3.10: a tie goes to the more loaded
+            j = min(range(len(S)), key=lambda k: ((c[k] + take[k] + 1) / u[k], -c[k] / u[k], k))
             take[j] += 1
         x[i, S] = take
         cur[S] += take

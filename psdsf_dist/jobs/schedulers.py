@@ -129,6 +129,9 @@ def plan(scheduler: str, queues: list[Queue], sites: Sites,
     chosen, placed = swag_order(live, allocate, m)
     for i, x in placed.items():
         allocs[i] = x
+    for i, q in enumerate(queues):  # a job with nothing left to start is placed nowhere
+        if allocs[i] is None:
+            allocs[i] = np.zeros((len(q.groups), m), dtype=np.int64)
     return chosen, [_placed(a) for a in allocs]
 
 

@@ -50,6 +50,8 @@ class JobRun:
     """(T,) seconds, indexed like the workload's durations."""
     task_wait: FloatArray
     """(T,) seconds from the job's submit to the task's start."""
+    task_site: IntArray
+    """(T,) the site that ran each task."""
     busy_seconds: FloatArray
     """(m,) slot-seconds of work each site did."""
     sample_times: FloatArray
@@ -96,6 +98,7 @@ def simulate_jobs(w: Workload, scheduler: str, *, order: str = "swag",
     busy_seconds = [0.0] * m
     finish = np.full(J, np.nan)
     start = np.full(w.num_tasks, np.nan)
+    site_of = np.full(w.num_tasks, -1, dtype=np.int64)
     left = [0] * J  # unstarted + running tasks per job
     active: list[int] = []  # jobs with unstarted tasks, in arrival order
     groups: dict[int, IntArray] = {}
@@ -139,6 +142,7 @@ def simulate_jobs(w: Workload, scheduler: str, *, order: str = "swag",
                     take = min(a[k][j], free[j])
                     first = row_offset[row_start[i] + k] + got[k]
                     start[first:first + take] = t
+                    site_of[first:first + take] = j
                     for d in durations[first:first + take]:
                         heapq.heappush(heap, (t + d, seq, j, i))
                         busy_seconds[j] += d
@@ -192,7 +196,8 @@ def simulate_jobs(w: Workload, scheduler: str, *, order: str = "swag",
             replan()
         fill(t)
     waits = start - np.repeat(w.submit[w.row_job], w.row_tasks)
-    return JobRun(scheduler, order, w.submit.copy(), finish, start, waits, np.array(busy_seconds),
+    return JobRun(scheduler, order, w.submit.copy(), finish, start, waits, site_of,
+                  np.array(busy_seconds),
                   np.array(s_times), np.array(s_site, dtype=np.int64).reshape(-1, m),
                   np.array(s_user, dtype=np.int64).reshape(-1, len(w.user_names)),
                   plans, plan_seconds, time.perf_counter() - t_wall, events)

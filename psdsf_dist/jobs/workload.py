@@ -325,7 +325,8 @@ def build_workload(trace: Trace, *, sites: int = DEFAULT_SITES, slots: int = DEF
         job_dur[rank[trace.row_job]] = trace.row_duration
         r_dur = job_dur[r_job]
     by_job = np.argsort(r_job, kind="stable")
-    r_job, r_group, r_tasks, r_dur = (a[by_job] for a in (r_job, r_group, r_tasks, r_dur))
+    r_job, r_group, r_tasks = r_job[by_job], r_group[by_job], r_tasks[by_job]
+    r_dur = r_dur[by_job]
     total = int(r_tasks.sum())
     durations = pareto_durations(rng, total, shape=shape, mean=mean)
     offsets = np.concatenate(([0], np.cumsum(r_tasks)[:-1])).astype(np.int64)

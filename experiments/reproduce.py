@@ -9,7 +9,8 @@ Sections (each its own module, ``run(quick) -> Section``):
 1. ``repro_psdsf``: PS-DSF paper section V, Table IV and Fig. 6 (simulator and Ray);
 2. ``repro_drfh``: DRFH paper Fig. 4, users joining and leaving on 100 Google machines;
 3. ``repro_figures``: the papers' small worked figures, every registered policy;
-4. ``repro_google``: the Google 2011 mix at K = 1,000 and 12,583 with 100 users.
+4. ``repro_google``: the Google 2011 mix at K = 1,000 and 12,583 with 100 users;
+5. ``repro_guan_jobs``: Guan thesis chapter 3, job schedulers on the Facebook 2010 trace.
 
 Figures and CSV files go to ``experiments/report/``.  ``--quick`` (a few minutes) runs the
 simulator in lock-step only, fewer rounds, no Ray (the last full run's Ray trace of the paper
@@ -27,6 +28,7 @@ from collections.abc import Callable
 import repro_drfh
 import repro_figures
 import repro_google
+import repro_guan_jobs
 import repro_psdsf
 from repro_common import REPORT, Section, seconds_text
 from sim_common import write_atomic
@@ -46,7 +48,8 @@ def main(argv: list[str] | None = None) -> None:
         ("psdsf", lambda: repro_psdsf.run(args.quick, args.ray)),
         ("drfh", lambda: repro_drfh.run(args.quick, args.ray)),
         ("figures", lambda: repro_figures.run(args.quick)),
-        ("google", lambda: repro_google.run(args.quick)))
+        ("google", lambda: repro_google.run(args.quick)),
+        ("guan-jobs", lambda: repro_guan_jobs.run(args.quick)))
     for name, fn in steps:
         print(f"[{time.perf_counter() - t0:6.0f} s] {name} ...", flush=True)
         sections.append(fn())

@@ -216,28 +216,32 @@ def greedy(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntAr
     Returns (level, x)."""
     m = len(slots)
     x = np.zeros((len(groups), m), dtype=np.int64)
-    cur = loads.astype(np.int64).copy()
+    cur = [int(v) for v in loads]
+    u_all = [int(v) for v in slots]
     for i in sorted(range(len(groups)), key=lambda i: (-int(demand[i]), i)):
         n = int(demand[i])
         if n == 0:
             continue
-        S = np.array(sites_of[groups[i]], dtype=np.int64)
-        u, c = slots[S].astype(float), cur[S].astype(float)
+        S = sites_of[int(groups[i])]
+        u = [float(u_all[j]) for j in S]
+        c = [float(cur[j]) for j in S]
         # continuous water level lam: sum max(0, lam u - c) = n, over sites sorted by c/u
-        o = np.argsort(c / u, kind="stable")
-        lam = 0.0
-        for k in range(1, len(S) + 1):
-            uu, cc = u[o[:k]].sum(), c[o[:k]].sum()
+        o = sorted(range(len(S)), key=lambda k: c[k] / u[k])
+        lam, uu, cc = 0.0, 0.0, 0.0
+        for r, k in enumerate(o):
+            uu += u[k]
+            cc += c[k]
             lam = (n + cc) / uu
-            if k == len(S) or lam <= c[o[k]] / u[o[k]]:
+            if r + 1 == len(o) or lam <= c[o[r + 1]] / u[o[r + 1]]:
                 break
-        take = np.maximum(np.floor(lam * u - c + 1e-9), 0).astype(np.int64)
-        while take.sum() > n:  # float slack: undo from the most loaded
-            j = int(np.argmax((c + take) / u - (take == 0)))
-            take[j] -= 1
-        for _ in range(n - int(take.sum())):  # Fig. 3.10: a tie goes to the more loaded
-            j = min(range(len(S)), key=lambda k: ((c[k] + take[k] + 1) / u[k], -c[k] / u[k], k))
-            take[j] += 1
-        x[i, S] = take
-        cur[S] += take
+        take = [max(int(lam * u[k] - c[k] + 1e-9), 0) for k in range(len(S))]
+        while sum(take) > n:  # float slack: undo from the most loaded
+            k = max(range(len(S)), key=lambda k: ((c[k] + take[k]) / u[k] if take[k] else -1))
+            take[k] -= 1
+        for _ in range(n - sum(take)):  # Fig. 3.10: a tie goes to the more loaded
+            k = min(range(len(S)), key=lambda k: ((c[k] + take[k] + 1) / u[k], -c[k] / u[k], k))
+            take[k] += 1
+        for k, j in enumerate(S):
+            x[i, j] = take[k]
+            cur[j] += take[k]
     return level(x.sum(axis=0), slots, loads, L), x

@@ -121,7 +121,7 @@ def min_level(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: In
 
 
 def _flow(demand: IntArray, groups: IntArray, sites_of: SiteLists,
-          site_caps: IntArray) -> tuple[int, IntArray]:
+          site_caps: IntArray, start: IntArray | None = None) -> tuple[int, IntArray]:
     """Max-flow of the job's network with the given site capacities: (value, (G, m) flows).
 
     The network has at most a few dozen nodes, so a plain Edmonds-Karp in Python (shortest
@@ -133,6 +133,18 @@ def _flow(demand: IntArray, groups: IntArray, sites_of: SiteLists,
     adj = [list(sites_of[g]) for g in groups]
     x = [[0] * m for _ in range(G)]
     left = dem[:]
+    if start is not None:  # a given start, cut down to the capacities
+        x = [[int(v) for v in row] for row in start]
+        for j in range(m):
+            over = sum(x[i][j] for i in range(G)) - room[j]
+            for i in reversed(range(G)):
+                if over <= 0:
+                    break
+                t = min(over, x[i][j])
+                x[i][j] -= t
+                over -= t
+            room[j] -= sum(x[i][j] for i in range(G))
+        left = [dem[i] - sum(x[i]) for i in range(G)]
     for i in range(G):  # greedy start: each group into its sites with room
         for j in adj[i]:
             if left[i] == 0:
@@ -199,9 +211,13 @@ def _flow(demand: IntArray, groups: IntArray, sites_of: SiteLists,
 def balance(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntArray,
             loads: IntArray, L: int, lower: int = 0) -> tuple[int, IntArray]:
     """The least level and an allocation reaching it: (K, x) with x (len(groups), m), rows
-    summing to ``demand``, read off the maximum flow at level K."""
+    summing to ``demand``, read off a maximum flow at level K (augmented from the greedy
+    water-filling, so that sites below level K share the tasks evenly)."""
     K = min_level(demand, groups, sites_of, slots, loads, L, lower)
-    value, x = _flow(demand, groups, sites_of, caps(K, slots, loads, L))
+    # of the many flows reaching K, take one near the water-filled allocation: the sites
+    # below level K are then filled evenly rather than up to K in index order
+    value, x = _flow(demand, groups, sites_of, caps(K, slots, loads, L),
+                     greedy(demand, groups, sites_of, slots, loads, L)[1])
     if value != int(demand.sum()):  # Hall and max-flow disagree: a bug, never bad input
         raise AssertionError(f"level {K} admits {value} of {int(demand.sum())} tasks")
     return K, x

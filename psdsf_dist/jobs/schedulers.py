@@ -90,7 +90,6 @@ def plan(scheduler: str, queues: list[Queue], sites: Sites,
     if order not in ORDERS:
         raise ValueError(f"unknown order {order!r} (expected one of {ORDERS})")
     m = len(sites.slots)
-    fixed = scheduler in FIXED or scheduler == "scta"
     allocs: list[IntArray | None] = [q.alloc for q in queues]
     if scheduler in FIXED:
         loads = np.zeros(m, dtype=np.int64)
@@ -103,7 +102,7 @@ def plan(scheduler: str, queues: list[Queue], sites: Sites,
                 allocs[i] = x
                 loads += x.sum(axis=0)
         flexible: set[int] = set()
-    elif fixed:  # scta: the unplaced (new) jobs are placed within the ordering
+    elif scheduler == "scta":  # the unplaced (new) jobs are placed within the ordering
         flexible = {i for i, a in enumerate(allocs) if a is None}
     else:
         flexible = set(range(len(queues)))

@@ -51,7 +51,7 @@ def instances(draw: st.DrawFn) -> tuple[IntArray, IntArray, tuple[tuple[int, ...
     return demand, np.arange(G, dtype=np.int64), site_lists(group_sites), slots, loads
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(instances())
 def test_least_level_is_the_least_k_the_network_carries(inst: tuple) -> None:  # type: ignore[type-arg]
     demand, groups, lists, slots, loads = inst
@@ -71,7 +71,7 @@ def test_least_level_is_the_least_k_the_network_carries(inst: tuple) -> None:  #
     assert min_level(demand, groups, lists, slots, loads, L, lower=K) == K
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(instances(), st.lists(st.integers(0, 40), min_size=5, max_size=5))
 def test_flow_value_matches_scipy(inst: tuple, raw_caps: list[int]) -> None:  # type: ignore[type-arg]
     demand, groups, lists, slots, _ = inst
@@ -82,7 +82,7 @@ def test_flow_value_matches_scipy(inst: tuple, raw_caps: list[int]) -> None:  # 
     assert (x.sum(axis=1) <= demand).all() and int(x.sum()) == value
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(instances())
 def test_greedy_places_every_task_no_better_than_the_flow(inst: tuple) -> None:  # type: ignore[type-arg]
     demand, groups, lists, slots, loads = inst

@@ -51,7 +51,7 @@ def eager_ata(qs: list[Queue], sites: Sites, scheduler: str) -> list[int]:
     return order
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(st.data(), st.integers(2, 5), st.integers(1, 3), st.integers(1, 2))
 def test_plans_place_every_task_and_order_every_job(data: st.DataObject, m: int,
                                                      available: int, slots: int) -> None:

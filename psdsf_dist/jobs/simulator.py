@@ -10,9 +10,9 @@ frees its slot for a job arriving at t.
 
 The state is small lists per outstanding job (unstarted tasks per group and site) and a heap
 of (finish time, sequence number, site, job) tuples for running tasks; each site keeps the
-ordered list of jobs that have tasks placed on it, so filling a slot costs O(1) amortised.  Everything is
-deterministic: the workload carries the durations, and ties in time are broken by insertion
-order.
+ordered list of jobs that have tasks placed on it, so filling a slot costs O(1) amortised.
+Everything is deterministic: the workload carries the durations, and ties in time are broken
+by insertion order.
 """
 
 from __future__ import annotations

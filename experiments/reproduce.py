@@ -11,7 +11,8 @@ Sections (each its own module, ``run(quick) -> Section``):
 3. ``repro_figures``: the papers' small worked figures, every registered policy;
 4. ``repro_google``: the Google 2011 mix at K = 1,000 and 12,583 with 100 users;
 5. ``repro_tsfer``: TSF-ER paper Table 2 (six rules' properties) and section 6.2 (Tables 3-4,
-   Figs. 3-4; Algorithm 2 for indivisible tasks).
+   Figs. 3-4; Algorithm 2 for indivisible tasks);
+6. ``repro_guan_jobs``: Guan thesis chapter 3, job schedulers on the Facebook 2010 trace.
 
 Figures and CSV files go to ``experiments/report/``.  ``--quick`` (a few minutes) runs the
 simulator in lock-step only, fewer rounds, no Ray (the last full run's Ray trace of the paper
@@ -29,6 +30,7 @@ from collections.abc import Callable
 import repro_drfh
 import repro_figures
 import repro_google
+import repro_guan_jobs
 import repro_psdsf
 import repro_tsfer
 from repro_common import REPORT, Section, seconds_text
@@ -50,7 +52,8 @@ def main(argv: list[str] | None = None) -> None:
         ("drfh", lambda: repro_drfh.run(args.quick, args.ray)),
         ("figures", lambda: repro_figures.run(args.quick)),
         ("google", lambda: repro_google.run(args.quick)),
-        ("tsfer", lambda: repro_tsfer.run(args.quick)))
+        ("tsfer", lambda: repro_tsfer.run(args.quick)),
+        ("guan-jobs", lambda: repro_guan_jobs.run(args.quick)))
     for name, fn in steps:
         print(f"[{time.perf_counter() - t0:6.0f} s] {name} ...", flush=True)
         sections.append(fn())

@@ -1,0 +1,123 @@
+"""``psdsf-dist replay``: run a job trace through the job simulator under one or more schedulers.
+
+The trace is a SWIM ``.tsv`` (the Facebook 2010 trace) or the project's ``.csv``
+(``docs/jobs.md``).  Tasks without sites are placed as in section 3.3 of Guan's thesis (Zipf
+over a random permutation of ``--sites`` sites, ``--available`` consecutive sites per task) and
+take Pareto durations unless the CSV gives ``duration_s``; ``--utilisation`` rescales the submit
+times to that offered load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from psdsf_dist.cli.common import CommandError, dumps, emit
+from psdsf_dist.errors import PsdsfError
+from psdsf_dist.jobs.metrics import PERCENTILES, summary
+from psdsf_dist.jobs.schedulers import FIXED, ORDERS, SCHEDULERS
+from psdsf_dist.jobs.simulator import simulate_jobs
+from psdsf_dist.jobs.workload import (
+    DEFAULT_AVAILABLE,
+    DEFAULT_SITES,
+    DEFAULT_SLOTS,
+    DEFAULT_ZIPF,
+    PARETO_MEAN_S,
+    PARETO_SHAPE,
+    Workload,
+    build_workload,
+    load_trace,
+)
+from psdsf_dist.policies.whole_task_policies import DEFAULT_SEED
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("replay", help="replay a job trace under job schedulers (Guan ch. 3)")
+    p.add_argument("trace", help="trace file: SWIM .tsv or .csv (docs/jobs.md)")
+    p.add_argument("--scheduler", nargs="+", choices=SCHEDULERS, default=["ata-greedy"],
+                   metavar="S", help=f"schedulers to run (default ata-greedy; any of "
+                                     f"{' '.join(SCHEDULERS)})")
+    p.add_argument("--order", choices=ORDERS, default="swag",
+                   help="job order of swag, btawj, btaaj: SWAG's (default) or arrival order")
+    p.add_argument("--sites", type=int, default=DEFAULT_SITES, metavar="M",
+                   help=f"sites, when the trace names none (default {DEFAULT_SITES})")
+    p.add_argument("--slots", type=int, default=DEFAULT_SLOTS, metavar="U",
+                   help=f"slots per site (default {DEFAULT_SLOTS})")
+    p.add_argument("--available", type=int, default=DEFAULT_AVAILABLE, metavar="K",
+                   help=f"sites that may run each task (default {DEFAULT_AVAILABLE})")
+    p.add_argument("--zipf", type=float, default=DEFAULT_ZIPF, metavar="A",
+                   help=f"Zipf skew of the tasks' sites (default {DEFAULT_ZIPF:g})")
+    p.add_argument("--utilisation", type=float, default=None, metavar="F",
+                   help="rescale submit times to this offered load, e.g. 0.6 (default: as is)")
+    p.add_argument("--pareto", type=float, nargs=2, default=[PARETO_SHAPE, PARETO_MEAN_S],
+                   metavar=("SHAPE", "MEAN"),
+                   help=f"task durations' Pareto shape and mean in seconds (default "
+                        f"{PARETO_SHAPE:g} {PARETO_MEAN_S:g})")
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED, metavar="S",
+                   help=f"seed of the placement and the durations (default {DEFAULT_SEED})")
+    p.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    p.set_defaults(run=run)
+
+
+def _check(args: argparse.Namespace) -> None:
+    if args.sites < 1:
+        raise CommandError(f"--sites: must be >= 1, got {args.sites}")
+    if args.slots < 1:
+        raise CommandError(f"--slots: must be >= 1, got {args.slots}")
+    if not 1 <= args.available <= args.sites:
+        raise CommandError(f"--available: must be between 1 and --sites ({args.sites}), "
+                           f"got {args.available}")
+    if not args.zipf >= 0 or args.zipf == float("inf"):
+        raise CommandError(f"--zipf: must be a finite number >= 0, got {args.zipf}")
+    if args.utilisation is not None and not 0 < args.utilisation < float("inf"):
+        raise CommandError(f"--utilisation: must be a number > 0, got {args.utilisation}")
+    shape, mean = args.pareto
+    if not (1 < shape < float("inf") and 0 < mean < float("inf")):
+        raise CommandError(f"--pareto: need SHAPE > 1 and MEAN > 0, got {shape:g} {mean:g}")
+    if args.order == "fifo" and any(s not in FIXED for s in args.scheduler):
+        raise CommandError(f"--order fifo: only for {', '.join(FIXED)} (the others order the "
+                           "jobs themselves)")
+
+
+def run(args: argparse.Namespace) -> int:
+    _check(args)
+    try:
+        trace = load_trace(args.trace)
+        w = build_workload(trace, sites=args.sites, slots=args.slots, zipf=args.zipf,
+                           available=args.available, utilisation=args.utilisation,
+                           shape=args.pareto[0], mean=args.pareto[1], seed=args.seed)
+    except PsdsfError as err:
+        raise CommandError(str(err)) from None
+    except ValueError as err:  # a trace that cannot be rescaled
+        raise CommandError(f"{args.trace}: {err}") from None
+    results = []
+    for s in dict.fromkeys(args.scheduler):
+        run_ = simulate_jobs(w, s, order=args.order)
+        results.append(summary(run_, w))
+        print(f"psdsf-dist: replay: {s}: {w.num_tasks} tasks in {run_.wall_seconds:.2f} s "
+              f"({run_.events_per_second:,.0f} events/s)", file=sys.stderr)
+    if args.json:
+        text = dumps({"trace": args.trace, "seed": args.seed, "zipf": args.zipf,
+                      "available": args.available, "results": results})
+    else:
+        text = render(w, results)
+    emit(text, args.output)
+    return 0
+
+
+def render(w: Workload, results: list[dict[str, Any]]) -> str:
+    head = (f"{w.num_jobs} jobs, {w.num_tasks} tasks on {w.num_sites} sites x "
+            f"{int(w.slots[0]) if (w.slots == w.slots[0]).all() else 'mixed'} slots; offered "
+            f"load {100 * w.utilisation():.1f}% of the slots")
+    cols = ["scheduler", "mean resp s", *[f"p{p} resp s" for p in PERCENTILES],
+            "mean wait s", "util %", "events/s"]
+    rows = [[r["scheduler"], f"{r['mean_response_s']:.3f}",
+             *[f"{r[f'p{p}_response_s']:.3f}" for p in PERCENTILES],
+             f"{r['mean_wait_s']:.3f}", f"{100 * r['utilisation']:.1f}",
+             f"{r['events_per_second']:,.0f}"] for r in results]
+    widths = [max(len(c), *(len(row[k]) for row in rows)) for k, c in enumerate(cols)]
+    lines = [head, "  ".join(c.ljust(n) for c, n in zip(cols, widths, strict=True))]
+    lines += ["  ".join(v.ljust(n) for v, n in zip(row, widths, strict=True)) for row in rows]
+    return "\n".join(lines)

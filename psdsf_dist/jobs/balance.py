@@ -1,0 +1,263 @@
+"""Balanced allocation of one job's tasks to sites: the flow network of Guan's thesis (section
+3.2.1, Fig. 3.2) and the greedy water-filling of ATA-Greedy (Fig. 3.10).
+
+A job's unstarted tasks come in groups; the tasks of group g may run at the sites
+``group_sites[g]``.  Sites already hold ``loads[j]`` unstarted tasks, and site j runs
+``slots[j]`` tasks at a time.  The *level* of an allocation x (tasks per group and site) is the
+job's estimated completion in rounds of tasks, ``max_j (loads[j] + x_j) / slots[j]`` over the
+sites that get a task of the job, measured on the grid 1/L with L = lcm(slots) (exact for equal
+slots; L = 1 when every site has one slot, the thesis's integer C).  Level K is reachable iff the
+flow network source -> group g (capacity |T_g|) -> its sites (|T_g|) -> sink (capacity
+``max(floor(K slots[j] / L) - loads[j], 0)``) carries every task; the least such K is found by
+binary search (Algorithms 1-4).  Feasibility at a given K is decided by Hall's condition on the
+sites the job can use (every subset B of them must offer at least the tasks of the groups whose
+sites lie inside B), which is the max-flow/min-cut condition of this bipartite network and is
+vectorised over subsets; the allocation at the least K is then read off a maximum flow.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+import numpy.typing as npt
+
+IntArray = npt.NDArray[np.int64]
+SiteLists = tuple[tuple[int, ...], ...]
+"""The sites of every group, ascending."""
+
+MAX_GRID = 1 << 20
+"""Above this lcm of the slot counts, levels are measured on the grid 1/max(slots)."""
+MAX_HALL_SITES = 16
+"""A job able to use more sites than this is checked by max-flow instead of Hall's condition."""
+
+
+def grid(slots: IntArray) -> int:
+    """L: levels are integers K meaning K / L rounds of tasks."""
+    L = math.lcm(*(int(u) for u in slots))
+    return L if L <= MAX_GRID else int(slots.max())
+
+
+def caps(K: int | IntArray, slots: IntArray, loads: IntArray, L: int) -> IntArray:
+    """Tasks each site can still take at level K (K scalar or a column of levels)."""
+    k = np.asarray(K, dtype=np.int64)[..., None]
+    return np.asarray(np.maximum(k * slots // L - loads, 0), dtype=np.int64)
+
+
+def level(x_sites: IntArray, slots: IntArray, loads: IntArray, L: int) -> int:
+    """The level of an allocation with ``x_sites[j]`` tasks at site j (0 if it has none)."""
+    used = x_sites > 0
+    if not used.any():
+        return 0
+    need = -((-(loads[used] + x_sites[used]) * L) // slots[used])  # ceil
+    return int(need.max())
+
+
+@lru_cache(maxsize=4096)
+def _hall(sites_of_groups: tuple[tuple[int, ...], ...]) -> tuple[IntArray, IntArray, IntArray]:
+    """For groups with the given site lists: the sites N they can use, and for every subset
+    B of N (rows) its membership over N and which groups lie inside it."""
+    N = sorted({j for g in sites_of_groups for j in g})
+    pos = {j: i for i, j in enumerate(N)}
+    n = len(N)
+    masks = np.arange(1 << n, dtype=np.int64)
+    member = ((masks[:, None] >> np.arange(n)) & 1).astype(np.int64)  # (S, n)
+    gmask = np.array([sum(1 << pos[j] for j in g) for g in sites_of_groups], dtype=np.int64)
+    inside = ((masks[:, None] & gmask[None, :]) == gmask[None, :]).astype(np.int64)  # (S, G)
+    return np.array(N, dtype=np.int64), member, inside
+
+
+def site_lists(group_sites: npt.NDArray[np.bool_]) -> SiteLists:
+    """The sites of every group from a (G, m) membership matrix."""
+    return tuple(tuple(int(j) for j in np.flatnonzero(row)) for row in group_sites)
+
+
+def min_level(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntArray,
+              loads: IntArray, L: int, lower: int = 0) -> int:
+    """The least level K at which the job's tasks (``demand[i]`` of group ``groups[i]``) fit;
+    ``lower`` is a known lower bound (e.g. the level found before the loads grew)."""
+    keep = demand > 0
+    demand, groups = demand[keep], groups[keep]
+    if demand.size == 0:
+        return 0
+    lists = tuple(sites_of[g] for g in groups)
+    # an upper bound: every group at its first site
+    first = np.zeros_like(loads)
+    np.add.at(first, [lst[0] for lst in lists], demand)
+    hi = level(first, slots, loads, L)
+    lo = max(lower, 1)
+    if len({j for lst in lists for j in lst}) > MAX_HALL_SITES:
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if _flow(demand, groups, sites_of, caps(mid, slots, loads, L))[0] == demand.sum():
+                hi = mid
+            else:
+                lo = mid + 1
+        return hi
+    N, member, inside = _hall(lists)
+    need = inside @ demand  # (S,) tasks that must go inside each subset
+    sl, ld = slots[N], loads[N]
+
+    def feasible(K: int) -> bool:
+        return bool(((member @ caps(K, sl, ld, L)) >= need).all())
+
+    # levels grow little between calls with a known lower bound: gallop up, then bisect
+    if lo >= hi or feasible(lo):
+        return min(lo, hi)
+    lo += 1
+    step = 1
+    while lo + step < hi and not feasible(lo + step):
+        lo += step + 1
+        step *= 2
+    hi = min(hi, lo + step)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if feasible(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
+
+
+def _flow(demand: IntArray, groups: IntArray, sites_of: SiteLists,
+          site_caps: IntArray, start: IntArray | None = None) -> tuple[int, IntArray]:
+    """Max-flow of the job's network with the given site capacities: (value, (G, m) flows).
+
+    The network has at most a few dozen nodes, so a plain Edmonds-Karp in Python (shortest
+    augmenting paths, started from a greedy flow) beats building a sparse matrix per call;
+    tests check its value against ``scipy.sparse.csgraph.maximum_flow``."""
+    G, m = len(groups), len(site_caps)
+    dem = [int(d) for d in demand]
+    room = [int(c) for c in site_caps]
+    adj = [list(sites_of[g]) for g in groups]
+    x = [[0] * m for _ in range(G)]
+    left = dem[:]
+    if start is not None:  # a given start, cut down to the capacities
+        x = [[int(v) for v in row] for row in start]
+        for j in range(m):
+            over = sum(x[i][j] for i in range(G)) - room[j]
+            for i in reversed(range(G)):
+                if over <= 0:
+                    break
+                t = min(over, x[i][j])
+                x[i][j] -= t
+                over -= t
+            room[j] -= sum(x[i][j] for i in range(G))
+        left = [dem[i] - sum(x[i]) for i in range(G)]
+    for i in range(G):  # greedy start: each group into its sites with room
+        for j in adj[i]:
+            if left[i] == 0:
+                break
+            t = min(left[i], room[j])
+            if t:
+                x[i][j] += t
+                left[i] -= t
+                room[j] -= t
+    rev: list[list[int]] = [[] for _ in range(m)]  # groups that can reach each site
+    for i in range(G):
+        for j in adj[i]:
+            rev[j].append(i)
+    while any(left):
+        # BFS from groups with tasks left over (group -> site forward, site -> group on flow)
+        prev_site: dict[int, int] = {}
+        prev_group: dict[int, int] = {}
+        frontier = [i for i in range(G) if left[i]]
+        seen_g = set(frontier)
+        end = -1
+        while frontier and end < 0:
+            nxt: list[int] = []
+            for i in frontier:
+                for j in adj[i]:
+                    if j in prev_site:
+                        continue
+                    prev_site[j] = i
+                    if room[j] > 0:
+                        end = j
+                        break
+                    for i2 in rev[j]:
+                        if i2 not in seen_g and x[i2][j] > 0:
+                            seen_g.add(i2)
+                            prev_group[i2] = j
+                            nxt.append(i2)
+                if end >= 0:
+                    break
+            frontier = nxt
+        if end < 0:
+            break
+        # bottleneck along site end <- group <- site <- ... <- group with tasks left
+        path: list[tuple[int, int]] = []
+        j = end
+        while True:
+            i = prev_site[j]
+            path.append((i, j))
+            if i not in prev_group:
+                break
+            j = prev_group[i]
+        root = path[-1][0]
+        b = min(room[end], left[root])
+        for k in range(len(path) - 1):  # flow moved off (group k, site of step k + 1)
+            b = min(b, x[path[k][0]][path[k + 1][1]])
+        for k, (i, j) in enumerate(path):
+            x[i][j] += b
+            if k + 1 < len(path):
+                x[i][path[k + 1][1]] -= b
+        room[end] -= b
+        left[root] -= b
+    value = sum(dem) - sum(left)
+    return value, np.array(x, dtype=np.int64).reshape(G, m)
+
+
+def balance(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntArray,
+            loads: IntArray, L: int, lower: int = 0) -> tuple[int, IntArray]:
+    """The least level and an allocation reaching it: (K, x) with x (len(groups), m), rows
+    summing to ``demand``, read off a maximum flow at level K (augmented from the greedy
+    water-filling, so that sites below level K share the tasks evenly)."""
+    K = min_level(demand, groups, sites_of, slots, loads, L, lower)
+    # of the many flows reaching K, take one near the water-filled allocation: the sites
+    # below level K are then filled evenly rather than up to K in index order
+    value, x = _flow(demand, groups, sites_of, caps(K, slots, loads, L),
+                     greedy(demand, groups, sites_of, slots, loads, L)[1])
+    if value != int(demand.sum()):  # Hall and max-flow disagree: a bug, never bad input
+        raise AssertionError(f"level {K} admits {value} of {int(demand.sum())} tasks")
+    return K, x
+
+
+def greedy(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntArray,
+           loads: IntArray, L: int) -> tuple[int, IntArray]:
+    """ATA-Greedy's allocation (Fig. 3.10): groups in decreasing size (ties by position), each
+    water-filled onto its least loaded sites so that their loads in rounds
+    ``(loads + x) / slots`` end as even as whole tasks allow (a remainder task goes to the
+    site whose load after it is least, a tie to the site more loaded before, as Fig. 3.10).
+    Returns (level, x)."""
+    m = len(slots)
+    x = np.zeros((len(groups), m), dtype=np.int64)
+    cur = [int(v) for v in loads]
+    u_all = [int(v) for v in slots]
+    for i in sorted(range(len(groups)), key=lambda i: (-int(demand[i]), i)):
+        n = int(demand[i])
+        if n == 0:
+            continue
+        S = sites_of[int(groups[i])]
+        u = [float(u_all[j]) for j in S]
+        c = [float(cur[j]) for j in S]
+        # continuous water level lam: sum max(0, lam u - c) = n, over sites sorted by c/u
+        o = sorted(range(len(S)), key=lambda k: c[k] / u[k])
+        lam, uu, cc = 0.0, 0.0, 0.0
+        for r, k in enumerate(o):
+            uu += u[k]
+            cc += c[k]
+            lam = (n + cc) / uu
+            if r + 1 == len(o) or lam <= c[o[r + 1]] / u[o[r + 1]]:
+                break
+        take = [max(int(lam * u[k] - c[k] + 1e-9), 0) for k in range(len(S))]
+        while sum(take) > n:  # float slack: undo from the most loaded
+            k = max(range(len(S)), key=lambda k: ((c[k] + take[k]) / u[k] if take[k] else -1))
+            take[k] -= 1
+        for _ in range(n - sum(take)):  # Fig. 3.10: a tie goes to the more loaded
+            k = min(range(len(S)), key=lambda k: ((c[k] + take[k] + 1) / u[k], -c[k] / u[k], k))
+            take[k] += 1
+        for k, j in enumerate(S):
+            x[i, j] = take[k]
+            cur[j] += take[k]
+    return level(x.sum(axis=0), slots, loads, L), x

@@ -1,0 +1,186 @@
+"""The job schedulers of Guan's thesis, chapter 3, as pure functions of the unstarted tasks.
+
+Each outstanding job is a :class:`Queue`: its unstarted tasks per group and, once placed, per
+site.  :func:`plan` is called whenever a job arrives (it is then the last queue, not yet placed)
+and whenever a job completes; it returns where every unstarted task goes and the order in which
+every site serves the jobs:
+
+- ``swag``: every task at its group's associated site; SWAG order (Hung et al.): repeatedly
+  append the job whose estimated completion, given the tasks of the jobs already ordered, is
+  earliest.
+- ``btawj`` (Algorithm 1): a new job's tasks balanced over its sites on their own (max-flow and
+  binary search on the level); SWAG order.
+- ``btaaj`` (Algorithm 2): the same with each site's unstarted tasks counted; SWAG order.
+- ``scta`` (Algorithm 3): the new job is placed anew, balanced on top of the jobs ordered before
+  it, each time SWAG looks for the next job; other jobs keep their placement.
+- ``ata`` (Algorithm 4): every outstanding job is placed anew like that.
+- ``ata-greedy``: ATA with the greedy water-filling of Fig. 3.10 in place of the max-flow.
+
+Estimated completions are levels (:mod:`psdsf_dist.jobs.balance`): rounds of tasks at the
+job's busiest site, counting the tasks of the jobs ordered before it; no scheduler uses task
+durations (section 3.3).  Ties go to the earlier job.  SWAG's greedy loop evaluates candidates
+lazily: an estimate can only grow as jobs are appended, so a job whose fresh estimate is no
+later than every other job's older one is the earliest — the same choice as re-estimating all
+jobs at every step (exactly so where the estimate is monotone in the sites' loads: a fixed
+placement and the max-flow level; ATA-Greedy's water-filled level is monotone in practice, and
+tests compare both ways).  ``order="fifo"`` serves jobs in arrival order instead (the worked
+example of BTAWJ and BTAAJ in section 3.2 does so).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from psdsf_dist.jobs.balance import SiteLists, balance, greedy, level, min_level, site_lists
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+SCHEDULERS = ("ata", "ata-greedy", "scta", "btaaj", "btawj", "swag")
+ORDERS = ("swag", "fifo")
+FIXED = ("swag", "btawj", "btaaj")
+"""Schedulers that place a job once, at its arrival, and only reorder afterwards."""
+
+
+@dataclass
+class Queue:
+    """A job's unstarted tasks: ``demand[i]`` of group ``groups[i]``; ``alloc`` (len(groups),
+    m) their sites, or None before the job is placed."""
+
+    groups: IntArray
+    demand: IntArray
+    alloc: IntArray | None = None
+
+
+@dataclass(frozen=True)
+class Sites:
+    """The sites: slots per site, the groups' sets of sites, their associated sites, the
+    level grid L."""
+
+    slots: IntArray
+    group_sites: BoolArray
+    group_home: IntArray
+    L: int
+
+    @property
+    def lists(self) -> SiteLists:
+        """The sites of every group (computed once)."""
+        cached: SiteLists | None = self.__dict__.get("_lists")
+        if cached is None:
+            cached = site_lists(self.group_sites)
+            object.__setattr__(self, "_lists", cached)
+        return cached
+
+
+Allocate = Callable[[int, IntArray, int, bool], tuple[int, IntArray | None]]
+"""(job index, loads, lower bound, allocation wanted) -> (level, allocation or None)."""
+
+
+def plan(scheduler: str, queues: list[Queue], sites: Sites,
+         order: str = "swag") -> tuple[list[int], list[IntArray]]:
+    """Place every unplaced queue (and re-place all of them for SCTA's new job and ATA) and
+    order the jobs with unstarted tasks.  Returns (order as queue indices, allocations)."""
+    if scheduler not in SCHEDULERS:
+        raise ValueError(f"unknown scheduler {scheduler!r} (expected one of {SCHEDULERS})")
+    if order not in ORDERS:
+        raise ValueError(f"unknown order {order!r} (expected one of {ORDERS})")
+    m = len(sites.slots)
+    allocs: list[IntArray | None] = [q.alloc for q in queues]
+    if scheduler in FIXED:
+        loads = np.zeros(m, dtype=np.int64)
+        for a in allocs:
+            if a is not None:
+                loads += a.sum(axis=0)
+        for i, q in enumerate(queues):
+            if allocs[i] is None:
+                x = _place(scheduler, q, sites, loads)
+                allocs[i] = x
+                loads += x.sum(axis=0)
+        flexible: set[int] = set()
+    elif scheduler == "scta":  # the unplaced (new) jobs are placed within the ordering
+        flexible = {i for i, a in enumerate(allocs) if a is None}
+    else:
+        flexible = set(range(len(queues)))
+    live = [i for i, q in enumerate(queues) if int(q.demand.sum()) > 0]
+    if scheduler in FIXED and order == "fifo":
+        return live, [_placed(a) for a in allocs]
+    if scheduler not in FIXED and order != "swag":
+        raise ValueError(f"{scheduler} orders the jobs itself (order must be 'swag')")
+
+    def allocate(i: int, loads: IntArray, lower: int,
+                 want: bool) -> tuple[int, IntArray | None]:
+        q = queues[i]
+        if i not in flexible:
+            a = _placed(allocs[i])
+            return level(a.sum(axis=0), sites.slots, loads, sites.L), a
+        if scheduler == "ata-greedy":
+            return greedy(q.demand, q.groups, sites.lists, sites.slots, loads, sites.L)
+        if not want:
+            return min_level(q.demand, q.groups, sites.lists, sites.slots, loads, sites.L,
+                             lower), None
+        return balance(q.demand, q.groups, sites.lists, sites.slots, loads, sites.L, lower)
+
+    chosen, placed = swag_order(live, allocate, m)
+    for i, x in placed.items():
+        allocs[i] = x
+    for i, q in enumerate(queues):  # a job with nothing left to start is placed nowhere
+        if allocs[i] is None:
+            allocs[i] = np.zeros((len(q.groups), m), dtype=np.int64)
+    return chosen, [_placed(a) for a in allocs]
+
+
+def _placed(a: IntArray | None) -> IntArray:
+    assert a is not None
+    return a
+
+
+def _place(scheduler: str, q: Queue, sites: Sites, loads: IntArray) -> IntArray:
+    """A new job's placement by a scheduler that places once (SWAG, BTAWJ, BTAAJ)."""
+    m = len(sites.slots)
+    if scheduler == "swag":
+        x = np.zeros((len(q.groups), m), dtype=np.int64)
+        x[np.arange(len(q.groups)), sites.group_home[q.groups]] = q.demand
+        return x
+    base = np.zeros(m, dtype=np.int64) if scheduler == "btawj" else loads
+    return balance(q.demand, q.groups, sites.lists, sites.slots, base, sites.L)[1]
+
+
+def swag_order(live: list[int], allocate: Allocate,
+               m: int) -> tuple[list[int], dict[int, IntArray]]:
+    """SWAG's greedy order of the jobs ``live``: repeatedly the job of earliest estimated
+    completion on top of the jobs already ordered (ties: lower index), evaluated lazily (see
+    the module docstring).  Returns the order and each job's allocation when it was chosen."""
+    loads = np.zeros(m, dtype=np.int64)
+    version = 0
+    heap: list[tuple[int, int, int]] = []
+    cache: dict[int, IntArray | None] = {}
+    for i in live:
+        K, x = allocate(i, loads, 0, False)
+        cache[i] = x
+        heap.append((K, i, version))
+    heapq.heapify(heap)
+    out: list[int] = []
+    placed: dict[int, IntArray] = {}
+    while heap:
+        K, i, v = heapq.heappop(heap)
+        if v != version:
+            K, x = allocate(i, loads, K, False)
+            cache[i] = x
+            if heap and (K, i) > heap[0][:2]:
+                heapq.heappush(heap, (K, i, version))
+                continue
+        x = cache.pop(i)
+        if x is None:
+            x = _placed(allocate(i, loads, K, True)[1])
+        out.append(i)
+        placed[i] = x
+        add = x.sum(axis=0)
+        if add.any():
+            loads = loads + add
+            version += 1
+    return out, placed

@@ -1,0 +1,104 @@
+"""The flow-network balancing: the least level is the least K whose network carries every
+task (checked against scipy's max-flow), and the allocations stay within the groups' sites."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import maximum_flow
+
+from psdsf_dist.jobs.balance import (
+    _flow,
+    balance,
+    caps,
+    greedy,
+    grid,
+    level,
+    min_level,
+    site_lists,
+)
+
+IntArray = npt.NDArray[np.int64]
+
+
+def scipy_flow(demand: IntArray, sites: list[list[int]], site_caps: IntArray) -> int:
+    G, m = len(demand), len(site_caps)
+    n = 2 + G + m
+    cap = np.zeros((n, n), dtype=np.int32)
+    cap[0, 1:1 + G] = demand
+    for i, row in enumerate(sites):
+        cap[1 + i, [1 + G + j for j in row]] = demand[i]
+    cap[1 + G:1 + G + m, n - 1] = site_caps
+    return int(maximum_flow(csr_matrix(cap), 0, n - 1).flow_value)
+
+
+@st.composite
+def instances(draw: st.DrawFn) -> tuple[IntArray, IntArray, tuple[tuple[int, ...], ...],
+                                         IntArray, IntArray]:
+    m = draw(st.integers(1, 5))
+    G = draw(st.integers(1, 4))
+    group_sites = np.zeros((G, m), dtype=bool)
+    for g in range(G):
+        chosen = draw(st.lists(st.integers(0, m - 1), min_size=1, max_size=m, unique=True))
+        group_sites[g, chosen] = True
+    demand = np.array(draw(st.lists(st.integers(0, 30), min_size=G, max_size=G)),
+                      dtype=np.int64)
+    slots = np.array(draw(st.lists(st.integers(1, 3), min_size=m, max_size=m)), dtype=np.int64)
+    loads = np.array(draw(st.lists(st.integers(0, 20), min_size=m, max_size=m)), dtype=np.int64)
+    return demand, np.arange(G, dtype=np.int64), site_lists(group_sites), slots, loads
+
+
+@settings(max_examples=80, deadline=None)
+@given(instances())
+def test_least_level_is_the_least_k_the_network_carries(inst: tuple) -> None:  # type: ignore[type-arg]
+    demand, groups, lists, slots, loads = inst
+    L = grid(slots)
+    K, x = balance(demand, groups, lists, slots, loads, L)
+    total = int(demand.sum())
+    rows = [list(lists[g]) for g in groups]
+    assert scipy_flow(demand, rows, caps(K, slots, loads, L)) == total
+    if total:
+        assert K == 0 or scipy_flow(demand, rows, caps(K - 1, slots, loads, L)) < total
+    # every task placed, only at its group's sites, and the allocation reaches level K
+    assert (x.sum(axis=1) == demand).all()
+    for i, g in enumerate(groups):
+        assert x[i, [j for j in range(len(slots)) if j not in lists[g]]].sum() == 0
+    assert level(x.sum(axis=0), slots, loads, L) == K
+    # a lower bound only shortens the search
+    assert min_level(demand, groups, lists, slots, loads, L, lower=K) == K
+
+
+@settings(max_examples=80, deadline=None)
+@given(instances(), st.lists(st.integers(0, 40), min_size=5, max_size=5))
+def test_flow_value_matches_scipy(inst: tuple, raw_caps: list[int]) -> None:  # type: ignore[type-arg]
+    demand, groups, lists, slots, _ = inst
+    site_caps = np.array(raw_caps[:len(slots)], dtype=np.int64)
+    value, x = _flow(demand, groups, lists, site_caps)
+    assert value == scipy_flow(demand, [list(lists[g]) for g in groups], site_caps)
+    assert (x >= 0).all() and (x.sum(axis=0) <= site_caps).all()
+    assert (x.sum(axis=1) <= demand).all() and int(x.sum()) == value
+
+
+@settings(max_examples=80, deadline=None)
+@given(instances())
+def test_greedy_places_every_task_no_better_than_the_flow(inst: tuple) -> None:  # type: ignore[type-arg]
+    demand, groups, lists, slots, loads = inst
+    L = grid(slots)
+    K, x = greedy(demand, groups, lists, slots, loads, L)
+    assert (x >= 0).all() and (x.sum(axis=1) == demand).all()
+    for i, g in enumerate(groups):
+        assert x[i, [j for j in range(len(slots)) if j not in lists[g]]].sum() == 0
+    assert K == level(x.sum(axis=0), slots, loads, L)
+    assert K >= min_level(demand, groups, lists, slots, loads, L)
+
+
+def test_greedy_water_fills_one_group_evenly() -> None:
+    # Fig. 3.10: loads 1, 3, 6 and 7 tasks -> 5, 5 and 7 (the two least loaded sites first)
+    lists = ((0, 1, 2),)
+    one = np.ones(3, dtype=np.int64)
+    K, x = greedy(np.array([7]), np.array([0]), lists, one, np.array([1, 3, 6]), 1)
+    assert x.tolist() == [[4, 3, 0]]
+    assert K == 6

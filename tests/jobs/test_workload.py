@@ -1,0 +1,83 @@
+"""Traces and workloads: the Facebook trace gives the thesis's 24,024 jobs and 1,102,281
+tasks, bad files fail on one line naming the file and field, placement and durations follow
+section 3.3, and utilisation scaling hits its target."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from psdsf_dist.errors import ScenarioError
+from psdsf_dist.jobs.workload import (
+    build_workload,
+    load_trace,
+    pareto_durations,
+    ring_groups,
+    zipf_counts,
+)
+from tests.conftest import EXAMPLES
+
+SWIM = Path("/work/shared/data/swim/FB-2010_samples_24_times_1hr_0.tsv")
+
+
+@pytest.mark.skipif(not SWIM.is_file(), reason="the SWIM trace is not on this machine")
+def test_facebook_trace_has_the_thesis_counts() -> None:
+    t = load_trace(SWIM)
+    assert (t.num_jobs, t.num_tasks) == (24024, 1102281)
+
+
+def test_table_3_1_file_keeps_its_sites_and_durations() -> None:
+    w = build_workload(load_trace(EXAMPLES / "guan_table31.csv"), slots=1)
+    assert w.site_names == ("S1", "S2", "S3")
+    assert w.num_tasks == 29 and (w.durations == 1.0).all()
+    assert w.group_sites.astype(int).tolist() == [[1, 1, 0], [1, 1, 1], [0, 1, 1]]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("job,tasks\nj,1\n", "header: missing column(s) submit_s"),
+    ("job,submit_s,tasks,colour\nj,0,1,red\n", "header: unknown column(s) colour"),
+    ("job,submit_s,tasks\nj,0,x\n", "line 2 tasks: must be a number, got 'x'"),
+    ("job,submit_s,tasks\nj,0,1.5\n", "line 2 tasks: must be an integer"),
+    ("job,submit_s,tasks\nj,-1,1\n", "line 2 submit_s: must be a finite number >= 0"),
+    ("job,submit_s,tasks,sites\na,0,1,S1\nb,0,1,\n", "sites: give sites on every row or on none"),
+    ("job,submit_s,tasks\na,0,1\na,3,1\n", "line 3 job: 'a' appears again"),
+    ("job,submit_s,tasks,duration_s\na,0,1,0\n", "line 2 duration_s: must be a finite number > 0"),
+])
+def test_bad_csv_fails_on_one_line(tmp_path: Path, text: str, message: str) -> None:
+    p = tmp_path / "t.csv"
+    p.write_text(text)
+    with pytest.raises(ScenarioError) as err:
+        load_trace(p)
+    assert str(err.value).startswith(f"{p}: ") and message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_bad_swim_line_names_it(tmp_path: Path) -> None:
+    p = tmp_path / "t.tsv"
+    p.write_text("job0\t9\t9\t1762\t0\t1\njob1\tx\t9\t970\t0\t1\n")
+    with pytest.raises(ScenarioError, match=r"t.tsv: line 2: submit time"):
+        load_trace(p)
+
+
+def test_zipf_placement_and_ring_groups() -> None:
+    rng = np.random.default_rng(0)
+    counts = zipf_counts(rng, np.full(4000, 10, dtype=np.int64), 4, 0.0)
+    assert (counts.sum(axis=1) == 10).all()
+    np.testing.assert_allclose(counts.sum(axis=0) / 40000, 0.25, atol=0.01)  # uniform at 0
+    skewed = np.sort(zipf_counts(rng, np.full(1, 10**6, dtype=np.int64), 4, 2.0)[0])[::-1]
+    w = 1 / np.arange(1, 5) ** 2.0
+    np.testing.assert_allclose(skewed / 10**6, w / w.sum(), atol=0.01)
+    assert ring_groups(3, 2).astype(int).tolist() == [[1, 1, 0], [0, 1, 1], [1, 0, 1]]
+
+
+def test_pareto_mean_and_utilisation_scaling(tmp_path: Path) -> None:
+    d = pareto_durations(np.random.default_rng(1), 400_000, shape=2.5, mean=2.0)
+    assert d.min() >= 2.0 * 1.5 / 2.5 and abs(d.mean() - 2.0) < 0.02
+    p = tmp_path / "t.csv"
+    p.write_text("job,submit_s,tasks\n" + "".join(f"j{i},{i},5\n" for i in range(50)))
+    w = build_workload(load_trace(p), sites=4, slots=2, utilisation=0.5, seed=3)
+    assert abs(w.utilisation() - 0.5) < 1e-12
+    again = build_workload(load_trace(p), sites=4, slots=2, utilisation=0.5, seed=3)
+    assert (again.durations == w.durations).all() and (again.row_group == w.row_group).all()

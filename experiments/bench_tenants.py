@@ -522,12 +522,14 @@ def main() -> None:
     table = report(runs, over, loads, suffix)
     (RESULTS / f"tenants{suffix}.md").write_text(table + "\n")
     print(table)
+    # last: a failing plot must not lose the measurements written above
+    psdsf, plain, _ = runs[0]
+    plot(psdsf, plain, loads, windows(psdsf, loads), RESULTS / f"tenants{suffix}.png")
 
 
 def report(runs: list[tuple[Phase, Phase, dict[str, float]]], over: dict[str, list[float]],
            loads: list[UserLoad], suffix: str) -> str:
-    """The tables (one row per run and window, medians over runs), the CSV and the plot (of
-    the first run)."""
+    """The tables (one row per run and window, medians over runs); writes the CSV."""
     rows: list[tuple[int, dict[str, float], dict[str, float]]] = []
     by_window: dict[int, list[tuple[dict[str, float], dict[str, float]]]] = {}
     """Window index -> (PS-DSF, plain Ray) rows of every run that has it."""
@@ -541,8 +543,6 @@ def report(runs: list[tuple[Phase, Phase, dict[str, float]]], over: dict[str, li
         for name in late:
             late[name].append((time_to_share(psdsf, psdsf, name),
                                time_to_share(plain, psdsf, name)))
-        if k == 0:
-            plot(psdsf, plain, loads, wins, RESULTS / f"tenants{suffix}.png")
     with open(RESULTS / f"tenants{suffix}.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["run", "scheduler", "from_s", "to_s", "gap",

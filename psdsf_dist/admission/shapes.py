@@ -111,6 +111,24 @@ def check_options(options: Mapping[str, Any]) -> None:
         raise ShapeError(f"max_retries: expected an integer >= 0, got {retries!r}")
 
 
+def check_user(user: Any) -> str:
+    """A tenant's user name: a non-blank string of printable characters (it names the user in
+    the allocation, the metrics and every error)."""
+    if not isinstance(user, str) or not user.strip() or not user.isprintable():
+        raise ShapeError(f"user: expected a non-blank name of printable characters, got {user!r}")
+    return user
+
+
+def check_weight(weight: Any) -> float | None:
+    """A tenant's weight: None (the cluster's configuration decides) or a finite number > 0."""
+    if weight is None:
+        return None
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) \
+            or not math.isfinite(weight) or not weight > 0:
+        raise ShapeError(f"weight: expected a finite number > 0, got {weight!r}")
+    return float(weight)
+
+
 def check_fits_somewhere(shape: TaskShape, resources: Sequence[str], capacity: FloatArray,
                          names: Sequence[str]) -> None:
     """Refuse a shape no server can hold one task of (``capacity``: K x M)."""

@@ -54,10 +54,18 @@ from psdsf_dist.admission.shapes import (
     TaskShape,
     check_fits_somewhere,
     check_options,
+    check_user,
+    check_weight,
     task_shape,
 )
 from psdsf_dist.runtime.coordinator import TenantInfo
-from psdsf_dist.runtime.names import DEFAULT_RUN_ID, NAMESPACE, coordinator_name
+from psdsf_dist.runtime.names import (
+    DEFAULT_RUN_ID,
+    NAMESPACE,
+    RunNameError,
+    check_run_name,
+    coordinator_name,
+)
 from psdsf_dist.runtime.tenant_queue import AllocatorGoneError, QueueStatus, RemoteTenantQueue
 
 CONNECT_TIMEOUT = 30.0
@@ -172,11 +180,12 @@ class Tenant:
                 run_id: str = DEFAULT_RUN_ID) -> Tenant:
         """Connect to the allocator of ``run_id`` in the Ray cluster the driver is connected to
         (``ray.init`` first).  Raises :class:`AllocatorGoneError` when no such run answers."""
-        if not isinstance(user, str) or not user:
-            raise ShapeError(f"user: expected a non-empty name, got {user!r}")
-        if weight is not None and (isinstance(weight, bool) or not isinstance(weight, int | float)
-                                   or not weight > 0):
-            raise ShapeError(f"weight: expected a number > 0, got {weight!r}")
+        check_user(user)
+        weight = check_weight(weight)
+        try:
+            check_run_name(run_id)
+        except RunNameError as err:
+            raise ShapeError(f"run_id: {err}") from None
         try:
             coordinator = ray.get_actor(coordinator_name(run_id), namespace=NAMESPACE)
         except ValueError:
@@ -188,7 +197,7 @@ class Tenant:
             raise AllocatorGoneError(f"the allocator of run {run_id!r} did not answer within "
                                 f"{CONNECT_TIMEOUT:g} s") from None
         info: TenantInfo = answer
-        return cls(user, run_id, info, None if weight is None else float(weight), coordinator)
+        return cls(user, run_id, info, weight, coordinator)
 
     @overload
     def remote(self, function: Callable[..., Any]) -> TenantFunction: ...

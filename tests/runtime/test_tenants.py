@@ -85,8 +85,12 @@ def test_bad_submissions_fail_at_once_with_one_line(run: Run) -> None:
     t.close()
     with pytest.raises(AllocatorGoneError, match="no allocator run 'nope'"):
         Tenant.connect("x", run_id="nope")
-    with pytest.raises(ShapeError, match="weight: expected a number > 0"):
-        Tenant.connect("x", weight=0, run_id=RUN)
+    for weight in (0, float("inf"), float("nan")):
+        with pytest.raises(ShapeError, match="weight: expected a finite number > 0"):
+            Tenant.connect("x", weight=weight, run_id=RUN)
+    for user in ("", " ", "a\nb"):
+        with pytest.raises(ShapeError, match="user: expected a non-blank name of printable"):
+            Tenant.connect(user, run_id=RUN)
 
 
 def test_a_run_without_tenants_refuses_them(cluster: Any) -> None:

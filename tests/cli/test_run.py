@@ -132,6 +132,6 @@ def test_run_without_address_starts_its_own_ray_beside_another(tmp_path: Path) -
         names = {e["name"] for e in ray.util.list_named_actors(all_namespaces=True)}
         seen_here |= "psdsf-beside-coordinator" in names
         time.sleep(0.2)
-    out, err = proc.communicate(timeout=120)
+    _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err[-2000:]
     assert not seen_here

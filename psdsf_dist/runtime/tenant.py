@@ -39,11 +39,15 @@ iterator early (``close()``, or a ``with`` block) withdraws what has not started
 
 from __future__ import annotations
 
+import contextvars
+import functools
+import inspect
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any, overload
 
+import numpy as np
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -63,6 +67,7 @@ from psdsf_dist.runtime.names import (
     DEFAULT_RUN_ID,
     NAMESPACE,
     RunNameError,
+    actor_key,
     check_run_name,
     coordinator_name,
 )
@@ -71,21 +76,92 @@ from psdsf_dist.runtime.tenant_queue import AllocatorGoneError, QueueStatus, Rem
 CONNECT_TIMEOUT = 30.0
 
 
+LARGE_ARGUMENT_BYTES = 100 * 1024
+"""An argument this large (a numpy array's data, bytes, a string) goes to the object store
+once, from the caller, and the queue passes its ref on (Ray's own limit for arguments sent
+inline): the queue never copies it."""
+
+_RUNNING: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
+    "psdsf_tenant_task", default=None)
+"""In a worker running a tenant's task: (its queue's actor id, its node id)."""
+
+
+def tenant_task(function: Callable[..., Any], queue_id: str) -> Callable[..., Any]:
+    """``function`` as the Ray task body of a tenant's task: the same name, signature and
+    result, run with :data:`_RUNNING` set, so that a task it submits through the same
+    tenant is known as its child (it borrows its slot: ``tenant_queue``, "Nested tasks")."""
+    # the bodies are pickled by value: they reach the module's context variable only through
+    # the module-level helpers (pickled by reference)
+    if inspect.iscoroutinefunction(function):
+        @functools.wraps(function)
+        async def tenant_task_async(*args: Any, **kwargs: Any) -> Any:
+            token = _enter(queue_id)
+            try:
+                return await function(*args, **kwargs)
+            finally:
+                _leave(token)
+        return tenant_task_async
+
+    @functools.wraps(function)
+    def tenant_task_body(*args: Any, **kwargs: Any) -> Any:
+        token = _enter(queue_id)
+        try:
+            return function(*args, **kwargs)
+        finally:
+            _leave(token)
+    return tenant_task_body
+
+
+def _enter(queue_id: str) -> contextvars.Token[tuple[str, str] | None]:
+    return _RUNNING.set((queue_id, ray.get_runtime_context().get_node_id()))
+
+
+def _leave(token: contextvars.Token[tuple[str, str] | None]) -> None:
+    _RUNNING.reset(token)
+
+
+def by_reference(value: Any) -> Any:
+    """``value``, or its ObjectRef in the object store if it is large
+    (:data:`LARGE_ARGUMENT_BYTES`): Ray resolves a top-level ref for the task, so the task
+    sees the value either way."""
+    if isinstance(value, np.ndarray):
+        size = value.nbytes
+    elif isinstance(value, bytes | bytearray | memoryview | str):
+        size = len(value)
+    else:
+        return value
+    return ray.put(value) if size >= LARGE_ARGUMENT_BYTES else value
+
+
 class TenantFunction:
     """A remote function submitted through a tenant's queue (``.remote`` as in Ray)."""
 
     def __init__(self, tenant: Tenant, function: Callable[..., Any], shape: TaskShape,
                  options: dict[str, Any]) -> None:
         passed = {k: v for k, v in options.items() if k in PASSED_OPTIONS}
-        self._box = [ray.put((ray.remote(function), {**shape.ray_options(), **passed}))]
         self._queue = tenant.queue
+        self._queue_id = actor_key(tenant.queue)
+        body = tenant_task(function, self._queue_id)
+        self._box = [ray.put((ray.remote(body), {**shape.ray_options(), **passed}))]
         self._retries = int(options.get("max_retries", DEFAULT_MAX_RETRIES))
+        self._num_returns = int(options.get("num_returns", 1))
         self.__name__ = getattr(function, "__name__", "task")
         self.__doc__ = function.__doc__
 
+    def _parent_node(self) -> str | None:
+        """The node of the running task of this tenant this call is made from, if any."""
+        running = _RUNNING.get()
+        return running[1] if running is not None and running[0] == self._queue_id else None
+
     def remote(self, *args: Any, **kwargs: Any) -> Any:
-        """Queue one call; its ObjectRef (``ray.get`` gives the value or raises the error)."""
-        return self._queue.submit.remote(self._box, [args, kwargs], self._retries)
+        """Queue one call; its ObjectRef (``ray.get`` gives the value or raises the error), or
+        ``num_returns`` of them."""
+        call = [[by_reference(a) for a in args], {k: by_reference(v) for k, v in kwargs.items()}]
+        submit = self._queue.submit
+        if self._num_returns != 1:
+            submit = submit.options(num_returns=self._num_returns)
+        return submit.remote(self._box, call, self._retries, self._num_returns,
+                             self._parent_node())
 
     def map(self, *iterables: Iterable[Any]) -> TaskResults:
         """Queue one call per item of ``zip(*iterables)`` in one message; their values in
@@ -97,10 +173,11 @@ class TenantFunction:
         return self._bulk(iterables, ordered=False)
 
     def _bulk(self, iterables: tuple[Iterable[Any], ...], *, ordered: bool) -> TaskResults:
-        calls = [[args, {}] for args in zip(*iterables, strict=False)]
+        calls = [[[by_reference(a) for a in args], {}] for args in zip(*iterables, strict=False)]
         batch = f"{id(self):x}-{next(_BATCHES)}"
         stream = None if not calls else self._queue.submit_many.options(
-            num_returns="streaming").remote(self._box, calls, self._retries, batch)
+            num_returns="streaming").remote(self._box, calls, self._retries, batch,
+                                            self._num_returns, self._parent_node())
         return TaskResults(self._queue, stream, batch, len(calls), ordered=ordered)
 
 
@@ -219,6 +296,10 @@ class Tenant:
 
     def _declare(self, function: Callable[..., Any], options: dict[str, Any]) -> TenantFunction:
         check_options(options)
+        if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
+            raise ShapeError(f"{getattr(function, '__name__', 'task')}: generators are not "
+                             "supported for a tenant's task (return a list, or use "
+                             "num_returns=k)")
         shape = task_shape(options)
         if self.shape is not None and shape != self.shape:
             raise ShapeError(f"shape {shape.describe()}: user {self.user!r} already submits "
@@ -241,6 +322,19 @@ class Tenant:
             scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
         ).remote(self.run_id, self.user, demand, weight, self.info.period)
         ray.get(self.queue.start.remote(), timeout=CONNECT_TIMEOUT)
+
+    def cancel(self, ref: Any, *, force: bool = False) -> bool:
+        """Cancel the task behind ``ref`` (one of its refs): a queued task is withdrawn and
+        never starts; a running one is interrupted (``KeyboardInterrupt``), or with ``force``
+        its worker is killed — ``ray.cancel(ref)`` does the former too, but Ray refuses
+        ``force=True`` on a tenant's ref (the ref of an actor call).  ``ray.get(ref)`` then
+        raises :class:`TaskCancelledError` or Ray's ``TaskCancelledError`` /
+        ``WorkerCrashedError``.  Returns whether the task was still the queue's."""
+        if self.queue is None:
+            return False
+        found: bool = ray.get(self.queue.cancel.remote(ref.task_id().hex(), force),
+                              timeout=CONNECT_TIMEOUT)
+        return found
 
     def status(self) -> QueueStatus:
         """The queue's counts (queued, running and leased slots per server, ...)."""

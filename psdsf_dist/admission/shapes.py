@@ -110,6 +110,21 @@ def task_shape(options: Mapping[str, Any]) -> TaskShape:
     return TaskShape(kept)
 
 
+ACTOR_PASSED_OPTIONS = ("runtime_env", "max_concurrency")
+"""Ray actor options passed through to a tenant's actor unchanged."""
+
+
+def check_actor_options(options: Mapping[str, Any]) -> None:
+    """Refuse actor options the allocator does not take (placement and lifetime are its: the
+    tenant's queue owns the actor)."""
+    known = (*SHAPE_OPTIONS, *ACTOR_PASSED_OPTIONS)
+    for key in options:
+        if key not in known:
+            raise ShapeError(f"{key}: not an option of a tenant's actor (options: "
+                             f"{', '.join(known)}; placement and lifetime are the "
+                             "allocator's)")
+
+
 def check_options(options: Mapping[str, Any]) -> None:
     """Refuse options the allocator does not take (it places tasks itself)."""
     known = (*SHAPE_OPTIONS, *PASSED_OPTIONS, *OWN_OPTIONS)

@@ -52,10 +52,12 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from psdsf_dist.admission.shapes import (
+    ACTOR_PASSED_OPTIONS,
     DEFAULT_MAX_RETRIES,
     PASSED_OPTIONS,
     ShapeError,
     TaskShape,
+    check_actor_options,
     check_fits_somewhere,
     check_options,
     check_user,
@@ -239,6 +241,24 @@ class TaskResults(Iterator[Any]):
         self.close()
 
 
+class TenantActorClass:
+    """An actor class whose actors are admitted by the tenant's share (``@tenant.actor``)."""
+
+    def __init__(self, tenant: Tenant, cls: type, options: dict[str, Any]) -> None:
+        passed = {k: v for k, v in options.items() if k in ACTOR_PASSED_OPTIONS}
+        shape = task_shape(options)
+        self._queue = tenant.queue
+        self._box: list[Any] = [ray.put((ray.remote(cls), {**shape.ray_options(), **passed}))]
+        self.__name__ = getattr(cls, "__name__", "actor")
+        self.__doc__ = cls.__doc__
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        """Create one actor: waits until the tenant's share admits it and it is constructed,
+        then returns its handle (its constructor's error is raised here)."""
+        call = [[by_reference(a) for a in args], {k: by_reference(v) for k, v in kwargs.items()}]
+        return ray.get(self._queue.create_actor.remote(self._box, call))
+
+
 class Tenant:
     """One user's connection to the allocator (see the module docstring)."""
 
@@ -294,6 +314,28 @@ class Tenant:
         check_options(options)  # a bad option fails at the decorator line
         return declare
 
+    def actor(self, **options: Any) -> Callable[[type], TenantActorClass]:
+        """Declare an actor class: ``@tenant.actor(num_cpus=..., ...)``.  Each actor is
+        admitted against the user's share like a task that runs until the actor ends, with
+        the user's one shape; ``ray.kill(handle)`` ends it and frees its slot."""
+        check_actor_options(options)
+        shape = task_shape(options)
+        self._check_shape(shape)
+
+        def declare(cls: type) -> TenantActorClass:
+            if self.queue is None:
+                self._open(shape)
+            self.shape = shape
+            return TenantActorClass(self, cls, options)
+        return declare
+
+    def _check_shape(self, shape: TaskShape) -> None:
+        if self.shape is not None and shape != self.shape:
+            raise ShapeError(f"shape {shape.describe()}: user {self.user!r} already submits "
+                             f"{self.shape.describe()} (one shape per user: connect another "
+                             "user for this one)")
+        check_fits_somewhere(shape, self.info.resources, self.info.capacity, self.info.servers)
+
     def _declare(self, function: Callable[..., Any], options: dict[str, Any]) -> TenantFunction:
         check_options(options)
         if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
@@ -301,11 +343,7 @@ class Tenant:
                              "supported for a tenant's task (return a list, or use "
                              "num_returns=k)")
         shape = task_shape(options)
-        if self.shape is not None and shape != self.shape:
-            raise ShapeError(f"shape {shape.describe()}: user {self.user!r} already submits "
-                             f"{self.shape.describe()} (one shape per user: connect another "
-                             "user for this one)")
-        check_fits_somewhere(shape, self.info.resources, self.info.capacity, self.info.servers)
+        self._check_shape(shape)
         if self.queue is None:
             self._open(shape)
         self.shape = shape

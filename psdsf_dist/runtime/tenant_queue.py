@@ -45,6 +45,15 @@ Cancelling
     Ray refuses ``force=True`` on an actor call's ref; :meth:`TenantQueue.cancel` (the
     client's ``Tenant.cancel(ref, force=True)``) kills the running task's worker instead.
 
+Actors
+    A tenant's actor (:meth:`TenantQueue.create_actor`, the client's ``@tenant.actor``) is
+    admitted like a task that runs until the actor ends: it waits in the queue, in order,
+    for a slot of the lease of its own (never a pipelined one), and holds it while it lives.
+    The queue creates it (so owns it: it ends with the tenant's driver or ``close``) and
+    hands its handle out once constructed.  When the share shrinks below what the tenant's
+    live actors and tasks hold, nothing is killed: the tenant gets no new slot until what it
+    runs fits its lease again (its leases count every live actor as running).
+
 Nested tasks
     Ray gives a task's CPU back while the task blocks in ``ray.get`` / ``ray.wait``, so a tree
     of tasks that wait for their children never deadlocks.  The queue cannot see a task block,
@@ -67,6 +76,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import time
 from collections import deque
@@ -83,7 +93,7 @@ from psdsf_dist.admission.tenants import IDLE_LINGER_PERIODS
 from psdsf_dist.errors import PsdsfError
 from psdsf_dist.observability.tenant_metrics import TenantMetrics
 from psdsf_dist.runtime.coordinator import TenantReply
-from psdsf_dist.runtime.names import NAMESPACE, coordinator_name
+from psdsf_dist.runtime.names import NAMESPACE, actor_key, coordinator_name
 
 ASK_TIMEOUT_INTERVALS = 4.0
 """An ask unanswered this long is given up and asked again (a late answer still counts from
@@ -133,6 +143,9 @@ class _Task:
     borrowed: bool = False
     """Launched in its parent's slot, outside the lease."""
     cancelled: bool = False
+    actor: bool = False
+    """An actor of the tenant (``function`` is its class and options): admitted like a task
+    that runs until the actor ends."""
 
 
 @dataclass
@@ -163,6 +176,11 @@ class _Server:
             # meanwhile keeps within the claim it records (max(new slots, running_at_ask))
             return max(min(allowed, self.running_at_ask) - self.running, 0)
         return max(allowed - self.running, 0)
+
+    def free_slots(self, now: float) -> int:
+        """Slots of the lease nobody runs in (no pipelining)."""
+        return max(self.slots - self.running, 0) if now < self.expires and not self.asking \
+            else 0
 
     def launched(self) -> None:
         if self.running >= self.slots:
@@ -202,6 +220,8 @@ class QueueStatus:
     ``failed``)."""
     borrowed: int = 0
     """Children running in their parent's slot now (not in ``running``)."""
+    actors: int = 0
+    """The tenant's live actors (each holds a slot: in ``running``)."""
 
 
 class TenantQueue:
@@ -226,6 +246,8 @@ class TenantQueue:
         self.withdrawn = 0
         self.cancelled = 0
         self.borrowed = 0
+        self.actors: dict[str, Any] = {}
+        """The tenant's live actors: actor id -> handle (this queue owns them)."""
         self.by_key: dict[str, _Task] = {}
         """The :meth:`submit` call's Ray task id -> its task (to cancel it by its ref)."""
         self.gone: str | None = None
@@ -280,6 +302,19 @@ class TenantQueue:
         finally:
             if key is not None:
                 self.by_key.pop(key, None)
+
+    async def create_actor(self, class_box: list[Any], call: list[Any]) -> Any:
+        """Queue the creation of one of the tenant's actors (``class_box``: the boxed Ray
+        actor class and its options) and return its handle once it is admitted and
+        constructed — or raise its constructor's error.  See "Actors"."""
+        if self.gone is not None:
+            raise AllocatorGoneError(self.gone)
+        cls = await self._function(class_box[0])
+        args, kwargs = call
+        result: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._enqueue([_Task(cls, tuple(args), dict(kwargs), 0, result, time.monotonic(),
+                             actor=True)])
+        return await result
 
     async def cancel(self, key: str, force: bool = False) -> bool:
         """Cancel the task submitted by the :meth:`submit` call whose Ray task id is ``key``
@@ -355,7 +390,7 @@ class TenantQueue:
                            len(self.servers), self.gone,
                            {n: s.node for n, s in self.servers.items()},
                            {n: s.waiting for n, s in self.servers.items()}, self.withdrawn,
-                           self.cancelled, self.borrowed)
+                           self.cancelled, self.borrowed, len(self.actors))
 
     async def close(self) -> None:
         """Drop what is queued, give the slots back and leave (the driver is done)."""
@@ -365,6 +400,8 @@ class TenantQueue:
         self.gone = f"tenant {self.user!r} closed its queue"  # later submissions fail at once
         self._fail_queued(AllocatorGoneError, self.gone)
         self.metrics.flush()
+        for handle in self.actors.values():  # ours: they end with the tenant
+            ray.kill(handle, no_restart=True)
         calls = [s.handle.release.remote(s.name, self.user) for s in self.servers.values()]
         calls.append(self.coordinator.tenant_leave.remote(self.user, self.handle))
         await asyncio.gather(*(asyncio.wait_for(c, self.period) for c in calls),
@@ -395,7 +432,7 @@ class TenantQueue:
         if self.idle_since is not None:
             self.idle_since = None
             self.work.set()  # report at once: a late user should not wait a period to join
-        self._pump()
+        _outside_any_call(self._pump)
 
     def _placed(self, function: tuple[Any, dict[str, Any]], node: str,
                 num_returns: int = 1) -> Any:
@@ -418,12 +455,20 @@ class TenantQueue:
             return
         now = time.monotonic()
         while self.queue:
-            best = max(self.servers.values(), key=lambda s: s.open_slots(now), default=None)
-            if best is None or best.open_slots(now) <= 0:
-                return
+            if self.queue[0].actor:  # an actor takes a slot of its own, never a pipeline's
+                best = max(self.servers.values(), key=lambda s: s.free_slots(now), default=None)
+                if best is None or best.free_slots(now) <= 0:
+                    return
+            else:
+                best = max(self.servers.values(), key=lambda s: s.open_slots(now), default=None)
+                if best is None or best.open_slots(now) <= 0:
+                    return
             self._launch(self.queue.popleft(), best, now)
 
     def _launch(self, task: _Task, server: _Server, now: float, borrowed: bool = False) -> None:
+        if task.actor:
+            self._launch_actor(task, server, now)
+            return
         try:
             out = self._placed(task.function, server.node, task.num_returns).remote(
                 *task.args, **task.kwargs)
@@ -440,7 +485,52 @@ class TenantQueue:
             server.launched()
         self.admitted += 1
         self.metrics.admitted(server.name, now - task.submitted)
-        asyncio.get_running_loop().create_task(self._watch(task, server))
+        # outside the context of the call that happens to launch it: Ray counts a task launched
+        # in an actor call as that call's child, and cancelling the call cancels its children
+        asyncio.get_running_loop().create_task(self._watch(task, server),
+                                               context=contextvars.Context())
+
+    def _launch_actor(self, task: _Task, server: _Server, now: float) -> None:
+        remote_class, options = task.function
+        try:
+            handle = remote_class.options(
+                **options, max_restarts=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(server.node, soft=False),
+            ).remote(*task.args, **task.kwargs)
+        except Exception as err:
+            self.failed += 1
+            task.result.set_exception(err)
+            return
+        task.ref = handle
+        server.launched()
+        self.admitted += 1
+        self.metrics.admitted(server.name, now - task.submitted)
+        asyncio.get_running_loop().create_task(self._watch_actor(task, server, handle),
+                                               context=contextvars.Context())
+
+    async def _watch_actor(self, task: _Task, server: _Server, handle: Any) -> None:
+        """Hand the actor out once constructed, then hold its slot until it ends (its
+        ``__ray_ready__`` raises once it is dead; asked once a period)."""
+        key = actor_key(handle)
+        try:
+            await handle.__ray_ready__.remote()
+            self.actors[key] = handle
+            if not task.result.done():
+                task.result.set_result(handle)
+            while True:
+                await asyncio.sleep(self.period)
+                await handle.__ray_ready__.remote()
+        except ray.exceptions.RayError as err:  # it ended (killed, its constructor raised, ...)
+            if not task.result.done():
+                self.failed += 1
+                task.result.set_exception(err)
+            else:
+                self.completed += 1
+                self.metrics.completed(server.name)
+        finally:
+            self.actors.pop(key, None)
+            server.ended()
+            self._pump()
 
     async def _watch(self, task: _Task, server: _Server) -> None:
         try:
@@ -584,6 +674,12 @@ class TenantQueue:
             if not task.result.done():
                 task.result.set_exception(kind(message))
         return len(failing)
+
+
+def _outside_any_call(step: Any) -> None:
+    """Run ``step`` outside the context of the actor call running now (see :meth:`_watch`'s
+    caller): the tasks it launches are nobody's children."""
+    contextvars.Context().run(step)
 
 
 def _put_ended(ended: asyncio.Queue[tuple[int, asyncio.Future[Any]]], index: int,

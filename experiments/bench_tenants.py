@@ -465,20 +465,22 @@ def mark(path: str, seconds: float) -> None:
 
 
 def cancel_probe(fn: Any, folder: Path) -> tuple[bool, float, bool]:
-    """8 running 3 s tasks and one queued behind them: cancel the queued one, then a running
+    """8 running 6 s tasks and one queued behind them: cancel the queued one, then a running
     one.  Returns (the queued one started, seconds from ``ray.cancel`` to the running one's
     interruption — inf if it never was, it reached its end)."""
     for f in folder.iterdir():
         f.unlink()
-    blockers = [fn.remote(str(folder / f"b{i}"), 3.0) for i in range(8)]
+    blockers = [fn.remote(str(folder / f"b{i}"), 6.0) for i in range(8)]
     queued = fn.remote(str(folder / "queued"), 0.0)
     end = time.monotonic() + 60
     while len([f for f in folder.iterdir() if f.name.startswith("b")]) < 8 \
             and time.monotonic() < end:
         time.sleep(0.02)
     ray.cancel(queued)
-    started = sorted(f.name for f in folder.iterdir() if f.name.startswith("b"))
-    victim = blockers[int(started[0][1:])]
+    # the one that started last: the furthest from its end
+    started = sorted((f for f in folder.iterdir() if f.name.startswith("b")),
+                     key=lambda f: f.stat().st_mtime, reverse=True)
+    victim = blockers[int(started[0].name[1:])]
     t0 = time.time()
     ray.cancel(victim)
     with contextlib.suppress(ray.exceptions.RayError):
@@ -487,7 +489,7 @@ def cancel_probe(fn: Any, folder: Path) -> tuple[bool, float, bool]:
         with contextlib.suppress(ray.exceptions.RayError):
             ray.get(b, timeout=60)
     time.sleep(0.5)
-    text = (folder / started[0]).read_text()
+    text = started[0].read_text()
     stop = math.inf
     for line in text.splitlines():
         if line.startswith("interrupted "):

@@ -408,11 +408,15 @@ class TenantQueue:
                              return_exceptions=True)
 
     async def _function(self, ref: Any) -> Any:
+        """The remote function (or actor class) and options behind ``ref``: one object per
+        ref, kept for the queue's life — :meth:`_placed` keys its cache by that object's
+        ``id``.  (Calls that arrive together each await the ref and get their own copy; all
+        but the first are dropped, else a dropped copy's ``id`` could be reused by another
+        function's and find its placed variant.)"""
         key = ref.hex()
         function = self.functions.get(key)
         if function is None:
-            function = await ref
-            self.functions[key] = function
+            function = self.functions.setdefault(key, await ref)
         return function
 
     def _enqueue(self, tasks: list[_Task]) -> None:

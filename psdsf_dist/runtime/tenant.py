@@ -26,7 +26,11 @@ allocator's) fails at once, in one line.  ``max_retries`` (default 3) counts re-
 system failure; the weight comes from the call, else from the cluster's configuration, else 1.
 
 Tasks go through the user's queue (:mod:`psdsf_dist.runtime.tenant_queue`), an actor the driver
-owns: the driver exiting drops them and releases the user's share.
+owns: the driver exiting drops them and releases the user's share.  As in Ray: ``ray.get`` and
+``ray.wait`` on the refs, errors naming the user's function, ``num_returns``, ``ray.cancel``
+(:meth:`Tenant.cancel` for ``force=True``), large arguments through the object store, and
+tasks submitted from inside a task of the same user (they borrow its slot: no deadlock).
+``@tenant.actor(...)`` declares actors admitted against the same share (``docs/tenants.md``).
 
 Bulk submissions.  ``.remote`` is one Ray actor call per task, ~1 ms of the queue's CPU here:
 thousands at once keep the queue busy for seconds, and its running tasks wait meanwhile.

@@ -41,14 +41,40 @@ Measured
       own bulk path), latency of one task submitted and awaited alone (p50, p99 of 200);
     * the allocator's CPU (seconds of CPU per second of wall clock) and memory (PSS) — the
       coordinator, the server actors and the tenants' queues — over the PS-DSF phase.
+
+Ray's semantics (``--semantics``: ``tenants_semantics.md``, ``.csv``; ~5 minutes), on a
+cluster of its own (one 8-CPU node), PS-DSF and plain Ray alternating, ``--runs`` runs each:
+
+    * nested: 20 outer tasks each waiting (``ray.get``) for one inner task of the same user,
+      every task 1 CPU and 0.2 s of work: wall time;
+    * cancel: a task queued behind 8 running ones is cancelled (``ray.cancel``), then a
+      running one: whether the queued one ever started, and how long the running one took
+      to stop (from ``ray.cancel`` to ``ray.get`` raising; its marker file shows it never
+      reached its end);
+    * a 100 MB numpy argument (the task returns its sum), and a 100 MB result: wall time;
+    * the overhead rows above (empty tasks with ``map``, 100 ms tasks, latency);
+    * restart: a driver that started the allocator is killed with SIGKILL, and a new
+      allocator of the same name started at once: seconds from the kill to a reconnected
+      tenant's task returning its value, and the run's named actors afterwards (none left
+      over from the dead one);
+    * beside: ``psdsf-dist run`` without ``--address`` while the cluster runs and
+      ``RAY_ADDRESS`` names it: its exit status, and whether any of its actors appeared in
+      the cluster.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
+import math
 import os
+import signal
 import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -65,6 +91,7 @@ from psdsf_dist.admission.shapes import GIB, task_shape
 from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.runtime.from_ray import node_capacity
 from psdsf_dist.runtime.launcher import Run, launch
+from psdsf_dist.runtime.names import NAMESPACE, coordinator_name, run_actor_names
 from psdsf_dist.runtime.settings import RunConfig
 from psdsf_dist.runtime.tenant import Tenant
 from psdsf_dist.runtime.tenant_queue import AllocatorGoneError, TaskWithdrawnError
@@ -407,6 +434,266 @@ def overhead(repeats: int) -> dict[str, list[float]]:
     return out
 
 
+def nested_seconds(outer: Any) -> float:
+    """Wall time of 20 outer tasks, each waiting for one inner task of 0.2 s."""
+    t0 = time.perf_counter()
+    ray.get([outer.remote(0.2) for _ in range(20)], timeout=300)
+    return time.perf_counter() - t0
+
+
+def work_for(seconds: float) -> int:
+    time.sleep(seconds)
+    return 1
+
+
+def mark(path: str, seconds: float) -> None:
+    """Write ``started``, work ``seconds`` (10 ms sleeps), write ``ended`` — or, interrupted
+    by a cancel, ``interrupted <wall clock>``.  (Short sleeps: Ray interrupts a task between two
+    Python bytecodes, so one long ``time.sleep`` would be interrupted only when it ends.)"""
+    with open(path, "a") as f:
+        f.write("started\n")
+    end = time.time() + seconds
+    try:
+        while time.time() < end:
+            time.sleep(0.01)
+    except KeyboardInterrupt:
+        with open(path, "a") as f:
+            f.write(f"interrupted {time.time()}\n")
+        raise
+    with open(path, "a") as f:
+        f.write("ended\n")
+
+
+def cancel_probe(fn: Any, folder: Path) -> tuple[bool, float, bool]:
+    """8 running 6 s tasks and one queued behind them: cancel the queued one, then a running
+    one.  Returns (the queued one started, seconds from ``ray.cancel`` to the running one's
+    interruption — inf if it never was, it reached its end)."""
+    for f in folder.iterdir():
+        f.unlink()
+    blockers = [fn.remote(str(folder / f"b{i}"), 6.0) for i in range(8)]
+    queued = fn.remote(str(folder / "queued"), 0.0)
+    end = time.monotonic() + 60
+    while len([f for f in folder.iterdir() if f.name.startswith("b")]) < 8 \
+            and time.monotonic() < end:
+        time.sleep(0.02)
+    ray.cancel(queued)
+    # the one that started last: the furthest from its end
+    started = sorted((f for f in folder.iterdir() if f.name.startswith("b")),
+                     key=lambda f: f.stat().st_mtime, reverse=True)
+    victim = blockers[int(started[0].name[1:])]
+    t0 = time.time()
+    ray.cancel(victim)
+    with contextlib.suppress(ray.exceptions.RayError):
+        ray.get(victim, timeout=30)
+    for b in blockers:
+        with contextlib.suppress(ray.exceptions.RayError):
+            ray.get(b, timeout=60)
+    time.sleep(0.5)
+    text = started[0].read_text()
+    stop = math.inf
+    for line in text.splitlines():
+        if line.startswith("interrupted "):
+            stop = float(line.split()[1]) - t0
+    return (folder / "queued").exists(), stop, "ended" in text
+
+
+def array_sum(a: np.ndarray) -> float:
+    return float(a[::4096].sum())
+
+
+def array_of(mb: int) -> np.ndarray:
+    return np.ones(mb * 2**20 // 8)
+
+
+def timed(call: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    call()
+    return time.perf_counter() - t0
+
+
+RESTART_DRIVER = textwrap.dedent("""
+    import ray, sys
+    from psdsf_dist.protocol.config import ProtocolConfig
+    from psdsf_dist.runtime.launcher import launch
+    from psdsf_dist.runtime.settings import RunConfig
+    ray.init(address=sys.argv[1], log_to_driver=False)
+    launch({"servers": "from-ray", "tenants": True, "resources": ["CPU", "memory"]},
+           RunConfig(ProtocolConfig(period=1.0)), run_id=sys.argv[2])
+    print("up", flush=True)
+    import time
+    time.sleep(600)
+""")
+
+
+def restart_probe(address: str, name: str) -> tuple[float, int]:
+    """Start an allocator from a driver, SIGKILL the driver, start one of the same name at
+    once; seconds from the kill to a new tenant's task value, and the actors of the run then
+    left from the dead one (by actor id)."""
+    driver = subprocess.Popen([sys.executable, "-c", RESTART_DRIVER, address, name],
+                              stdout=subprocess.PIPE, text=True)
+    assert driver.stdout is not None
+    driver.stdout.readline()
+    old = {ray.get_actor(n, namespace=NAMESPACE)._actor_id.hex()
+           for n in run_actor_names(name, list(ray.util.list_named_actors(all_namespaces=True)))}
+    t0 = time.perf_counter()
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    run = launch({"servers": "from-ray", "tenants": True, "resources": ["CPU", "memory"]},
+                 RunConfig(ProtocolConfig(period=1.0)), run_id=name)
+    try:
+        t = Tenant.connect("after-restart", run_id=name)
+        ray.get(t.remote(num_cpus=1)(work_for).remote(0.0), timeout=120)
+        seconds = time.perf_counter() - t0
+        t.close()
+        now = {ray.get_actor(n, namespace=NAMESPACE)._actor_id.hex()
+               for n in run_actor_names(name,
+                                        list(ray.util.list_named_actors(all_namespaces=True)))}
+    finally:
+        run.stop()
+    return seconds, len(old & now)
+
+
+def beside_probe(address: str) -> tuple[int, bool]:
+    """``psdsf-dist run`` without --address while RAY_ADDRESS names this cluster: its exit
+    status, and whether its coordinator ever appeared here."""
+    env = {**os.environ, "RAY_ADDRESS": address}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "psdsf_dist.cli.main", "run",
+         str(ROOT / "psdsf_dist" / "examples" / "paper_fig1.yaml"), "--period", "0.3",
+         "--duration", "2", "--num-cpus", "1", "--name", "beside", "--quiet"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    seen = False
+    while proc.poll() is None:
+        names = {e["name"] for e in ray.util.list_named_actors(all_namespaces=True)}
+        seen |= coordinator_name("beside") in names
+        time.sleep(0.2)
+    return proc.returncode, seen
+
+
+def semantics(runs: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """The measurements of ``--semantics`` (module docstring); returns them by name, and the
+    overhead rows."""
+    cluster: Any = Cluster(initialize_head=True,
+                           head_node_args={"num_cpus": 8, "memory": 8 * 2**30})
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, namespace="psdsf", log_to_driver=False,
+             configure_logging=False)
+    out: dict[str, list[float]] = {}
+
+    def note(key: str, value: float) -> None:
+        out.setdefault(key, []).append(value)
+
+    run = launch({"servers": "from-ray", "tenants": True, "resources": ["CPU", "memory"]},
+                 RunConfig(ProtocolConfig(period=1.0)), run_id=RUN_ID)
+    try:
+        t = Tenant.connect("semantics", run_id=RUN_ID)
+        inner = t.remote(num_cpus=1)(work_for)
+
+        def outer_body(seconds: float) -> int:
+            return int(ray.get(inner.remote(seconds))) + 1
+
+        outer = t.remote(num_cpus=1)(outer_body)
+        plain_inner = ray.remote(work_for).options(num_cpus=1)
+
+        def plain_outer_body(seconds: float) -> int:
+            return int(ray.get(plain_inner.remote(seconds))) + 1
+
+        plain_outer = ray.remote(plain_outer_body).options(num_cpus=1)
+        tenant_mark = t.remote(num_cpus=1)(mark)
+        plain_mark = ray.remote(mark).options(num_cpus=1)
+        tenant_sum = t.remote(num_cpus=1)(array_sum)
+        plain_sum = ray.remote(array_sum).options(num_cpus=1)
+        tenant_array = t.remote(num_cpus=1)(array_of)
+        plain_array = ray.remote(array_of).options(num_cpus=1)
+        big = array_of(100)
+        for fn in (tenant_sum, plain_sum):  # warm: the first call of a function loads it
+            ray.get(fn.remote(array_of(1)))
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp)
+            for _ in range(runs):
+                # before the nested phase: placed after it, the probe saw no interruption for
+                # plain Ray either (cause not found; alone, on the same kind of cluster, it did)
+                started, stop, ended = cancel_probe(tenant_mark, folder)
+                note("cancel_queued_started_psdsf", float(started))
+                note("cancel_stop_s_psdsf", stop)
+                note("cancel_ran_to_end_psdsf", float(ended))
+                started, stop, ended = cancel_probe(plain_mark, folder)
+                note("cancel_queued_started_plain", float(started))
+                note("cancel_stop_s_plain", stop)
+                note("cancel_ran_to_end_plain", float(ended))
+            nested_seconds(outer)  # warm: workers, leases
+            nested_seconds(plain_outer)
+            for k in range(runs):
+                print(f"semantics run {k + 1} of {runs} ...", flush=True)
+                note("nested_psdsf", nested_seconds(outer))
+                note("nested_plain", nested_seconds(plain_outer))
+                note("arg100_psdsf", timed(lambda: ray.get(tenant_sum.remote(big))))
+                note("arg100_plain", timed(lambda: ray.get(plain_sum.remote(big))))
+                note("ret100_psdsf", timed(lambda: ray.get(tenant_array.remote(100))))
+                note("ret100_plain", timed(lambda: ray.get(plain_array.remote(100))))
+        t.close()
+    finally:
+        run.stop()
+    run = launch({"servers": "from-ray", "tenants": True, "resources": ["CPU", "memory"]},
+                 RunConfig(ProtocolConfig(period=1.0)), run_id=RUN_ID)
+    try:
+        over = overhead(runs)
+    finally:
+        run.stop()
+    for k in range(runs):
+        seconds, left = restart_probe(cluster.address, f"restart-{k}")
+        note("restart_s", seconds)
+        note("restart_leftover_actors", float(left))
+        status, seen = beside_probe(cluster.address)
+        note("beside_exit", float(status))
+        note("beside_seen", float(seen))
+    ray.shutdown()
+    cluster.shutdown()
+    return out, over
+
+
+def semantics_report(out: dict[str, list[float]], over: dict[str, list[float]]) -> str:
+    med = {k: statistics.median(v) for k, v in out.items()}
+    runs = len(out["nested_psdsf"])
+
+    def each(key: str, fmt: str) -> str:
+        return ", ".join(f"{v:{fmt}}" for v in out[key])
+
+    lines = [f"| measure (median of {runs}; each run) | PS-DSF | plain Ray | ratio |",
+             "|---|---|---|---|"]
+    for key, label in (("nested", "nested: 20 outer + 20 inner, 8 CPUs (s)"),
+                       ("cancel_stop_s", "cancel: running task stopped after (s)"),
+                       ("arg100", "100 MB argument (s)"),
+                       ("ret100", "100 MB result (s)")):
+        a, b = med[f"{key}_psdsf"], med[f"{key}_plain"]
+        lines.append(f"| {label} | {a:.3f} ({each(f'{key}_psdsf', '.3f')}) | {b:.3f} "
+                     f"({each(f'{key}_plain', '.3f')}) | {a / b:.2f} |")
+    for key, label in (("cancel_queued_started", "cancel: the queued task started (runs)"),
+                       ("cancel_ran_to_end", "cancel: the running task reached its end (runs)")):
+        lines.append(f"| {label} | {int(sum(out[f'{key}_psdsf']))} of {runs} | "
+                     f"{int(sum(out[f'{key}_plain']))} of {runs} | |")
+    omed = {k: statistics.median(v) for k, v in over.items()}
+    for key, label, scale, unit in (("empty_map_tps", "empty tasks / s (`map`)", 1.0, ""),
+                                    ("empty_tps", "empty tasks / s (`.remote` each)", 1.0, ""),
+                                    ("100ms_map_tps", "100 ms tasks / s (`map`)", 1.0, ""),
+                                    ("100ms_tps", "100 ms tasks / s (`.remote` each)", 1.0, ""),
+                                    ("latency_p50", "latency p50", 1000.0, " ms"),
+                                    ("latency_p99", "latency p99", 1000.0, " ms")):
+        a, b = omed[f"{key}_psdsf"], omed[f"{key}_plain"]
+        lines.append(f"| {label} | {a * scale:.1f}{unit} | {b * scale:.1f}{unit} | "
+                     f"{a / b:.2f} |")
+    lines += ["", f"| lifecycle (each of {runs} runs) | result |", "|---|---|",
+              f"| kill -9 of the driver, new run of the name: to a tenant's task value (s) | "
+              f"{med['restart_s']:.1f} ({each('restart_s', '.1f')}) |",
+              f"| actors of the dead run left after the new one started | "
+              f"{each('restart_leftover_actors', '.0f')} |",
+              f"| `run` without --address beside this cluster (RAY_ADDRESS set): exit status | "
+              f"{each('beside_exit', '.0f')} |",
+              f"| ... its coordinator seen in this cluster | "
+              f"{', '.join('yes' if v else 'no' for v in out['beside_seen'])} |"]
+    return "\n".join(lines)
+
+
 def pid_of(actor: Any) -> int:
     return int(ray.get(actor.__ray_call__.remote(lambda _self: os.getpid())))
 
@@ -485,9 +772,23 @@ def main() -> None:
     ap.add_argument("--analytics-gib", type=float, default=2.0,
                     help="memory of an analytics task (GiB); 3 makes the allocation ask for "
                          "1.33 of them where one fits (results suffixed _3gib)")
+    ap.add_argument("--semantics", action="store_true",
+                    help="measure Ray's semantics under the allocator instead (nested tasks, "
+                         "cancel, large arguments, overhead, restart; tenants_semantics.md)")
     args = ap.parse_args()
     loads = workload(args.quick, args.analytics_gib)
     RESULTS.mkdir(parents=True, exist_ok=True)
+    if args.semantics:
+        out, over = semantics(args.runs)
+        with open(RESULTS / "tenants_semantics.csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["measure", *[f"run_{k + 1}" for k in range(args.runs)]])
+            for key, values in [*out.items(), *over.items()]:
+                w.writerow([key, *[f"{v:.6g}" for v in values]])
+        table = semantics_report(out, over)
+        (RESULTS / "tenants_semantics.md").write_text(table + "\n")
+        print(table)
+        return
 
     cluster: Any = Cluster(initialize_head=True,
                            head_node_args={"num_cpus": 8, "memory": 8 * 2**30})
@@ -522,12 +823,14 @@ def main() -> None:
     table = report(runs, over, loads, suffix)
     (RESULTS / f"tenants{suffix}.md").write_text(table + "\n")
     print(table)
+    # last: a failing plot must not lose the measurements written above
+    psdsf, plain, _ = runs[0]
+    plot(psdsf, plain, loads, windows(psdsf, loads), RESULTS / f"tenants{suffix}.png")
 
 
 def report(runs: list[tuple[Phase, Phase, dict[str, float]]], over: dict[str, list[float]],
            loads: list[UserLoad], suffix: str) -> str:
-    """The tables (one row per run and window, medians over runs), the CSV and the plot (of
-    the first run)."""
+    """The tables (one row per run and window, medians over runs); writes the CSV."""
     rows: list[tuple[int, dict[str, float], dict[str, float]]] = []
     by_window: dict[int, list[tuple[dict[str, float], dict[str, float]]]] = {}
     """Window index -> (PS-DSF, plain Ray) rows of every run that has it."""
@@ -541,8 +844,6 @@ def report(runs: list[tuple[Phase, Phase, dict[str, float]]], over: dict[str, li
         for name in late:
             late[name].append((time_to_share(psdsf, psdsf, name),
                                time_to_share(plain, psdsf, name)))
-        if k == 0:
-            plot(psdsf, plain, loads, wins, RESULTS / f"tenants{suffix}.png")
     with open(RESULTS / f"tenants{suffix}.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["run", "scheduler", "from_s", "to_s", "gap",

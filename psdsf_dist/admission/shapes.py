@@ -31,12 +31,23 @@ GIB = float(2**30)
 DEFAULT_NUM_CPUS = 1.0
 """Ray's default for a task that names no resources."""
 SHAPE_OPTIONS = ("num_cpus", "num_gpus", "memory", "resources")
-PASSED_OPTIONS = ("name", "runtime_env", "max_calls", "retry_exceptions")
+PASSED_OPTIONS = ("name", "runtime_env", "max_calls")
 """Ray options passed through to the task unchanged."""
-OWN_OPTIONS = ("max_retries",)
+OWN_OPTIONS = ("max_retries", "num_returns")
 """``max_retries``: how often a task lost to a node or worker failure is run again (ours: Ray's
-own retries would re-run it on the same, dead node)."""
+own retries would re-run it on the same, dead node); ``num_returns``: how many ObjectRefs a
+call returns (a whole number >= 1, as in Ray)."""
 DEFAULT_MAX_RETRIES = 3
+UNSUPPORTED = {
+    "scheduling_strategy": "placement is the allocator's",
+    "placement_group": "placement is the allocator's",
+    "label_selector": "placement is the allocator's",
+    "accelerator_type": "placement is the allocator's; ask for the resource itself",
+    "retry_exceptions": "a task's own exception is its result",
+    "_generator_backpressure_num_objects": "generators are not supported",
+}
+"""Ray task options a tenant's task refuses, and why (the rest of Ray's unknown options are
+refused too, naming the options it takes)."""
 
 
 class ShapeError(PsdsfError, ValueError):
@@ -99,16 +110,56 @@ def task_shape(options: Mapping[str, Any]) -> TaskShape:
     return TaskShape(kept)
 
 
+ACTOR_PASSED_OPTIONS = ("runtime_env", "max_concurrency")
+"""Ray actor options passed through to a tenant's actor unchanged."""
+
+
+def check_actor_options(options: Mapping[str, Any]) -> None:
+    """Refuse actor options the allocator does not take (placement and lifetime are its: the
+    tenant's queue owns the actor)."""
+    known = (*SHAPE_OPTIONS, *ACTOR_PASSED_OPTIONS)
+    for key in options:
+        if key not in known:
+            raise ShapeError(f"{key}: not an option of a tenant's actor (options: "
+                             f"{', '.join(known)}; placement and lifetime are the "
+                             "allocator's)")
+
+
 def check_options(options: Mapping[str, Any]) -> None:
     """Refuse options the allocator does not take (it places tasks itself)."""
     known = (*SHAPE_OPTIONS, *PASSED_OPTIONS, *OWN_OPTIONS)
     for key in options:
         if key not in known:
-            raise ShapeError(f"{key}: not an option of a tenant's task (options: "
-                             f"{', '.join(known)}; placement is the allocator's)")
+            why = UNSUPPORTED.get(key, "placement is the allocator's")
+            raise ShapeError(f"{key}: not an option of a tenant's task ({why}; options: "
+                             f"{', '.join(known)})")
     retries = options.get("max_retries", DEFAULT_MAX_RETRIES)
     if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
         raise ShapeError(f"max_retries: expected an integer >= 0, got {retries!r}")
+    returns = options.get("num_returns", 1)
+    if returns in ("streaming", "dynamic"):
+        raise ShapeError(f"num_returns: {returns!r}: generators are not supported for a "
+                         "tenant's task (return a list, or use num_returns=k)")
+    if not isinstance(returns, int) or isinstance(returns, bool) or returns < 1:
+        raise ShapeError(f"num_returns: expected an integer >= 1, got {returns!r}")
+
+
+def check_user(user: Any) -> str:
+    """A tenant's user name: a non-blank string of printable characters (it names the user in
+    the allocation, the metrics and every error)."""
+    if not isinstance(user, str) or not user.strip() or not user.isprintable():
+        raise ShapeError(f"user: expected a non-blank name of printable characters, got {user!r}")
+    return user
+
+
+def check_weight(weight: Any) -> float | None:
+    """A tenant's weight: None (the cluster's configuration decides) or a finite number > 0."""
+    if weight is None:
+        return None
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) \
+            or not math.isfinite(weight) or not weight > 0:
+        raise ShapeError(f"weight: expected a finite number > 0, got {weight!r}")
+    return float(weight)
 
 
 def check_fits_somewhere(shape: TaskShape, resources: Sequence[str], capacity: FloatArray,

@@ -224,3 +224,21 @@ def convergence_lines(events: Sequence[EventConvergence], hold: int) -> list[str
         lines.append(f"  t={e.at:g}s {e.description}: {when}"
                      + (f"; within {within}" if within else ""))
     return lines
+
+
+def add_name_option(p: argparse.ArgumentParser) -> None:
+    """``--name``: which allocator in the Ray cluster (``run`` and ``stop`` alike)."""
+    from psdsf_dist.runtime.names import DEFAULT_RUN_ID
+
+    p.add_argument("--name", type=_run_name, default=DEFAULT_RUN_ID, metavar="NAME",
+                   help=f"the allocator's name in the Ray cluster (default {DEFAULT_RUN_ID!r}): "
+                        "its actors are named after it, and tenants connect to it by it")
+
+
+def _run_name(text: str) -> str:
+    from psdsf_dist.runtime.names import RunNameError, check_run_name
+
+    try:
+        return check_run_name(text)
+    except RunNameError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None

@@ -12,7 +12,7 @@ from psdsf_dist.cli.common import CommandError
 
 # Command modules, in the order ``--help`` lists them. Each exposes ``register(subparsers)``
 # and sets ``run`` (args -> exit status) as the parser default.
-COMMANDS = ("solve", "compare", "properties", "simulate", "observe", "run", "replay")
+COMMANDS = ("solve", "compare", "properties", "simulate", "observe", "run", "stop", "replay")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,8 +1,13 @@
 """``psdsf-dist run``: the distributed allocator on Ray — one actor per server, gossip between
 them, a coordinator for churn and convergence.
 
-Without ``--address`` an embedded local Ray is started (and shut down at the end); ``--address
-auto`` or a Ray address joins a running cluster.  Progress (round, certificate residual,
+Without ``--address`` a local Ray of its own is started (and shut down at the end), never one
+already running on the machine; ``--address auto`` or a Ray address joins a running cluster.
+``--name`` names the allocator (its actors are named after it, so allocators of different names
+share a cluster); a run of the name of a dead one first ends that one's leftover actors.
+``--detach`` (with ``--address``) starts the allocator and returns: ``psdsf-dist stop`` ends it.
+
+Progress (round, certificate residual,
 utilisation, time since the last event) goes to stderr; the result — the allocation in the
 ``solve`` JSON format, or its table, plus per-event re-convergence times — to stdout.
 
@@ -24,6 +29,7 @@ import yaml
 from psdsf_dist.cli.common import (
     EXIT_FAILURE,
     CommandError,
+    add_name_option,
     add_protocol_options,
     cap_line,
     convergence_lines,
@@ -51,7 +57,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("scenario", help="scenario file (YAML or JSON); `servers: from-ray` takes the "
                                     "servers from the Ray cluster's nodes")
     p.add_argument("--address", metavar="ADDR",
-                   help="Ray cluster to join (`auto` or host:port); default: start a local Ray")
+                   help="Ray cluster to join (`auto` or host:port); default: start a local Ray "
+                        "of its own (never another instance running on the machine)")
+    add_name_option(p)
+    p.add_argument("--detach", action="store_true",
+                   help="with --address: start the allocator, print its name and return; it "
+                        "serves until `psdsf-dist stop --name NAME`")
     p.add_argument("--time-scale", type=float, default=None, metavar="F",
                    help="wall-clock seconds per second of the scenario's event times "
                         "(default: the period, i.e. event times count in rounds)")
@@ -143,6 +154,9 @@ def source_of(path: str, events: list[Any]) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     cfg = config_from(args)
+    if args.detach and args.address is None:
+        raise CommandError("--detach: needs --address (a local Ray started here ends with the "
+                           "command)")
     if args.duration is not None and not args.duration > 0:
         raise CommandError(f"--duration: must be > 0 seconds, got {args.duration}")
     if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
@@ -154,6 +168,9 @@ def run(args: argparse.Namespace) -> int:
         except ScenarioError as err:
             raise CommandError(f"{args.scenario}: {err}") from None
     began = time.monotonic()
+    if args.detach:
+        with results_only_on_stdout():
+            return _detach(args, cfg, source)
     with results_only_on_stdout():  # Ray's lines go to stderr: stdout is the result alone
         result, final, converge = _run_on_ray(args, cfg, source, began)
     emit(render(result, json_output=args.json, seconds=time.monotonic() - began),
@@ -170,24 +187,49 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _connect(args: argparse.Namespace) -> bool:
+    from psdsf_dist.runtime.launcher import connect
+
+    try:
+        return connect(args.address, num_cpus=args.num_cpus)
+    except (ConnectionError, RuntimeError, ValueError) as err:
+        raise CommandError(f"--address {args.address}: cannot connect to Ray: {err}",
+                           EXIT_FAILURE) from None
+
+
+def _launch(args: argparse.Namespace, cfg: RunConfig, source: Any, *, detached: bool) -> Any:
+    from psdsf_dist.runtime.launcher import RunExistsError, launch
+
+    try:
+        return launch(source, cfg, run_id=args.name, detached=detached)
+    except ScenarioError as err:
+        raise CommandError(str(err) if err.source else f"{args.scenario}: {err}") from None
+    except RunExistsError as err:
+        raise CommandError(f"--name: {err}", EXIT_FAILURE) from None
+
+
+def _detach(args: argparse.Namespace, cfg: RunConfig, source: Any) -> int:
+    """Start a detached allocator and return (it serves until ``psdsf-dist stop``)."""
+    _connect(args)
+    the_run = _launch(args, cfg, source, detached=True)
+    if args.metrics_port is not None:
+        url = serve_metrics(the_run, args.metrics_port, args.metrics_bind, args.per_pair_metrics)
+        print(f"psdsf-dist: run: serving metrics on {url}", file=sys.stderr, flush=True)
+    print(f"psdsf-dist: run: allocator {args.name!r} started, detached "
+          f"({the_run.status()['servers']} servers); stop it with `psdsf-dist stop --name "
+          f"{args.name} --address {args.address}`", file=sys.stderr, flush=True)
+    return 0
+
+
 def _run_on_ray(args: argparse.Namespace, cfg: RunConfig, source: Any,
                 began: float) -> tuple[RunResult, dict[str, Any], bool]:
     """Connect, launch, wait, collect the result, stop (and shut Ray down if started here)."""
     import ray
 
-    from psdsf_dist.runtime.launcher import connect, launch
-
-    try:
-        started_ray = connect(args.address, num_cpus=args.num_cpus)
-    except (ConnectionError, RuntimeError, ValueError) as err:
-        raise CommandError(f"--address {args.address}: cannot connect to Ray: {err}",
-                           EXIT_FAILURE) from None
+    started_ray = _connect(args)
     the_run = None
     try:
-        try:
-            the_run = launch(source, cfg)
-        except ScenarioError as err:
-            raise CommandError(str(err) if err.source else f"{args.scenario}: {err}") from None
+        the_run = _launch(args, cfg, source, detached=False)
         say = _progress(args.quiet, cfg)
         say(None, f"{the_run.status()['servers']} servers started in "
                   f"{time.monotonic() - began:.1f} s")
@@ -197,7 +239,7 @@ def _run_on_ray(args: argparse.Namespace, cfg: RunConfig, source: Any,
             print(f"psdsf-dist: run: serving metrics on {url}", file=sys.stderr, flush=True)
         if _takes_tenants(source) and args.duration is None and not args.until_converged:
             # tenants come and go: serve them until interrupted
-            say(None, "serving tenants (run 'default'); Ctrl-C stops")
+            say(None, f"serving tenants (run {args.name!r}); Ctrl-C stops")
             limit, converge = None, False
         else:
             limit = args.duration if args.duration is not None else _default_limit(the_run)

@@ -160,7 +160,7 @@ def certify_columns(
             V = np.where(gam > 0, x[None, :] / (phi[None, :] * gam), np.inf)  # K' x N
             unsat = np.where(cap > 0, np.clip(1.0 - use / cap, 0.0, 1.0), 1.0)  # K' x M'
         consumer = Xb[:, :, None] * cons > DUST * np.maximum(cap[:, None, :], DUST)
-        Vmax = np.where(consumer, V[:, :, None], -np.inf).max(axis=1)  # K' x M'
+        Vmax = np.where(consumer, V[:, :, None], -np.inf).max(axis=1, initial=-np.inf)  # K' x M'
         with np.errstate(divide="ignore", invalid="ignore"):
             gap = (Vmax[:, None, :] - V[:, :, None]) / Vmax[:, None, :]
         gap = np.where(np.isfinite(gap) & (gap > 0), gap, 0.0)

@@ -9,14 +9,21 @@
     result = run.result()
     run.stop()
 
-With no address an embedded local Ray is started (what a laptop user gets); ``"auto"`` or a
-Ray address joins an existing cluster.  Scenario servers are spread round-robin over the
-alive nodes; a scenario with ``servers: from-ray`` gets one server per node, pinned to it, with
-the node's resources as capacities (:mod:`psdsf_dist.runtime.from_ray`).
+With no address a local Ray of its own is started (``address="local"``: never another
+instance running on the machine, whatever ``RAY_ADDRESS`` or Ray's current-cluster file say);
+``"auto"`` or a Ray address joins an existing cluster.  A run's actors are named after its
+``run_id`` (:mod:`psdsf_dist.runtime.names`): runs with different names share a cluster, and a
+new run of the name of a dead one (its driver killed) first ends that one's leftover actors
+(:func:`clear_leftovers`); :func:`stop_run` ends a run from any driver.
+
+Scenario servers are spread round-robin over the alive nodes; a scenario with ``servers:
+from-ray`` gets one server per node, pinned to it, with the node's resources as capacities
+(:mod:`psdsf_dist.runtime.from_ray`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import secrets
 import time
@@ -30,19 +37,29 @@ import ray
 import yaml
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from psdsf_dist.errors import ScenarioError, ScenarioWarning
+from psdsf_dist.errors import PsdsfError, ScenarioError, ScenarioWarning
 from psdsf_dist.model.scenario import Scenario, load_scenario
 from psdsf_dist.runtime.coordinator import FloatArray, RemoteCoordinator, RunResult
 from psdsf_dist.runtime.from_ray import from_ray_document, is_from_ray, node_entry
-from psdsf_dist.runtime.names import DEFAULT_RUN_ID, NAMESPACE, coordinator_name
+from psdsf_dist.runtime.names import (
+    DEFAULT_RUN_ID,
+    NAMESPACE,
+    check_run_name,
+    coordinator_name,
+    run_actor_names,
+)
 from psdsf_dist.runtime.settings import RunConfig
 
 COORDINATOR_RESTART_WAIT = 60.0  # seconds a call waits for a restarting coordinator
 
-__all__ = ["ChurnError", "Prepared", "Run", "RunConfig", "RunResult", "attach", "connect", "launch",
-           "prepare"]
+__all__ = ["ChurnError", "Prepared", "Run", "RunConfig", "RunExistsError", "RunResult", "attach",
+           "clear_leftovers", "connect", "launch", "prepare", "stop_run"]
 
 COORDINATOR_RESTARTS = 3
+LIVE_CHECK_TIMEOUT = 10.0
+"""Seconds a run's coordinator has to answer before a new run of its name counts it alive."""
+NAME_RELEASE_TIMEOUT = 30.0
+"""Seconds Ray may take to free the names of killed actors."""
 
 
 class ChurnError(ScenarioError):
@@ -52,8 +69,14 @@ class ChurnError(ScenarioError):
         super().__init__("", message)
 
 
+class RunExistsError(PsdsfError, RuntimeError):
+    """A run of that name is alive in the cluster (one line)."""
+
+
 def connect(address: str | None = None, *, num_cpus: int | None = None) -> bool:
-    """Make sure this process is connected to Ray; returns whether it started a local one."""
+    """Make sure this process is connected to Ray; returns whether it started a local one.
+    Without ``address`` the Ray started is this process's own (``"local"``), never one already
+    running on the machine."""
     if ray.is_initialized():
         return False
     kwargs: dict[str, Any] = {"namespace": NAMESPACE, "include_dashboard": False,
@@ -61,7 +84,7 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> bool:
     if address is None:
         if num_cpus is not None:
             kwargs["num_cpus"] = num_cpus
-        ray.init(**kwargs)
+        ray.init(address="local", **kwargs)
         return True
     ray.init(address=address, **kwargs)
     return False
@@ -248,7 +271,9 @@ def launch(source: str | Path | Mapping[str, Any] | Scenario, config: RunConfig 
     driver (:func:`attach`)."""
     cfg = config or RunConfig()
     cfg.check()
+    check_run_name(run_id)
     connect(address, num_cpus=num_cpus)
+    clear_leftovers(run_id)
     prepared = prepare(source)
     prepared.scenario.check_mode(cfg.protocol.mode)
     options: dict[str, Any] = {"name": coordinator_name(run_id), "namespace": NAMESPACE,
@@ -275,3 +300,45 @@ def attach(run_id: str = DEFAULT_RUN_ID, config: RunConfig | None = None,
     launching handle's ``Run.secret``) to steer it, none to only read it."""
     handle = ray.get_actor(coordinator_name(run_id), namespace=NAMESPACE)
     return Run(handle, run_id, config or RunConfig(), secret)
+
+
+def clear_leftovers(run_id: str) -> int:
+    """Before a run named ``run_id`` starts: refuse if one of that name is alive
+    (:class:`RunExistsError`), else end what a dead one left (its server actors are detached:
+    they outlive a driver killed with ``kill -9``) and wait until their names are free.
+    Returns how many actors were ended."""
+    try:
+        coordinator = ray.get_actor(coordinator_name(run_id), namespace=NAMESPACE)
+    except ValueError:
+        coordinator = None
+    if coordinator is not None:
+        try:
+            ray.get(coordinator.status.remote(), timeout=LIVE_CHECK_TIMEOUT)
+        except ray.exceptions.RayActorError:
+            pass  # dead, its name not yet released: a leftover like the others
+        except ray.exceptions.GetTimeoutError:
+            raise RunExistsError(f"run {run_id!r}: its coordinator exists but did not answer "
+                                 f"within {LIVE_CHECK_TIMEOUT:g} s (stop it with `psdsf-dist "
+                                 f"stop --name {run_id}`)") from None
+        else:
+            raise RunExistsError(f"run {run_id!r} is already running in this Ray cluster (stop "
+                                 f"it with `psdsf-dist stop --name {run_id}`, or pick another "
+                                 "--name)")
+    return stop_run(run_id)
+
+
+def stop_run(run_id: str) -> int:
+    """End every actor of run ``run_id`` in the connected cluster — its coordinator and its
+    servers, alive or left over — and wait until their names are free (at most
+    :data:`NAME_RELEASE_TIMEOUT`).  Returns how many actors were ended."""
+    names = run_actor_names(run_id, list(ray.util.list_named_actors(all_namespaces=True)))
+    for name in names:
+        with contextlib.suppress(ValueError):  # gone meanwhile
+            ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
+    deadline = time.monotonic() + NAME_RELEASE_TIMEOUT
+    while time.monotonic() < deadline:
+        left = set(run_actor_names(run_id, list(ray.util.list_named_actors(all_namespaces=True))))
+        if not left & set(names):
+            break
+        time.sleep(0.1)
+    return len(names)

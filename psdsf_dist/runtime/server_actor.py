@@ -20,6 +20,12 @@ coordinator notices (``report`` says not running) and starts it again with the c
 a new incarnation: a new gossip origin, which supersedes the crashed incarnation's column
 wherever it is heard (:mod:`psdsf_dist.protocol.gossip`, "Incarnations"), while the new one
 starts empty and is filled by the rule.
+
+The server actors are detached (they outlive a coordinator restart), so nothing of Ray ends
+them when the run's driver dies with its coordinator (``kill -9``): each actor looks up its
+run's coordinator by name every :data:`ORPHAN_CHECK_PERIODS` periods and ends itself once it
+has found none :data:`ORPHAN_CHECKS` times in a row.  A restarting coordinator keeps its name,
+so only a run that is gone for good loses its servers.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from psdsf_dist.protocol.membership import Table
 from psdsf_dist.protocol.node import Message, ServerNode, server_seed
 from psdsf_dist.protocol.update_rule import UpdateRule
 from psdsf_dist.runtime.clock import Clock, ManualClock, WallClock
-from psdsf_dist.runtime.names import NAMESPACE, actor_key, server_actor_name
+from psdsf_dist.runtime.names import NAMESPACE, actor_key, coordinator_name, server_actor_name
 from psdsf_dist.runtime.observation import ServerReport
 from psdsf_dist.runtime.settings import RunConfig
 
@@ -53,6 +59,9 @@ FloatArray = npt.NDArray[np.float64]
 BATCH_SECONDS = 0.0
 PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
 TRANSPORT_STREAM = "transport"  # seeds the transport's random stream (as in the simulator)
+ORPHAN_CHECK_PERIODS = 4.0
+ORPHAN_CHECK_MIN_SECONDS = 1.0
+ORPHAN_CHECKS = 2
 
 
 @dataclass(frozen=True)
@@ -116,6 +125,7 @@ class ServerActor:
         self.admissions: dict[str, ServerAdmission] = {}
         """Per hosted server: the leases of task slots on its node (tenant runs)."""
         self.reconstructed = bool(ray.get_runtime_context().was_current_actor_reconstructed)
+        self.watchdog: asyncio.Task[None] | None = None
 
     # -- control (called by the coordinator) ---------------------------------------------------
     async def start(self, servers: list[tuple[str, int, list[str]]], table: Table,
@@ -126,6 +136,8 @@ class ServerActor:
         ``handles``: server name -> the actor hosting it.  One call per actor, however many
         servers it hosts: calls queue behind the gossip this actor's running servers receive,
         and the handles are sent once."""
+        if self.watchdog is None:
+            self.watchdog = asyncio.get_running_loop().create_task(self._end_when_orphaned())
         if self.clock is None:
             self.started_at = started_at
             self.clock = (ManualClock(now or 0.0) if self.config.clock == "manual"
@@ -199,6 +211,20 @@ class ServerActor:
         admission = self.admissions.get(server)
         if admission is not None:
             admission.book.release(user)
+
+    async def _end_when_orphaned(self) -> None:
+        """End this actor once its run's coordinator is gone for good (module docstring)."""
+        wait = max(ORPHAN_CHECK_MIN_SECONDS, ORPHAN_CHECK_PERIODS * self.config.period)
+        missing = 0
+        while missing < ORPHAN_CHECKS:
+            await asyncio.sleep(wait)
+            try:
+                ray.get_actor(coordinator_name(self.run_id), namespace=NAMESPACE)
+            except ValueError:
+                missing += 1
+            else:
+                missing = 0
+        ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
 
     # -- queries ----------------------------------------------------------------------------
     async def report(self) -> list[ServerReport]:

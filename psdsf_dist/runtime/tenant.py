@@ -26,7 +26,11 @@ allocator's) fails at once, in one line.  ``max_retries`` (default 3) counts re-
 system failure; the weight comes from the call, else from the cluster's configuration, else 1.
 
 Tasks go through the user's queue (:mod:`psdsf_dist.runtime.tenant_queue`), an actor the driver
-owns: the driver exiting drops them and releases the user's share.
+owns: the driver exiting drops them and releases the user's share.  As in Ray: ``ray.get`` and
+``ray.wait`` on the refs, errors naming the user's function, ``num_returns``, ``ray.cancel``
+(:meth:`Tenant.cancel` for ``force=True``), large arguments through the object store, and
+tasks submitted from inside a task of the same user (they borrow its slot: no deadlock).
+``@tenant.actor(...)`` declares actors admitted against the same share (``docs/tenants.md``).
 
 Bulk submissions.  ``.remote`` is one Ray actor call per task, ~1 ms of the queue's CPU here:
 thousands at once keep the queue busy for seconds, and its running tasks wait meanwhile.
@@ -39,28 +43,100 @@ iterator early (``close()``, or a ``with`` block) withdraws what has not started
 
 from __future__ import annotations
 
+import contextvars
+import functools
+import inspect
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any, overload
 
+import numpy as np
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from psdsf_dist.admission.shapes import (
+    ACTOR_PASSED_OPTIONS,
     DEFAULT_MAX_RETRIES,
     PASSED_OPTIONS,
     ShapeError,
     TaskShape,
+    check_actor_options,
     check_fits_somewhere,
     check_options,
+    check_user,
+    check_weight,
     task_shape,
 )
 from psdsf_dist.runtime.coordinator import TenantInfo
-from psdsf_dist.runtime.names import DEFAULT_RUN_ID, NAMESPACE, coordinator_name
+from psdsf_dist.runtime.names import (
+    DEFAULT_RUN_ID,
+    NAMESPACE,
+    RunNameError,
+    actor_key,
+    check_run_name,
+    coordinator_name,
+)
 from psdsf_dist.runtime.tenant_queue import AllocatorGoneError, QueueStatus, RemoteTenantQueue
 
 CONNECT_TIMEOUT = 30.0
+
+
+LARGE_ARGUMENT_BYTES = 100 * 1024
+"""An argument this large (a numpy array's data, bytes, a string) goes to the object store
+once, from the caller, and the queue passes its ref on (Ray's own limit for arguments sent
+inline): the queue never copies it."""
+
+_RUNNING: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
+    "psdsf_tenant_task", default=None)
+"""In a worker running a tenant's task: (its queue's actor id, its node id)."""
+
+
+def tenant_task(function: Callable[..., Any], queue_id: str) -> Callable[..., Any]:
+    """``function`` as the Ray task body of a tenant's task: the same name, signature and
+    result, run with :data:`_RUNNING` set, so that a task it submits through the same
+    tenant is known as its child (it borrows its slot: ``tenant_queue``, "Nested tasks")."""
+    # the bodies are pickled by value: they reach the module's context variable only through
+    # the module-level helpers (pickled by reference)
+    if inspect.iscoroutinefunction(function):
+        @functools.wraps(function)
+        async def tenant_task_async(*args: Any, **kwargs: Any) -> Any:
+            token = _enter(queue_id)
+            try:
+                return await function(*args, **kwargs)
+            finally:
+                _leave(token)
+        return tenant_task_async
+
+    @functools.wraps(function)
+    def tenant_task_body(*args: Any, **kwargs: Any) -> Any:
+        token = _enter(queue_id)
+        try:
+            return function(*args, **kwargs)
+        finally:
+            _leave(token)
+    return tenant_task_body
+
+
+def _enter(queue_id: str) -> contextvars.Token[tuple[str, str] | None]:
+    return _RUNNING.set((queue_id, ray.get_runtime_context().get_node_id()))
+
+
+def _leave(token: contextvars.Token[tuple[str, str] | None]) -> None:
+    _RUNNING.reset(token)
+
+
+def by_reference(value: Any) -> Any:
+    """``value``, or its ObjectRef in the object store if it is large
+    (:data:`LARGE_ARGUMENT_BYTES`): Ray resolves a top-level ref for the task, so the task
+    sees the value either way."""
+    if isinstance(value, np.ndarray):
+        size = value.nbytes
+    elif isinstance(value, bytes | bytearray | memoryview | str):
+        size = len(value)
+    else:
+        return value
+    return ray.put(value) if size >= LARGE_ARGUMENT_BYTES else value
 
 
 class TenantFunction:
@@ -69,15 +145,29 @@ class TenantFunction:
     def __init__(self, tenant: Tenant, function: Callable[..., Any], shape: TaskShape,
                  options: dict[str, Any]) -> None:
         passed = {k: v for k, v in options.items() if k in PASSED_OPTIONS}
-        self._box = [ray.put((ray.remote(function), {**shape.ray_options(), **passed}))]
         self._queue = tenant.queue
+        self._queue_id = actor_key(tenant.queue)
+        body = tenant_task(function, self._queue_id)
+        self._box = [ray.put((ray.remote(body), {**shape.ray_options(), **passed}))]
         self._retries = int(options.get("max_retries", DEFAULT_MAX_RETRIES))
+        self._num_returns = int(options.get("num_returns", 1))
         self.__name__ = getattr(function, "__name__", "task")
         self.__doc__ = function.__doc__
 
+    def _parent_node(self) -> str | None:
+        """The node of the running task of this tenant this call is made from, if any."""
+        running = _RUNNING.get()
+        return running[1] if running is not None and running[0] == self._queue_id else None
+
     def remote(self, *args: Any, **kwargs: Any) -> Any:
-        """Queue one call; its ObjectRef (``ray.get`` gives the value or raises the error)."""
-        return self._queue.submit.remote(self._box, [args, kwargs], self._retries)
+        """Queue one call; its ObjectRef (``ray.get`` gives the value or raises the error), or
+        ``num_returns`` of them."""
+        call = [[by_reference(a) for a in args], {k: by_reference(v) for k, v in kwargs.items()}]
+        submit = self._queue.submit
+        if self._num_returns != 1:
+            submit = submit.options(num_returns=self._num_returns)
+        return submit.remote(self._box, call, self._retries, self._num_returns,
+                             self._parent_node())
 
     def map(self, *iterables: Iterable[Any]) -> TaskResults:
         """Queue one call per item of ``zip(*iterables)`` in one message; their values in
@@ -89,10 +179,11 @@ class TenantFunction:
         return self._bulk(iterables, ordered=False)
 
     def _bulk(self, iterables: tuple[Iterable[Any], ...], *, ordered: bool) -> TaskResults:
-        calls = [[args, {}] for args in zip(*iterables, strict=False)]
+        calls = [[[by_reference(a) for a in args], {}] for args in zip(*iterables, strict=False)]
         batch = f"{id(self):x}-{next(_BATCHES)}"
         stream = None if not calls else self._queue.submit_many.options(
-            num_returns="streaming").remote(self._box, calls, self._retries, batch)
+            num_returns="streaming").remote(self._box, calls, self._retries, batch,
+                                            self._num_returns, self._parent_node())
         return TaskResults(self._queue, stream, batch, len(calls), ordered=ordered)
 
 
@@ -154,6 +245,24 @@ class TaskResults(Iterator[Any]):
         self.close()
 
 
+class TenantActorClass:
+    """An actor class whose actors are admitted by the tenant's share (``@tenant.actor``)."""
+
+    def __init__(self, tenant: Tenant, cls: type, options: dict[str, Any]) -> None:
+        passed = {k: v for k, v in options.items() if k in ACTOR_PASSED_OPTIONS}
+        shape = task_shape(options)
+        self._queue = tenant.queue
+        self._box: list[Any] = [ray.put((ray.remote(cls), {**shape.ray_options(), **passed}))]
+        self.__name__ = getattr(cls, "__name__", "actor")
+        self.__doc__ = cls.__doc__
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        """Create one actor: waits until the tenant's share admits it and it is constructed,
+        then returns its handle (its constructor's error is raised here)."""
+        call = [[by_reference(a) for a in args], {k: by_reference(v) for k, v in kwargs.items()}]
+        return ray.get(self._queue.create_actor.remote(self._box, call))
+
+
 class Tenant:
     """One user's connection to the allocator (see the module docstring)."""
 
@@ -172,11 +281,12 @@ class Tenant:
                 run_id: str = DEFAULT_RUN_ID) -> Tenant:
         """Connect to the allocator of ``run_id`` in the Ray cluster the driver is connected to
         (``ray.init`` first).  Raises :class:`AllocatorGoneError` when no such run answers."""
-        if not isinstance(user, str) or not user:
-            raise ShapeError(f"user: expected a non-empty name, got {user!r}")
-        if weight is not None and (isinstance(weight, bool) or not isinstance(weight, int | float)
-                                   or not weight > 0):
-            raise ShapeError(f"weight: expected a number > 0, got {weight!r}")
+        check_user(user)
+        weight = check_weight(weight)
+        try:
+            check_run_name(run_id)
+        except RunNameError as err:
+            raise ShapeError(f"run_id: {err}") from None
         try:
             coordinator = ray.get_actor(coordinator_name(run_id), namespace=NAMESPACE)
         except ValueError:
@@ -188,7 +298,7 @@ class Tenant:
             raise AllocatorGoneError(f"the allocator of run {run_id!r} did not answer within "
                                 f"{CONNECT_TIMEOUT:g} s") from None
         info: TenantInfo = answer
-        return cls(user, run_id, info, None if weight is None else float(weight), coordinator)
+        return cls(user, run_id, info, weight, coordinator)
 
     @overload
     def remote(self, function: Callable[..., Any]) -> TenantFunction: ...
@@ -208,14 +318,36 @@ class Tenant:
         check_options(options)  # a bad option fails at the decorator line
         return declare
 
-    def _declare(self, function: Callable[..., Any], options: dict[str, Any]) -> TenantFunction:
-        check_options(options)
+    def actor(self, **options: Any) -> Callable[[type], TenantActorClass]:
+        """Declare an actor class: ``@tenant.actor(num_cpus=..., ...)``.  Each actor is
+        admitted against the user's share like a task that runs until the actor ends, with
+        the user's one shape; ``ray.kill(handle)`` ends it and frees its slot."""
+        check_actor_options(options)
         shape = task_shape(options)
+        self._check_shape(shape)
+
+        def declare(cls: type) -> TenantActorClass:
+            if self.queue is None:
+                self._open(shape)
+            self.shape = shape
+            return TenantActorClass(self, cls, options)
+        return declare
+
+    def _check_shape(self, shape: TaskShape) -> None:
         if self.shape is not None and shape != self.shape:
             raise ShapeError(f"shape {shape.describe()}: user {self.user!r} already submits "
                              f"{self.shape.describe()} (one shape per user: connect another "
                              "user for this one)")
         check_fits_somewhere(shape, self.info.resources, self.info.capacity, self.info.servers)
+
+    def _declare(self, function: Callable[..., Any], options: dict[str, Any]) -> TenantFunction:
+        check_options(options)
+        if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
+            raise ShapeError(f"{getattr(function, '__name__', 'task')}: generators are not "
+                             "supported for a tenant's task (return a list, or use "
+                             "num_returns=k)")
+        shape = task_shape(options)
+        self._check_shape(shape)
         if self.queue is None:
             self._open(shape)
         self.shape = shape
@@ -232,6 +364,19 @@ class Tenant:
             scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
         ).remote(self.run_id, self.user, demand, weight, self.info.period)
         ray.get(self.queue.start.remote(), timeout=CONNECT_TIMEOUT)
+
+    def cancel(self, ref: Any, *, force: bool = False) -> bool:
+        """Cancel the task behind ``ref`` (one of its refs): a queued task is withdrawn and
+        never starts; a running one is interrupted (``KeyboardInterrupt``), or with ``force``
+        its worker is killed — ``ray.cancel(ref)`` does the former too, but Ray refuses
+        ``force=True`` on a tenant's ref (the ref of an actor call).  ``ray.get(ref)`` then
+        raises :class:`TaskCancelledError` or Ray's ``TaskCancelledError`` /
+        ``WorkerCrashedError``.  Returns whether the task was still the queue's."""
+        if self.queue is None:
+            return False
+        found: bool = ray.get(self.queue.cancel.remote(ref.task_id().hex(), force),
+                              timeout=CONNECT_TIMEOUT)
+        return found
 
     def status(self) -> QueueStatus:
         """The queue's counts (queued, running and leased slots per server, ...)."""

@@ -32,7 +32,40 @@ What it does
       :class:`AllocatorGoneError` (one line), and so does every new one.
 
 The caller's ``ObjectRef`` is that of :meth:`TenantQueue.submit`, which returns the task's value:
-``ray.get`` and ``ray.wait`` work as usual (the value passes through the queue once).  That is
+``ray.get`` and ``ray.wait`` work as usual (the value passes through the queue once; the
+arguments do not when large: the client puts them in the object store and the queue passes
+their refs on, which Ray resolves for the task).  The task's own error is returned as Ray's
+``RayTaskError``, which ``ray.get`` raises as it is: it names the user's function, with the
+user's traceback.  ``num_returns=k`` makes both calls return ``k`` values.
+
+Cancelling
+    ``ray.cancel`` on the caller's ref cancels the :meth:`~TenantQueue.submit` call (an async
+    actor call: Ray cancels its coroutine): a queued task is taken out of the queue and never
+    starts; a running one is cancelled as Ray cancels a task (``KeyboardInterrupt`` in it).
+    Ray refuses ``force=True`` on an actor call's ref; :meth:`TenantQueue.cancel` (the
+    client's ``Tenant.cancel(ref, force=True)``) kills the running task's worker instead.
+
+Actors
+    A tenant's actor (:meth:`TenantQueue.create_actor`, the client's ``@tenant.actor``) is
+    admitted like a task that runs until the actor ends: it waits in the queue, in order,
+    for a slot of the lease of its own (never a pipelined one), and holds it while it lives.
+    The queue creates it (so owns it: it ends with the tenant's driver or ``close``) and
+    hands its handle out once constructed.  When the share shrinks below what the tenant's
+    live actors and tasks hold, nothing is killed: the tenant gets no new slot until what it
+    runs fits its lease again (its leases count every live actor as running).
+
+Nested tasks
+    Ray gives a task's CPU back while the task blocks in ``ray.get`` / ``ray.wait``, so a tree
+    of tasks that wait for their children never deadlocks.  The queue cannot see a task block,
+    so a task submitted from inside a running task of the same user (the client tells it the
+    parent's node) *borrows its parent's slot*: it is launched at once on the parent's node,
+    outside the lease and not counted in ``running`` (in ``borrowed``).  While the parent
+    waits for it, Ray runs it in the CPU the parent gave back — the user's use of the node is
+    what its lease allows, as with Ray; children of a parent that does not wait for them
+    wait at the node until room frees there (Ray's order), as they would in plain Ray.
+    Resources Ray does not give back while a task blocks (memory, GPUs, custom ones) are held
+    by the parent: children that need them where parents hold them all wait as in plain Ray.
+    A child lost to a node failure goes back to the queue as an ordinary task.  That is
 one Ray actor call per task, ~1 ms of the queue's CPU on this machine; a burst of thousands
 takes seconds to receive, while the queue also launches the user's tasks.  A bulk submission
 (:meth:`TenantQueue.submit_many`, the client's ``map``) is one call for all of them, and its
@@ -43,6 +76,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import time
 from collections import deque
@@ -59,7 +93,7 @@ from psdsf_dist.admission.tenants import IDLE_LINGER_PERIODS
 from psdsf_dist.errors import PsdsfError
 from psdsf_dist.observability.tenant_metrics import TenantMetrics
 from psdsf_dist.runtime.coordinator import TenantReply
-from psdsf_dist.runtime.names import NAMESPACE, coordinator_name
+from psdsf_dist.runtime.names import NAMESPACE, actor_key, coordinator_name
 
 ASK_TIMEOUT_INTERVALS = 4.0
 """An ask unanswered this long is given up and asked again (a late answer still counts from
@@ -81,6 +115,11 @@ class TaskWithdrawnError(PsdsfError, RuntimeError):
     """A task of a bulk submission withdrawn before it started (its caller closed the results)."""
 
 
+class TaskCancelledError(PsdsfError, RuntimeError):
+    """A task cancelled by its caller (``ray.cancel`` or :meth:`Tenant.cancel`): withdrawn
+    from the queue if it had not started, else interrupted as Ray cancels a task."""
+
+
 @dataclass
 class _Task:
     function: tuple[Any, dict[str, Any]]
@@ -93,6 +132,20 @@ class _Task:
     attempts: int = 0
     batch: str | None = None
     """The bulk submission the task came in (:meth:`TenantQueue.submit_many`), if any."""
+    num_returns: int = 1
+    parent_node: str | None = None
+    """The node of the running task of this user that submitted this one (a child: it
+    borrows its parent's slot, see "Nested tasks" in the module docstring)."""
+    ref: Any = None
+    """The launched Ray task's first return (None while queued)."""
+    refs: Any = None
+    """All its returns (``num_returns`` of them)."""
+    borrowed: bool = False
+    """Launched in its parent's slot, outside the lease."""
+    cancelled: bool = False
+    actor: bool = False
+    """An actor of the tenant (``function`` is its class and options): admitted like a task
+    that runs until the actor ends."""
 
 
 @dataclass
@@ -123,6 +176,11 @@ class _Server:
             # meanwhile keeps within the claim it records (max(new slots, running_at_ask))
             return max(min(allowed, self.running_at_ask) - self.running, 0)
         return max(allowed - self.running, 0)
+
+    def free_slots(self, now: float) -> int:
+        """Slots of the lease nobody runs in (no pipelining)."""
+        return max(self.slots - self.running, 0) if now < self.expires and not self.asking \
+            else 0
 
     def launched(self) -> None:
         if self.running >= self.slots:
@@ -157,6 +215,13 @@ class QueueStatus:
     withdrawn: int = 0
     """Tasks of bulk submissions withdrawn by their caller before they started (not in
     ``failed``)."""
+    cancelled: int = 0
+    """Tasks cancelled by their caller, queued (never started) or running (not in
+    ``failed``)."""
+    borrowed: int = 0
+    """Children running in their parent's slot now (not in ``running``)."""
+    actors: int = 0
+    """The tenant's live actors (each holds a slot: in ``running``)."""
 
 
 class TenantQueue:
@@ -173,12 +238,18 @@ class TenantQueue:
         self.queue: deque[_Task] = deque()
         self.servers: dict[str, _Server] = {}
         self.functions: dict[str, Any] = {}
-        self.placed: dict[tuple[int, str], Any] = {}
+        self.placed: dict[tuple[int, str, int], Any] = {}
         self.admitted = 0
         self.completed = 0
         self.retried = 0
         self.failed = 0
         self.withdrawn = 0
+        self.cancelled = 0
+        self.borrowed = 0
+        self.actors: dict[str, Any] = {}
+        """The tenant's live actors: actor id -> handle (this queue owns them)."""
+        self.by_key: dict[str, _Task] = {}
+        """The :meth:`submit` call's Ray task id -> its task (to cancel it by its ref)."""
         self.gone: str | None = None
         self.last_answer = time.monotonic()
         self.idle_since: float | None = time.monotonic()
@@ -198,21 +269,83 @@ class TenantQueue:
                           loop.create_task(self._ask_loop())]
 
     # -- the caller's side --------------------------------------------------------------------
-    async def submit(self, function_box: list[Any], call: list[Any], max_retries: int) -> Any:
-        """Queue one task and return its value (or raise its error).  ``function_box`` holds
-        the remote function's ObjectRef and ``call`` the arguments — both boxed so that Ray
-        does not resolve them here: the task itself gets them."""
+    async def submit(self, function_box: list[Any], call: list[Any], max_retries: int,
+                     num_returns: int = 1, parent_node: str | None = None) -> Any:
+        """Queue one task and return its value — a tuple of ``num_returns`` values when more
+        than one (call it with that ``num_returns``).  ``function_box`` holds the remote
+        function's ObjectRef and ``call`` the arguments — both boxed so that Ray does not
+        resolve them here: the task itself gets them (large ones as ObjectRefs).
+
+        The task's own error is *returned*, not raised: Ray raises a returned
+        ``RayTaskError`` at the caller's ``ray.get`` as it is — naming the user's function
+        with the user's traceback — where a raised one would be wrapped in this method's.
+        Cancelling this call (``ray.cancel`` on its ref) withdraws the task if it has not
+        started and interrupts it if it runs; ``parent_node``: see "Nested tasks"."""
         if self.gone is not None:
             raise AllocatorGoneError(self.gone)
         function = await self._function(function_box[0])
         args, kwargs = call
         result: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._enqueue([_Task(function, tuple(args), dict(kwargs), max_retries, result,
-                             time.monotonic())])
+        task = _Task(function, tuple(args), dict(kwargs), max_retries, result, time.monotonic(),
+                     num_returns=num_returns, parent_node=parent_node)
+        key = ray.get_runtime_context().get_task_id()
+        if key is not None:
+            self.by_key[key] = task
+        try:
+            self._enqueue([task])
+            return await result
+        except ray.exceptions.RayTaskError as err:
+            return err if num_returns == 1 else (err,) * num_returns
+        except asyncio.CancelledError:
+            self._cancel(task, force=False)
+            raise
+        finally:
+            if key is not None:
+                self.by_key.pop(key, None)
+
+    async def create_actor(self, class_box: list[Any], call: list[Any]) -> Any:
+        """Queue the creation of one of the tenant's actors (``class_box``: the boxed Ray
+        actor class and its options) and return its handle once it is admitted and
+        constructed — or raise its constructor's error.  See "Actors"."""
+        if self.gone is not None:
+            raise AllocatorGoneError(self.gone)
+        cls = await self._function(class_box[0])
+        args, kwargs = call
+        result: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._enqueue([_Task(cls, tuple(args), dict(kwargs), 0, result, time.monotonic(),
+                             actor=True)])
         return await result
 
+    async def cancel(self, key: str, force: bool = False) -> bool:
+        """Cancel the task submitted by the :meth:`submit` call whose Ray task id is ``key``
+        (:meth:`Tenant.cancel`): withdrawn if queued, else interrupted — ``force``: its worker
+        killed, as ``ray.cancel(..., force=True)`` does.  Returns whether it was found."""
+        task = self.by_key.get(key)
+        if task is None:
+            return False
+        self._cancel(task, force=force)
+        return True
+
+    def _cancel(self, task: _Task, *, force: bool) -> None:
+        # (Ray cancelling the submit call has cancelled ``task.result`` already: it is done,
+        # the task itself is not)
+        ended = task.result.done() and not task.result.cancelled()
+        if task.cancelled or ended:
+            return
+        task.cancelled = True
+        self.cancelled += 1
+        if task.ref is None:  # still queued: it never starts
+            with contextlib.suppress(ValueError):
+                self.queue.remove(task)
+            if not task.result.done():
+                task.result.set_exception(TaskCancelledError(
+                    f"user {self.user!r}: task cancelled by its caller before it started"))
+        else:
+            ray.cancel(task.ref, force=force)
+
     async def submit_many(self, function_box: list[Any], calls: list[Any], max_retries: int,
-                          batch: str) -> AsyncIterator[list[tuple[int, bool, Any]]]:
+                          batch: str, num_returns: int = 1, parent_node: str | None = None,
+                          ) -> AsyncIterator[list[tuple[int, bool, Any]]]:
         """Queue one task per ``(args, kwargs)`` of ``calls`` (in that order) and stream their
         outcomes as they end: each item is a list of ``(index, ok, value)`` — the value, or
         the error ``ray.get`` would raise — for every task of the batch that ended since the
@@ -230,7 +363,7 @@ class TenantQueue:
             function = await self._function(function_box[0])
             now = time.monotonic()
             self._enqueue([_Task(function, tuple(args), dict(kwargs), max_retries, future, now,
-                                 batch=batch)
+                                 batch=batch, num_returns=num_returns, parent_node=parent_node)
                            for (args, kwargs), future in zip(calls, futures, strict=True)])
         left = len(futures)
         while left:
@@ -256,7 +389,8 @@ class TenantQueue:
                            self.admitted, self.completed, self.retried, self.failed,
                            len(self.servers), self.gone,
                            {n: s.node for n, s in self.servers.items()},
-                           {n: s.waiting for n, s in self.servers.items()}, self.withdrawn)
+                           {n: s.waiting for n, s in self.servers.items()}, self.withdrawn,
+                           self.cancelled, self.borrowed, len(self.actors))
 
     async def close(self) -> None:
         """Drop what is queued, give the slots back and leave (the driver is done)."""
@@ -266,35 +400,54 @@ class TenantQueue:
         self.gone = f"tenant {self.user!r} closed its queue"  # later submissions fail at once
         self._fail_queued(AllocatorGoneError, self.gone)
         self.metrics.flush()
+        for handle in self.actors.values():  # ours: they end with the tenant
+            ray.kill(handle, no_restart=True)
         calls = [s.handle.release.remote(s.name, self.user) for s in self.servers.values()]
         calls.append(self.coordinator.tenant_leave.remote(self.user, self.handle))
         await asyncio.gather(*(asyncio.wait_for(c, self.period) for c in calls),
                              return_exceptions=True)
 
     async def _function(self, ref: Any) -> Any:
+        """The remote function (or actor class) and options behind ``ref``: one object per
+        ref, kept for the queue's life — :meth:`_placed` keys its cache by that object's
+        ``id``.  (Calls that arrive together each await the ref and get their own copy; all
+        but the first are dropped, else a dropped copy's ``id`` could be reused by another
+        function's and find its placed variant.)"""
         key = ref.hex()
         function = self.functions.get(key)
         if function is None:
-            function = await ref
-            self.functions[key] = function
+            function = self.functions.setdefault(key, await ref)
         return function
 
     def _enqueue(self, tasks: list[_Task]) -> None:
+        children = [t for t in tasks if t.parent_node is not None]
+        if children:
+            now = time.monotonic()
+            for task in children:
+                home = next((s for s in self.servers.values() if s.node == task.parent_node),
+                            None)
+                if home is not None:
+                    self._launch(task, home, now, borrowed=True)
+                else:  # its parent's node is gone: an ordinary task
+                    task.parent_node = None
+                    self.queue.append(task)
+            tasks = [t for t in tasks if t.parent_node is None]
         self.queue.extend(tasks)
         if self.idle_since is not None:
             self.idle_since = None
             self.work.set()  # report at once: a late user should not wait a period to join
-        self._pump()
+        _outside_any_call(self._pump)
 
-    def _placed(self, function: tuple[Any, dict[str, Any]], node: str) -> Any:
+    def _placed(self, function: tuple[Any, dict[str, Any]], node: str,
+                num_returns: int = 1) -> Any:
         """The function with its options and hard affinity to ``node``, made once per node
         (Ray's options wrapper costs ~30 us to build)."""
-        key = (id(function), node)
+        key = (id(function), node, num_returns)
         placed = self.placed.get(key)
         if placed is None:
             remote, options = function
             placed = remote.options(
-                **options, max_retries=0,
+                **options, max_retries=0, num_returns=num_returns,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
             self.placed[key] = placed
         return placed
@@ -306,38 +459,106 @@ class TenantQueue:
             return
         now = time.monotonic()
         while self.queue:
-            best = max(self.servers.values(), key=lambda s: s.open_slots(now), default=None)
-            if best is None or best.open_slots(now) <= 0:
-                return
+            if self.queue[0].actor:  # an actor takes a slot of its own, never a pipeline's
+                best = max(self.servers.values(), key=lambda s: s.free_slots(now), default=None)
+                if best is None or best.free_slots(now) <= 0:
+                    return
+            else:
+                best = max(self.servers.values(), key=lambda s: s.open_slots(now), default=None)
+                if best is None or best.open_slots(now) <= 0:
+                    return
             self._launch(self.queue.popleft(), best, now)
 
-    def _launch(self, task: _Task, server: _Server, now: float) -> None:
+    def _launch(self, task: _Task, server: _Server, now: float, borrowed: bool = False) -> None:
+        if task.actor:
+            self._launch_actor(task, server, now)
+            return
         try:
-            ref = self._placed(task.function, server.node).remote(*task.args, **task.kwargs)
+            out = self._placed(task.function, server.node, task.num_returns).remote(
+                *task.args, **task.kwargs)
         except Exception as err:  # e.g. arguments Ray cannot serialize: the caller's error
             self.failed += 1
             task.result.set_exception(err)
             return
+        task.refs = out if task.num_returns > 1 else [out]
+        task.ref = task.refs[0]
+        task.borrowed = borrowed
+        if borrowed:
+            self.borrowed += 1
+        else:
+            server.launched()
+        self.admitted += 1
+        self.metrics.admitted(server.name, now - task.submitted)
+        # outside the context of the call that happens to launch it: Ray counts a task launched
+        # in an actor call as that call's child, and cancelling the call cancels its children
+        asyncio.get_running_loop().create_task(self._watch(task, server),
+                                               context=contextvars.Context())
+
+    def _launch_actor(self, task: _Task, server: _Server, now: float) -> None:
+        remote_class, options = task.function
+        try:
+            handle = remote_class.options(
+                **options, max_restarts=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(server.node, soft=False),
+            ).remote(*task.args, **task.kwargs)
+        except Exception as err:
+            self.failed += 1
+            task.result.set_exception(err)
+            return
+        task.ref = handle
         server.launched()
         self.admitted += 1
         self.metrics.admitted(server.name, now - task.submitted)
-        asyncio.get_running_loop().create_task(self._watch(task, server, ref))
+        asyncio.get_running_loop().create_task(self._watch_actor(task, server, handle),
+                                               context=contextvars.Context())
 
-    async def _watch(self, task: _Task, server: _Server, ref: Any) -> None:
+    async def _watch_actor(self, task: _Task, server: _Server, handle: Any) -> None:
+        """Hand the actor out once constructed, then hold its slot until it ends (its
+        ``__ray_ready__`` raises once it is dead; asked once a period)."""
+        key = actor_key(handle)
         try:
-            value = await ref
+            await handle.__ray_ready__.remote()
+            self.actors[key] = handle
+            if not task.result.done():
+                task.result.set_result(handle)
+            while True:
+                await asyncio.sleep(self.period)
+                await handle.__ray_ready__.remote()
+        except ray.exceptions.RayError as err:  # it ended (killed, its constructor raised, ...)
+            if not task.result.done():
+                self.failed += 1
+                task.result.set_exception(err)
+            else:
+                self.completed += 1
+                self.metrics.completed(server.name)
+        finally:
+            self.actors.pop(key, None)
+            server.ended()
+            self._pump()
+
+    async def _watch(self, task: _Task, server: _Server) -> None:
+        try:
+            values = [await ref for ref in task.refs]
+            value = values[0] if task.num_returns == 1 else tuple(values)
         except ray.exceptions.RayTaskError as err:  # the task's own code raised
             self.completed += 1
             self.metrics.completed(server.name)
             if not task.result.done():
                 task.result.set_exception(err)
         except ray.exceptions.RayError as err:
-            # lost to the system (node or worker died, node gone before it started)
+            # lost to the system (node or worker died, node gone before it started), or
+            # cancelled by its caller
+            if task.cancelled:
+                if not task.result.done():
+                    task.result.set_exception(err)
+                return
             server.slots = server.pipeline = 0  # nothing more there until the next lease
             if task.attempts < task.max_retries and self.gone is None:
                 task.attempts += 1
                 self.retried += 1
                 self.metrics.retried(server.name)
+                task.ref = task.refs = None
+                task.parent_node = None  # again through the leases
                 self.queue.appendleft(task)
             else:
                 self.failed += 1
@@ -349,7 +570,11 @@ class TenantQueue:
             if not task.result.done():
                 task.result.set_result(value)
         finally:
-            server.ended()
+            if task.borrowed:
+                self.borrowed -= 1
+                task.borrowed = False
+            else:
+                server.ended()
             self._pump()
             if self.closed:
                 self.metrics.flush()  # the report loop that flushes is gone
@@ -455,6 +680,12 @@ class TenantQueue:
         return len(failing)
 
 
+def _outside_any_call(step: Any) -> None:
+    """Run ``step`` outside the context of the actor call running now (see :meth:`_watch`'s
+    caller): the tasks it launches are nobody's children."""
+    contextvars.Context().run(step)
+
+
 def _put_ended(ended: asyncio.Queue[tuple[int, asyncio.Future[Any]]], index: int,
                future: asyncio.Future[Any]) -> None:
     ended.put_nowait((index, future))
@@ -463,4 +694,4 @@ def _put_ended(ended: asyncio.Queue[tuple[int, asyncio.Future[Any]]], index: int
 RemoteTenantQueue: Any = ray.remote(TenantQueue)
 
 __all__ = ["AllocatorGoneError", "QueueStatus", "RemoteTenantQueue", "ShapeError",
-           "TaskWithdrawnError", "TenantQueue", "TenantRefusedError"]
+           "TaskCancelledError", "TaskWithdrawnError", "TenantQueue", "TenantRefusedError"]

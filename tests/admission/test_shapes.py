@@ -12,6 +12,8 @@ from psdsf_dist.admission.shapes import (
     ShapeError,
     check_fits_somewhere,
     check_options,
+    check_user,
+    check_weight,
     task_shape,
 )
 
@@ -71,3 +73,20 @@ def test_unshared_resource_and_no_room_anywhere() -> None:
                              ("CPU", "memory"), cap, ["a", "b"])
     assert str(err.value) == ("shape {CPU: 8, memory: 8}: no node of the 2 can hold one task "
                               "(largest: CPU 8, memory 16)")
+
+
+@pytest.mark.parametrize("weight", [float("inf"), float("nan"), 0, -1, True, "2"])
+def test_a_weight_is_finite_and_positive(weight: Any) -> None:
+    with pytest.raises(ShapeError, match=r"^weight: expected a finite number > 0, got .*$"):
+        check_weight(weight)
+
+
+def test_weights_and_names_that_pass() -> None:
+    assert check_weight(None) is None and check_weight(2) == 2.0
+    assert check_user("alice-2") == "alice-2"
+
+
+@pytest.mark.parametrize("user", ["", "   ", "a\tb", "bell\x07", None, 3])
+def test_a_user_name_is_printable_and_not_blank(user: Any) -> None:
+    with pytest.raises(ShapeError, match=r"^user: expected a non-blank name of printable"):
+        check_user(user)

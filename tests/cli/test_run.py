@@ -113,3 +113,25 @@ def test_json_stays_valid_when_an_actor_is_killed(tmp_path: Path) -> None:
     assert doc["run"]["servers"] == 2
     assert doc["run"]["restarts"] >= 1, err
     assert any(e["event"].endswith("restarted after a crash") for e in doc["events"])
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_run_without_address_starts_its_own_ray_beside_another(tmp_path: Path) -> None:
+    """Another Ray is up (the tests' own) and RAY_ADDRESS names it: ``run`` without
+    ``--address`` still starts a Ray of its own and leaves the other alone."""
+    import ray
+
+    env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "psdsf_dist.cli.main", "run", str(EXAMPLES / "paper_fig1.yaml"),
+         "--period", "0.3", "--duration", "2", "--num-cpus", "1", "--name", "beside",
+         "--quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env)
+    seen_here = False
+    while proc.poll() is None:
+        names = {e["name"] for e in ray.util.list_named_actors(all_namespaces=True)}
+        seen_here |= "psdsf-beside-coordinator" in names
+        time.sleep(0.2)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-2000:]
+    assert not seen_here

@@ -218,3 +218,12 @@ def test_a_non_finite_allocation_never_holds(fig1: Scenario, bad: float) -> None
     totals = FIG1_X.sum(axis=1)
     totals[0] = bad
     assert not certificate(fig1, FIG1_X, totals=totals).holds
+
+
+def test_a_tenants_scenario_with_no_user_yet_holds() -> None:
+    # a `tenants: true` cluster before anyone submits: nothing to share, nothing unfair
+    s = Scenario.from_dict({"tenants": True, "resources": ["CPU"],
+                            "servers": [{"name": "a", "capacity": {"CPU": 4}},
+                                        {"name": "b", "capacity": {"CPU": 2}}]})
+    cert = certificate(s, np.zeros((0, 2)))
+    assert cert.holds and cert.residual == 0.0

@@ -24,7 +24,7 @@ from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.runtime.coordinator import TenantRunError
 from psdsf_dist.runtime.launcher import Run, launch
 from psdsf_dist.runtime.settings import RunConfig
-from psdsf_dist.runtime.tenant import Tenant
+from psdsf_dist.runtime.tenant import Tenant, by_reference
 from psdsf_dist.runtime.tenant_queue import AllocatorGoneError, TenantRefusedError
 from tests.conftest import start_ray_cluster, stop_ray_cluster
 
@@ -85,8 +85,12 @@ def test_bad_submissions_fail_at_once_with_one_line(run: Run) -> None:
     t.close()
     with pytest.raises(AllocatorGoneError, match="no allocator run 'nope'"):
         Tenant.connect("x", run_id="nope")
-    with pytest.raises(ShapeError, match="weight: expected a number > 0"):
-        Tenant.connect("x", weight=0, run_id=RUN)
+    for weight in (0, float("inf"), float("nan")):
+        with pytest.raises(ShapeError, match="weight: expected a finite number > 0"):
+            Tenant.connect("x", weight=weight, run_id=RUN)
+    for user in ("", " ", "a\nb"):
+        with pytest.raises(ShapeError, match="user: expected a non-blank name of printable"):
+            Tenant.connect(user, run_id=RUN)
 
 
 def test_a_run_without_tenants_refuses_them(cluster: Any) -> None:
@@ -192,8 +196,12 @@ def test_a_task_errors_as_in_plain_ray(run: Run) -> None:
         raise KeyError(x)
 
     ref = boom.remote(3)
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError) as caught:
         ray.get(ref)
+    # named as in plain Ray: the user's function and traceback, not the queue's
+    text = str(caught.value)
+    assert "ray::boom()" in text and "raise KeyError(x)" in text, text
+    assert "TenantQueue" not in text, text
     done, _ = ray.wait([boom.remote(1)], timeout=10)
     assert done
     assert t.status().retried == 0
@@ -262,7 +270,7 @@ def test_a_server_actor_kill_loses_no_queued_task(run: Run) -> None:
 def test_a_driver_exit_releases_its_share(run: Run, cluster: Any) -> None:
     script = textwrap.dedent(f"""
         import os, time, ray
-        from psdsf_dist.runtime.tenant import Tenant
+        from psdsf_dist.runtime.tenant import Tenant, by_reference
         ray.init(address={cluster.address!r}, log_to_driver=False)
         t = Tenant.connect("carol", run_id={RUN!r})
         work = t.remote(num_cpus=1)(lambda: time.sleep(30))
@@ -319,4 +327,121 @@ def test_queued_tasks_fail_clearly_when_the_allocator_is_gone(cluster: Any) -> N
         ray.get(refs[-1], timeout=30)
     with pytest.raises(AllocatorGoneError):
         ray.get(work.remote(), timeout=10)
+    t.close()
+
+
+def test_nested_tasks_borrow_their_parents_slot(run: Run) -> None:
+    """More parents than the cluster has CPUs, each waiting for a child of the same user:
+    the children run in their parents' slots (Ray gives a waiting task's CPU back)."""
+    t = Tenant.connect("nested", run_id=RUN)
+
+    @t.remote(num_cpus=1)
+    def inner(x: int) -> int:
+        return 2 * x
+
+    @t.remote(num_cpus=1)
+    def outer(x: int) -> int:
+        done, _ = ray.wait([inner.remote(x)], timeout=60)
+        return int(ray.get(done[0])) + int(ray.get(inner.remote(0)))
+
+    assert ray.get([outer.remote(i) for i in range(7)], timeout=90) == [2 * i for i in
+                                                                        range(7)]
+    assert t.status().borrowed == 0 and t.status().failed == 0
+    t.close()
+
+
+def test_cancel_withdraws_a_queued_task_and_stops_a_running_one(run: Run, tmp_path: Any) -> None:
+    t = Tenant.connect("canceller", run_id=RUN)
+
+    @t.remote(num_cpus=1)
+    def mark(name: str, seconds: float) -> None:
+        with open(tmp_path / name, "a") as f:
+            f.write("started\n")
+        end = time.time() + seconds
+        try:
+            while time.time() < end:  # short sleeps: Ray interrupts between bytecodes
+                time.sleep(0.01)
+        except KeyboardInterrupt:
+            with open(tmp_path / name, "a") as f:
+                f.write(f"interrupted {time.time()}\n")
+            raise
+        with open(tmp_path / name, "a") as f:
+            f.write("ended\n")
+
+    blockers = [mark.remote(f"b{i}", 4.0) for i in range(7)]  # 5 CPUs: some stay queued
+    last = mark.remote("queued", 0.0)
+    assert wait_for(lambda: len(list(tmp_path.iterdir())) >= 2, 20.0)
+    ray.cancel(last)
+    with pytest.raises(ray.exceptions.TaskCancelledError):
+        ray.get(last, timeout=10)
+    started = [i for i in range(7) if (tmp_path / f"b{i}").exists()]
+    assert len(started) >= 2
+    first, second = started[:2]
+    cancelled_at = time.time()
+    ray.cancel(blockers[first])
+    assert t.cancel(blockers[second], force=True)
+    for ref in (blockers[first], blockers[second]):
+        with pytest.raises((ray.exceptions.TaskCancelledError,
+                            ray.exceptions.WorkerCrashedError)):
+            ray.get(ref, timeout=10)
+    rest = [b for i, b in enumerate(blockers) if i not in (first, second)]
+    ray.get(rest, timeout=60)
+    time.sleep(0.5)
+    status = t.status()
+    assert not (tmp_path / "queued").exists(), status  # never started
+    interrupted = (tmp_path / f"b{first}").read_text().splitlines()
+    assert interrupted[0] == "started" and interrupted[1].startswith("interrupted ")
+    assert float(interrupted[1].split()[1]) - cancelled_at < 2.0  # stopped within 2 s
+    assert (tmp_path / f"b{second}").read_text() == "started\n"  # its worker killed
+    assert status.cancelled == 3 and status.retried == 0, status
+    t.close()
+
+
+def test_num_returns_and_large_arguments_by_reference(run: Run) -> None:
+    t = Tenant.connect("returns", run_id=RUN)
+
+    @t.remote(num_cpus=1, num_returns=2)
+    def split(a: np.ndarray) -> tuple[float, int]:
+        return float(a.sum()), int(a.size)
+
+    big = np.ones(2_500_000)  # 20 MB: goes to the object store from here, once
+    assert isinstance(by_reference(big), ray.ObjectRef)
+    assert by_reference(3) == 3 and by_reference(np.ones(3)).size == 3
+    total, size = split.remote(big)
+    assert ray.get([total, size], timeout=60) == [2_500_000.0, 2_500_000]
+    assert list(split.map([np.ones(4), np.ones(2)])) == [(4.0, 4), (2.0, 2)]
+    with pytest.raises(ShapeError, match="num_returns: 'streaming': generators are not"):
+        t.remote(num_cpus=1, num_returns="streaming")
+
+    def gen() -> Iterator[int]:
+        yield 1
+
+    with pytest.raises(ShapeError, match="gen: generators are not supported"):
+        t.remote(num_cpus=1)(gen)
+    t.close()
+
+
+def test_a_tenant_actor_holds_a_slot_until_it_ends(run: Run) -> None:
+    t = Tenant.connect("actors", run_id=RUN)
+
+    class Counter:
+        def __init__(self, start: int) -> None:
+            self.n = start
+
+        def add(self, k: int) -> int:
+            self.n += k
+            return self.n
+
+    counter = t.actor(num_cpus=1)(Counter).remote(10)  # returns once admitted and constructed
+    assert ray.get(counter.add.remote(5), timeout=30) == 15
+    status = t.status()
+    assert status.actors == 1 and sum(status.running.values()) == 1
+    with pytest.raises(ShapeError, match="one shape per user"):
+        t.actor(num_cpus=2)
+    with pytest.raises(ShapeError, match="lifetime: not an option of a tenant's actor"):
+        t.actor(num_cpus=1, lifetime="detached")
+    ray.kill(counter)
+    assert wait_for(lambda: t.status().actors == 0
+                    and sum(t.status().running.values()) == 0, 4 * PERIOD + 5)
+    assert t.status().completed == 1
     t.close()

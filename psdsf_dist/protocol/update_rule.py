@@ -82,7 +82,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
@@ -90,6 +90,7 @@ import numpy.typing as npt
 
 from psdsf_dist.core.server_procedure import server_procedure
 from psdsf_dist.model.scenario import Mode, Scenario
+from psdsf_dist.protocol.classes import ClassKnowledge
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -153,6 +154,12 @@ class ServerView:
     """(N,) this server's part of each user's tasks-alone over the present servers,
     ``gamma[n, i] / sum_j gamma[n, j]``: the most of a user's headroom below its cap it takes in
     one step (see :func:`best_response`).  None: no bound (all of the headroom)."""
+    klass: ClassKnowledge | None = None
+    """Optional: what the server knows about its class of identical servers (the class rule
+    uses it; the other rules ignore it)."""
+    merged: int = 1
+    """How many identical servers this view stands for (a class acting as one server: its
+    capacities and ``gamma`` are ``merged`` times a member's)."""
 
     @property
     def num_users(self) -> int:
@@ -442,6 +449,7 @@ class SplitGain:
         followed = (streak == EXIT_AFTER) & (sagged > THRESHOLD * drained)
         streak = np.where(followed, 0.0, streak)
         steady = -reference * streak * STEADY >= drained
+        # marginal here: one member's entry below the user's average share per holder
         boosted = (streak >= EXIT_AFTER) & (col * holders < tot) & steady
         if np.count_nonzero(boosted) > MAX_EXITS:
             boosted[:] = False
@@ -453,12 +461,91 @@ class SplitGain:
                                streak, drained, sagged)
 
 
+def class_view(view: ServerView) -> ServerView:
+    """The view of a member's class acting as one server of ``k = klass.size`` members:
+    capacities, ``gamma`` and the share of a capped user's headroom ``k`` times a member's
+    (per-task consumption unchanged), and the gossiped counts (holders, raising, lowering) over
+    classes, each class once — the movers are classes, not servers."""
+    kn = view.klass
+    assert kn is not None
+    k = kn.size
+    return replace(
+        view,
+        capacity=view.capacity * k,
+        gamma=view.gamma * k,
+        cap_share=None if view.cap_share is None else np.minimum(view.cap_share * k, 1.0),
+        num_servers=max(kn.num_classes, 1),
+        holders=kn.holders,
+        raising=kn.raising,
+        lowering=kn.lowering,
+        klass=None,
+        merged=k,
+    )
+
+
+@dataclass(frozen=True)
+class ClassRule:
+    """The members of a class of identical servers act as one server.
+
+    A member of a class of ``k`` (:mod:`psdsf_dist.protocol.classes`) runs the inner rule
+    (``split``) for its class — the water-fill on the class's pooled capacity (``k`` times its
+    own) against the class's current totals — and keeps ``1/k`` of the result.  The class's
+    column is taken as ``k`` times the member's own (the class-constant state the rule keeps),
+    and the rest of each user's total as what the member hears of the servers outside its class
+    (``totals - klass.column_sum``).  With identical inputs every member computes the same
+    column, so after one update the class moves as one player: concurrency is among classes,
+    not servers.  A server alone in its class (or without class knowledge) runs the inner rule
+    unchanged.
+
+    *Feasible at any staleness.*  Whatever the inputs — stale totals, a wrong member count, a
+    member that disagrees with the others — the inner rule returns a column feasible for the
+    merged server, i.e. within ``k`` times the member's capacities and only on users eligible
+    on it (the same users as on the member); ``1/k`` of it is within the member's own
+    capacities.  The final projection on the member's view only guards round-off.
+
+    *Fixed points.*  A class-constant allocation is PS-DSF iff the merged one is (every
+    virtual dominant share on the merged server is the members' scaled by ``1/k``: the
+    per-server condition is the same).  The inner rule is inert exactly at its best response,
+    so the members are inert exactly when the class's column is a PS-DSF best response of the
+    merged server at the true totals: the fixed points are the PS-DSF allocations in which
+    identical servers hold identical columns — every PS-DSF allocation's totals have one.
+    """
+
+    inner: UpdateRule = field(default_factory=SplitGain)
+    name: str = "class"
+
+    def initial_state(self, num_users: int) -> RuleState:
+        return self.inner.initial_state(num_users)
+
+    def update(
+        self, state: RuleState, view: ServerView, totals: FloatArray, column: FloatArray
+    ) -> tuple[FloatArray, RuleState]:
+        kn = view.klass
+        if kn is None:
+            return self.inner.update(state, view, totals, column)
+        k = kn.size
+        col = feasible_column(view, column)
+        outside = np.maximum(np.where(np.isfinite(totals), totals, 0.0) - kn.column_sum, 0.0)
+        merged = class_view(view)
+        if kn.slotted:  # classes in turn: the plain best response, as in sequential sweeps
+            new = best_response(merged, outside + k * col, k * col)
+        else:
+            new, state = self.inner.update(state, merged, outside + k * col, k * col)
+        return feasible_column(view, np.asarray(new, dtype=float) / k), state
+
+
+def uses_classes(rule: UpdateRule) -> bool:
+    """Whether the drivers must tell ``rule`` about the server's class (``ServerView.klass``)."""
+    return isinstance(rule, ClassRule)
+
+
 RuleFactory = Callable[..., UpdateRule]
 
 _FACTORIES: dict[str, RuleFactory] = {
     "best-response": BestResponse,
     "damped": Damped,
     "split": SplitGain,
+    "class": ClassRule,
 }
 RULES: tuple[str, ...] = tuple(_FACTORIES)
 DEFAULT_RULE = "split"

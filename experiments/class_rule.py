@@ -36,10 +36,10 @@ from multiprocessing import Pool
 from typing import Any
 
 import numpy as np
-from distance_to_fair import HOLD, RTOL, lockstep_row, sim_rows
+from distance_to_fair import RTOL, lockstep_row, sim_rows
 from lockstep import run, sequential
 from rule_study import PAPER, suite_scenario
-from sim_common import RESULTS, table, write_atomic
+from sim_common import HOLD, RESULTS, table, write_atomic
 
 from psdsf_dist.model.random_scenarios import google_cluster_doc
 from psdsf_dist.model.scenario import Scenario, load_scenario

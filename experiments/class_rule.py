@@ -168,6 +168,27 @@ def report(rows: list[Row], seconds: float | None) -> str:
     ])
 
 
+def message_bytes(K: int, seed: int, rounds: int) -> str:
+    """Mean and largest bytes per gossip message, ``split`` and the class rule, same cluster
+    and seed (the message-level simulator's counts: ``Syn``, ``Ack`` and ``Ack2`` sizes)."""
+    sc = google(K, seed)
+    body = []
+    for rule in ("split", "class"):
+        res = simulate(sc, SimConfig(ProtocolConfig(seed=seed, rule=rule), rounds=rounds,
+                                     gossip="scuttlebutt"))
+        msgs = sum(o.messages for o in res.trace)  # per server per round, summed
+        total = sum(o.bytes for o in res.trace)
+        body.append([rule, f"{msgs / rounds:.1f}", f"{total / max(msgs, 1):.0f}",
+                     f"{total / rounds:.0f}"])
+    return "\n".join([
+        f"Bytes per gossip message, Google mix K = {K}, N = 100, seed {seed}, first {rounds} "
+        "rounds of the runtime setting (`python experiments/class_rule.py --bytes`):",
+        "",
+        table(["rule", "messages per server per round", "bytes per message",
+               "bytes per server per round"], body),
+    ])
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--google", default="100:5,1000:2")
@@ -180,7 +201,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seq-cap", type=int, default=30)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--report", action="store_true", help="only re-render the markdown")
+    ap.add_argument("--bytes", action="store_true",
+                    help="only measure bytes per gossip message (results/class_rule_bytes.md)")
     args = ap.parse_args(argv)
+    if args.bytes:
+        write_atomic(RESULTS / f"{NAME}_bytes.md", message_bytes(40, 0, 20) + "\n")
+        return
     if args.report:
         write_atomic(RESULTS / f"{NAME}.md", report(read(), None) + "\n")
         return

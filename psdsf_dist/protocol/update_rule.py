@@ -60,6 +60,11 @@ at once on stale totals.
 
     Every step is a water-fill at some totals (feasible) and is inert at a fixed point.
 
+``class``
+    Identical servers act as one: each member of a class of ``k`` runs the step for its class
+    (pooled capacity, the class's totals) and keeps ``1/k`` (:class:`ClassRule`); with few
+    classes the classes act in ordered slots of the period and take the plain best response.
+
 **Caps under staleness.**  Per-server capacities hold by construction; a user's global cap
 ``max_tasks`` is shared by every server, and servers acting at once on stale totals would each
 fill the headroom they see (up to 24x over the cap, measured).  So every rule raises a capped
@@ -157,9 +162,6 @@ class ServerView:
     klass: ClassKnowledge | None = None
     """Optional: what the server knows about its class of identical servers (the class rule
     uses it; the other rules ignore it)."""
-    merged: int = 1
-    """How many identical servers this view stands for (a class acting as one server: its
-    capacities and ``gamma`` are ``merged`` times a member's)."""
 
     @property
     def num_users(self) -> int:
@@ -449,7 +451,6 @@ class SplitGain:
         followed = (streak == EXIT_AFTER) & (sagged > THRESHOLD * drained)
         streak = np.where(followed, 0.0, streak)
         steady = -reference * streak * STEADY >= drained
-        # marginal here: one member's entry below the user's average share per holder
         boosted = (streak >= EXIT_AFTER) & (col * holders < tot) & steady
         if np.count_nonzero(boosted) > MAX_EXITS:
             boosted[:] = False
@@ -479,7 +480,6 @@ def class_view(view: ServerView) -> ServerView:
         raising=kn.raising,
         lowering=kn.lowering,
         klass=None,
-        merged=k,
     )
 
 
@@ -494,8 +494,11 @@ class ClassRule:
     and the rest of each user's total as what the member hears of the servers outside its class
     (``totals - klass.column_sum``).  With identical inputs every member computes the same
     column, so after one update the class moves as one player: concurrency is among classes,
-    not servers.  A server alone in its class (or without class knowledge) runs the inner rule
-    unchanged.
+    not servers.  When the classes act in turn (``klass.slotted``, :func:`~psdsf_dist.protocol.
+    classes.slot_of`) the step is the plain best response of the class — sequential sweeps over
+    classes, which is what best response is right for; when they act at once it is ``split``
+    with the movers counted in classes.  A server alone in its class is a class of one: the
+    same step, its own capacities.  Without class knowledge the inner rule runs unchanged.
 
     *Feasible at any staleness.*  Whatever the inputs — stale totals, a wrong member count, a
     member that disagrees with the others — the inner rule returns a column feasible for the

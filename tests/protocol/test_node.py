@@ -201,6 +201,7 @@ def test_class_rule_servers_update_in_their_class_slot_on_the_period_grid() -> N
             at = node.target
             if node.wake(at).updated:
                 updates.append(at)
+        assert node.slot is not None
         assert updates == pytest.approx([node.slot + t for t in range(4)])
     cols = allocation(nodes)
     assert np.allclose(cols[:, :3], cols[:, [0]]) and np.allclose(cols[:, 3:], cols[:, [3]])

@@ -133,7 +133,8 @@ def report(rows: list[Row], seconds: float | None) -> str:
     for r in rows:
         groups.setdefault((r["case"], r["phase"], r["setting"]), []).append(r)
     body = []
-    for key in sorted(groups, key=lambda k: (k[0], k[1] != "from zero", k[1],
+    first = {k: j for j, k in enumerate(groups)}  # phases in the order of the events
+    for key in sorted(groups, key=lambda k: (k[0], k[1] != "from zero", first[k],
                                              SETTINGS.index(k[2]))):
         g = sorted(groups[key], key=lambda r: num(r["seed"]) if r["seed"] else 0)
         cap = g[0]["cap"]

@@ -25,6 +25,12 @@ the others' columns lag, and totals that include the server's own current column
 column the server adopts is checked against its capacities on the spot
 (:class:`~psdsf_dist.errors.FeasibilityError` otherwise).
 
+With the class rule (:class:`~psdsf_dist.protocol.update_rule.ClassRule`) a server also knows
+its class of identical servers (:mod:`psdsf_dist.protocol.classes`, from its table): the rule
+is given the class's size and sums and per-class counts computed from the columns gossip
+carries, and with few classes the server's updates come at its class's slot of every period
+(``slot``), on the grid ``anchor + n T`` whatever the jitter of the gossip rounds in between.
+
 A restarted server is a new *incarnation* with a new gossip origin (``s3#1``): its crashed
 predecessor's column is never revived, and stops counting wherever the new one is heard
 (:mod:`psdsf_dist.protocol.gossip`, "Incarnations").
@@ -292,10 +298,10 @@ class ServerNode:
             self.state = self.state.resized(n)
         self.table = table
         self.view = self._view(table)
-        old = self.slot
         self._classes(table)
-        if self.slot is not None:  # move its updates to its class's new slot
-            self.anchor += ((self.slot - (old or 0.0)) % 1.0) * self.config.period
+        if self.slot is not None:  # move its updates (later, never earlier) to its class's slot
+            T = self.config.period
+            self.anchor += (self.slot * T - self.anchor) % T
         col = feasible_column(self.view, self.gossip.column)
         check_column(self.view, col, self._where(now))
         self.gossip.set_column(col, now)

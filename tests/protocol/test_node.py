@@ -207,3 +207,21 @@ def test_class_rule_servers_update_in_their_class_slot_on_the_period_grid() -> N
     assert np.allclose(cols[:, :3], cols[:, [0]]) and np.allclose(cols[:, 3:], cols[:, [3]])
     assert ServerNode(nodes[0].name, 1, nodes[0].table, ProtocolConfig(),
                       ProtocolConfig().make_rule()).slot is None  # only the class rule
+
+
+def test_a_server_moves_its_updates_to_its_class_new_slot_when_the_classes_change() -> None:
+    sc = Scenario.from_dict({
+        "resources": ["cpu"],
+        "servers": [{"name": "a", "count": 2, "capacity": {"cpu": 1}},
+                    {"name": "b", "capacity": {"cpu": 2}},
+                    {"name": "c", "count": 2, "capacity": {"cpu": 3}}],
+        "users": [{"name": "u", "demand": {"cpu": 0.1}}],
+    })
+    churn, nodes = cluster(sc, ProtocolConfig(rule="class", jitter=0.2))
+    node = nodes[-1]
+    assert node.slot == pytest.approx(2 / 3)
+    node.first_wake(0.0)
+    churn.apply(churn.parse({"server_fails": nodes[2].name}), 5.2)
+    assert node.adopt(churn.table(), 5.2)
+    assert node.slot == pytest.approx(0.5)
+    assert node.anchor == pytest.approx(1.5)  # the next instant at phase 1/2, not earlier

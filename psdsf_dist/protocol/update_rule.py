@@ -469,7 +469,7 @@ def class_view(view: ServerView) -> ServerView:
     classes, each class once — the movers are classes, not servers."""
     kn = view.klass
     assert kn is not None
-    k = kn.size
+    k = max(kn.size, 1)
     return replace(
         view,
         capacity=view.capacity * k,
@@ -526,7 +526,7 @@ class ClassRule:
         kn = view.klass
         if kn is None:
             return self.inner.update(state, view, totals, column)
-        k = kn.size
+        k = max(kn.size, 1)  # a server its own table counts as absent is still itself
         col = feasible_column(view, column)
         outside = np.maximum(np.where(np.isfinite(totals), totals, 0.0) - kn.column_sum, 0.0)
         merged = class_view(view)

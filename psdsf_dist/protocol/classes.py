@@ -19,7 +19,8 @@ period (all members at once), so that each class sees the others' latest columns
 Gauss-Seidel order among classes.  That needs gossip to carry a class's change to the others
 within one slot: the measured median column delay with the default gossip (four rounds per
 period, four peers) is ~0.065 T, so slots are used while ``C <= MAX_SLOTS`` (slots of at least
-T / 10, ~1.5 x that delay); with more classes every server keeps its random phase.
+T / 10, ~1.5 x that delay); with more classes, or slower gossip than the defaults
+(:data:`psdsf_dist.protocol.node.SLOT_MIN_EXCHANGES`), every server keeps its random phase.
 """
 
 from __future__ import annotations

@@ -207,6 +207,8 @@ def test_class_rule_servers_update_in_their_class_slot_on_the_period_grid() -> N
     assert np.allclose(cols[:, :3], cols[:, [0]]) and np.allclose(cols[:, 3:], cols[:, [3]])
     assert ServerNode(nodes[0].name, 1, nodes[0].table, ProtocolConfig(),
                       ProtocolConfig().make_rule()).slot is None  # only the class rule
+    slow = ProtocolConfig(rule="class", fanout=2)  # and only with the defaults' gossip or more
+    assert ServerNode(nodes[0].name, 1, nodes[0].table, slow, slow.make_rule()).slot is None
 
 
 def test_a_server_moves_its_updates_to_its_class_new_slot_when_the_classes_change() -> None:

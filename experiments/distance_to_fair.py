@@ -57,7 +57,7 @@ from psdsf_dist.protocol.distance import (
     relative_gap,
 )
 from psdsf_dist.protocol.update_rule import DEFAULT_RULE, UpdateRule, make_rule
-from psdsf_dist.simulator.simulation import SimConfig, simulate
+from psdsf_dist.simulator.simulation import SimConfig, SimulationResult, simulate
 
 FloatArray = npt.NDArray[np.float64]
 NAME = "distance_to_fair"
@@ -158,8 +158,13 @@ def sim_job(job: tuple[str, int | None, int, int]) -> list[Row]:
     protocol = ProtocolConfig(seed=0 if seed is None else seed, hold=HOLD)
     began = time.perf_counter()
     res = simulate(sc, SimConfig(protocol=protocol, rounds=cap, stop_after_hold=HOLD))
-    seconds = time.perf_counter() - began
-    T = protocol.period
+    return sim_rows(name, seed, sc, res, cap, SETTINGS[2], time.perf_counter() - began)
+
+
+def sim_rows(name: str, seed: int | None, sc: Scenario, res: SimulationResult, cap: int,
+             setting: str, seconds: float) -> list[Row]:
+    """Rounds to each threshold of a simulation, per event (the distance observed online)."""
+    T = res.config.protocol.period
     rows = []
     marks = [ev.at for ev in res.events]
     for j, ev in enumerate(res.events):
@@ -167,7 +172,7 @@ def sim_job(job: tuple[str, int | None, int, int]) -> list[Row]:
         window = [o for o in res.trace if ev.at <= o.time < end]
         row: Row = {"case": name, "seed": "" if seed is None else seed,
                     "phase": "from zero" if ev.description == "start" else ev.description,
-                    "setting": SETTINGS[2], "K": sc.num_servers, "N": sc.num_users, "cap": cap,
+                    "setting": setting, "K": sc.num_servers, "N": sc.num_users, "cap": cap,
                     "rounds": len(window)}
         for t in THRESHOLDS:
             at = settle([o.distance is not None and o.distance < t for o in window])

@@ -21,12 +21,14 @@ import numpy.typing as npt
 from psdsf_dist.core.certificate import certify_columns
 from psdsf_dist.core.solver import ServerClasses
 from psdsf_dist.model.scenario import Mode, Scenario
+from psdsf_dist.protocol.classes import ClassKnowledge, class_counts, server_classes
 from psdsf_dist.protocol.update_rule import (
     RuleState,
     ServerView,
     UpdateRule,
     best_response,
     server_view,
+    uses_classes,
 )
 
 FloatArray = npt.NDArray[np.float64]
@@ -101,6 +103,12 @@ def run(
     residuals = [_residual(cert_scenario, X[:, reps], counts, reps, mode, rtol)]
     totals_trace = [X[:, reps] @ counts]
     streak = 1 if residuals[0] <= rtol else 0
+    member = np.eye(K)[:, :0]
+    if uses_classes(rule):  # (K, C): which servers are in which class
+        member_class = server_classes(cert_scenario).member_class
+        member = (member_class[:, None] == np.arange(member_class.max() + 1)[None, :]).astype(
+            float)
+        sizes = member.sum(axis=0)
     for _ in range(rounds):
         if streak >= hold:
             break
@@ -113,14 +121,29 @@ def run(
         held_old = (old > HELD).astype(float)
         holders = (held_old @ counts)[:, None] - held_old + (cur > HELD)
         new = np.empty_like(cur)
+        if member.shape[1]:  # the classes each member hears of: the others one round stale
+            old_full, moved_full = old[:, lineage], moved[:, lineage]
+            c_sum = old_full @ member
+            C = member.shape[1]
+            _, c_up, c_down = class_counts(old_full > HELD, moved_full > HELD,
+                                           moved_full < -HELD, member_class, C)
         for j in range(len(reps)):
             totals = others[:, j] + cur[:, j]
+            klass = None
+            if member.shape[1]:
+                c = int(member_class[reps[j]])
+                mine = old_full.copy()
+                mine[:, member_class == c] = cur[:, j][:, None]  # its class: its own column
+                c_held, _, _ = class_counts(mine > HELD, None, None, member_class, C)
+                klass = ClassKnowledge(int(sizes[c]), c_sum[:, c] - old[:, j] + cur[:, j],
+                                       c_held, c_up, c_down, C)
             view = replace(
                 views[j],
                 holders=holders[:, j],
                 raising=raising,
                 lowering=lowering,
                 staleness=float(delay),
+                klass=klass,
             )
             new[:, j], states[j] = rule.update(states[j], view, totals, cur[:, j])
         X = new[:, lineage]

@@ -330,6 +330,18 @@ class GossipState:
         k = self._known.get(origin)
         return None if k is None else self._padded(k.column)
 
+    def counted(self) -> tuple[list[str], FloatArray, FloatArray]:
+        """The counted origins (self included), their columns and the signs of their latest
+        changes, as (origins, (N, S) columns, (N, S) signs): what the totals and counts sum."""
+        live = [(o, k) for o, k in self._known.items() if not k.left and not k.expired]
+        cols = np.zeros((self.num_users, len(live)))
+        moves = np.zeros((self.num_users, len(live)))
+        for j, (_, k) in enumerate(live):
+            cols[:, j] = self._padded(k.column)
+            if len(k.moves):
+                moves[:, j] = self._padded(k.moves)
+        return [o for o, _ in live], cols, moves
+
     def versions(self) -> dict[str, tuple[int, int, bool]]:
         """origin -> (heartbeat, column_version, left): the merge-relevant state."""
         return {o: (k.heartbeat, k.column_version, k.left) for o, k in self._known.items()}

@@ -54,10 +54,11 @@ class Table:
     """How many of the scenario file's events are in this table (to resume after a restart)."""
 
     def server_index(self, name: str) -> int:
-        return self._server_indices[name]
+        return self.server_indices[name]
 
     @functools.cached_property
-    def _server_indices(self) -> dict[str, int]:
+    def server_indices(self) -> dict[str, int]:
+        """Server name -> index in the table's scenario."""
         return {n: i for i, n in enumerate(self.scenario.server_names)}
 
 

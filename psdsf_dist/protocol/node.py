@@ -25,6 +25,12 @@ the others' columns lag, and totals that include the server's own current column
 column the server adopts is checked against its capacities on the spot
 (:class:`~psdsf_dist.errors.FeasibilityError` otherwise).
 
+With the class rule (:class:`~psdsf_dist.protocol.update_rule.ClassRule`) a server also knows
+its class of identical servers (:mod:`psdsf_dist.protocol.classes`, from its table): the rule
+is given the class's size and sums and per-class counts computed from the columns gossip
+carries, and with few classes the server's updates come at its class's slot of every period
+(``slot``), on the grid ``anchor + n T`` whatever the jitter of the gossip rounds in between.
+
 A restarted server is a new *incarnation* with a new gossip origin (``s3#1``): its crashed
 predecessor's column is never revived, and stops counting wherever the new one is heard
 (:mod:`psdsf_dist.protocol.gossip`, "Incarnations").
@@ -40,12 +46,21 @@ import numpy as np
 import numpy.typing as npt
 
 from psdsf_dist.errors import FeasibilityError
+from psdsf_dist.protocol.classes import (
+    ClassKnowledge,
+    ClassMap,
+    class_counts,
+    server_classes,
+    slot_of,
+)
 from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.protocol.gossip import (
+    MOVE_THRESHOLD,
     Delta,
     Digest,
     GossipState,
     origin_name,
+    server_of,
 )
 from psdsf_dist.protocol.membership import Table
 from psdsf_dist.protocol.update_rule import (
@@ -56,12 +71,19 @@ from psdsf_dist.protocol.update_rule import (
     is_feasible_column,
     server_view,
     staleness_rounds,
+    uses_classes,
 )
 
 FloatArray = npt.NDArray[np.float64]
 
 TIMED_ROUNDS = 64  # durations of the latest updates a server keeps for its reports
 SEED_PEERS = 8  # peers handed to a server joining or restarting (a starting cluster: all)
+SLOT_MIN_EXCHANGES = 16
+"""Class slots need gossip to carry a class's change within a slot: only with at least this
+many exchanges started per period (``gossip_rate * fanout``; the defaults' 4 x 4).  With
+fewer, the slotted best response acts on stale columns and swings (Google mix K = 100, seed 0:
+2 % off fair after 40 rounds with fanout 2, 61 % with one gossip round per period), so servers
+keep random phases and the class rule its ``split`` step."""
 
 
 def server_seed(seed: int, name: str, incarnation: int) -> int:
@@ -132,15 +154,35 @@ Message = Syn | Ack | Ack2
 # -- the update step ----------------------------------------------------------------------------
 def knowledge_view(view: ServerView, *, members: int, holders: npt.NDArray[np.generic],
                    raising: npt.NDArray[np.generic] | None,
-                   lowering: npt.NDArray[np.generic] | None, staleness: float) -> ServerView:
+                   lowering: npt.NDArray[np.generic] | None, staleness: float,
+                   klass: ClassKnowledge | None = None) -> ServerView:
     """The view with what gossip (or a model of it) says now: membership size, holders per
-    user, servers that raised / lowered each user in their latest changes, and by how many
-    rounds beyond one the others' columns lag."""
+    user, servers that raised / lowered each user in their latest changes, by how many
+    rounds beyond one the others' columns lag, and (for the class rule) the classes."""
     return replace(
         view, num_servers=members, holders=np.asarray(holders, dtype=float),
         raising=None if raising is None else np.asarray(raising, dtype=float),
         lowering=None if lowering is None else np.asarray(lowering, dtype=float),
-        staleness=float(staleness))
+        staleness=float(staleness), klass=klass)
+
+
+def class_knowledge(classes: ClassMap, server: int, column: FloatArray,
+                    columns: FloatArray, moves: FloatArray | None,
+                    servers: npt.NDArray[np.int64], *, slotted: bool = False) -> ClassKnowledge:
+    """What a server knows about the classes from the columns it counts: ``columns`` (N, S)
+    and the signs of their latest changes ``moves`` of servers ``servers`` (table indices;
+    its own among them, with ``column`` its current column).  Its own class is counted by its
+    own column (the class rule keeps the members' columns equal)."""
+    mine = classes.member_class[server]
+    cls = classes.member_class[servers]
+    ours = cls == mine
+    held = columns > MOVE_THRESHOLD
+    held[:, ours] = (column > MOVE_THRESHOLD)[:, None]
+    C = len(classes.count)
+    holders, raising, lowering = class_counts(
+        held, None if moves is None else moves > 0, None if moves is None else moves < 0, cls, C)
+    return ClassKnowledge(int(classes.count[mine]), columns[:, ours].sum(axis=1), holders,
+                          raising, lowering, classes.num_classes, slotted)
 
 
 def checked_update(rule: UpdateRule, state: RuleState, view: ServerView, totals: FloatArray,
@@ -204,6 +246,12 @@ class ServerNode:
     """Median age of the other servers' columns in the totals at the latest update."""
     seeds: list[str] = field(default_factory=list)
     """The peers it was introduced to: whom to gossip with while it knows no live member."""
+    classes: ClassMap = field(init=False)
+    """The classes of identical servers in its table."""
+    slot: float | None = field(init=False)
+    """Phase (fraction of a period) of its class's updates; None: a random phase."""
+    anchor: float = 0.0
+    """Time of its first update; slotted updates come at ``anchor + n T``."""
 
     def __post_init__(self) -> None:
         self.rng = np.random.default_rng(server_seed(self.config.seed, self.name,
@@ -213,6 +261,7 @@ class ServerNode:
         self.gossip = GossipState(origin_name(self.name, self.incarnation), n,
                                   ttl=self.config.ttl, tombstone_ttl=self.config.tombstone_ttl)
         self.view = self._view(self.table)
+        self._classes(self.table)
 
     @property
     def origin(self) -> str:
@@ -226,6 +275,14 @@ class ServerNode:
         i = table.server_index(self.name)
         return server_view(table.scenario, i, self.config.mode, None,
                            int(table.servers_present.sum()))
+
+    def _classes(self, table: Table) -> None:
+        """Its classes and slot from ``table``: slots only for the class rule."""
+        self.classes = server_classes(table.scenario, table.servers_present)
+        i = table.server_index(self.name)
+        cfg = self.config
+        fast = cfg.gossip_rate * cfg.fanout >= SLOT_MIN_EXCHANGES
+        self.slot = slot_of(self.classes, i) if uses_classes(self.rule) and fast else None
 
     def _where(self, now: float) -> str:
         return f"server {self.name} at t={now:g}"
@@ -249,6 +306,10 @@ class ServerNode:
             self.state = self.state.resized(n)
         self.table = table
         self.view = self._view(table)
+        self._classes(table)
+        if self.slot is not None:  # move its updates (later, never earlier) to its class's slot
+            T = self.config.period
+            self.anchor += (self.slot * T - self.anchor) % T
         col = feasible_column(self.view, self.gossip.column)
         check_column(self.view, col, self._where(now))
         self.gossip.set_column(col, now)
@@ -256,9 +317,13 @@ class ServerNode:
 
     # -- the loop ---------------------------------------------------------------------------------
     def first_wake(self, now: float) -> float:
-        """When to wake first: at a random phase within one period (now, in lock-step)."""
-        phase = float(self.rng.random()) * self.config.period if self.config.jitter > 0 else 0.0
-        self.target = now + phase
+        """When to wake first: at its class's slot of the period (slotted class rule), else at
+        a random phase within one period (now, in lock-step)."""
+        T = self.config.period
+        phase = float(self.rng.random()) * T if self.config.jitter > 0 else 0.0
+        if self.slot is not None:  # the next instant n T + slot T of the cluster's grid
+            phase = (self.slot - now / T) % 1.0 * T
+        self.target = self.anchor = now + phase
         return self.target
 
     def wake(self, now: float) -> Wake:
@@ -272,6 +337,10 @@ class ServerNode:
         wait = (cfg.period / cfg.gossip_rate) * (1.0 + cfg.jitter * (float(self.rng.random())
                                                                      - 0.5))
         self.target = max(self.target + wait, now - cfg.period)
+        if self.slot is not None and self.wakes % cfg.gossip_rate == 0:
+            # slotted: updates on the grid, whatever the jitter of the gossip rounds between
+            self.target = max(self.anchor + (self.wakes // cfg.gossip_rate) * cfg.period,
+                              now - cfg.period)
         return Wake(exchanges, self.target, updated)
 
     def update(self, now: float) -> FloatArray:
@@ -279,9 +348,21 @@ class ServerNode:
         g = self.gossip
         g.expire(now)
         age = g.median_age(now)
+        klass = None
+        if uses_classes(self.rule):
+            origins, columns, moves = g.counted()
+            index = self.table.server_indices
+            # a server this table does not know yet is left out until the table names it
+            known = np.array([server_of(o) in index for o in origins], dtype=bool)
+            servers = np.array([index[server_of(o)] for o, k in zip(origins, known, strict=True)
+                                if k], dtype=np.int64)
+            columns, moves = columns[:, known], moves[:, known]
+            klass = class_knowledge(self.classes, self.table.server_index(self.name),
+                                    g.column, columns, moves, servers,
+                                    slotted=self.slot is not None)
         view = knowledge_view(self.view, members=len(g.members()), holders=g.holders(),
                               raising=g.raising(), lowering=g.lowering(),
-                              staleness=staleness_rounds(age, self.config.period))
+                              staleness=staleness_rounds(age, self.config.period), klass=klass)
         began = time.perf_counter()
         new, self.state = checked_update(self.rule, self.state, view, g.totals(), g.column,
                                          self._where(now))

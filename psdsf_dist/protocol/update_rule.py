@@ -60,6 +60,11 @@ at once on stale totals.
 
     Every step is a water-fill at some totals (feasible) and is inert at a fixed point.
 
+``class``
+    Identical servers act as one: each member of a class of ``k`` runs the step for its class
+    (pooled capacity, the class's totals) and keeps ``1/k`` (:class:`ClassRule`); with few
+    classes the classes act in ordered slots of the period and take the plain best response.
+
 **Caps under staleness.**  Per-server capacities hold by construction; a user's global cap
 ``max_tasks`` is shared by every server, and servers acting at once on stale totals would each
 fill the headroom they see (up to 24x over the cap, measured).  So every rule raises a capped
@@ -82,7 +87,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
@@ -90,6 +95,7 @@ import numpy.typing as npt
 
 from psdsf_dist.core.server_procedure import server_procedure
 from psdsf_dist.model.scenario import Mode, Scenario
+from psdsf_dist.protocol.classes import ClassKnowledge
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -153,6 +159,9 @@ class ServerView:
     """(N,) this server's part of each user's tasks-alone over the present servers,
     ``gamma[n, i] / sum_j gamma[n, j]``: the most of a user's headroom below its cap it takes in
     one step (see :func:`best_response`).  None: no bound (all of the headroom)."""
+    klass: ClassKnowledge | None = None
+    """Optional: what the server knows about its class of identical servers (the class rule
+    uses it; the other rules ignore it)."""
 
     @property
     def num_users(self) -> int:
@@ -453,12 +462,93 @@ class SplitGain:
                                streak, drained, sagged)
 
 
+def class_view(view: ServerView) -> ServerView:
+    """The view of a member's class acting as one server of ``k = klass.size`` members:
+    capacities, ``gamma`` and the share of a capped user's headroom ``k`` times a member's
+    (per-task consumption unchanged), and the gossiped counts (holders, raising, lowering) over
+    classes, each class once — the movers are classes, not servers."""
+    kn = view.klass
+    assert kn is not None
+    k = max(kn.size, 1)
+    return replace(
+        view,
+        capacity=view.capacity * k,
+        gamma=view.gamma * k,
+        cap_share=None if view.cap_share is None else np.minimum(view.cap_share * k, 1.0),
+        num_servers=max(kn.num_classes, 1),
+        holders=kn.holders,
+        raising=kn.raising,
+        lowering=kn.lowering,
+        klass=None,
+    )
+
+
+@dataclass(frozen=True)
+class ClassRule:
+    """The members of a class of identical servers act as one server.
+
+    A member of a class of ``k`` (:mod:`psdsf_dist.protocol.classes`) runs the inner rule
+    (``split``) for its class — the water-fill on the class's pooled capacity (``k`` times its
+    own) against the class's current totals — and keeps ``1/k`` of the result.  The class's
+    column is taken as ``k`` times the member's own (the class-constant state the rule keeps),
+    and the rest of each user's total as what the member hears of the servers outside its class
+    (``totals - klass.column_sum``).  With identical inputs every member computes the same
+    column, so after one update the class moves as one player: concurrency is among classes,
+    not servers.  When the classes act in turn (``klass.slotted``, :func:`~psdsf_dist.protocol.
+    classes.slot_of`) the step is the plain best response of the class — sequential sweeps over
+    classes, which is what best response is right for; when they act at once it is ``split``
+    with the movers counted in classes.  A server alone in its class is a class of one: the
+    same step, its own capacities.  Without class knowledge the inner rule runs unchanged.
+
+    *Feasible at any staleness.*  Whatever the inputs — stale totals, a wrong member count, a
+    member that disagrees with the others — the inner rule returns a column feasible for the
+    merged server, i.e. within ``k`` times the member's capacities and only on users eligible
+    on it (the same users as on the member); ``1/k`` of it is within the member's own
+    capacities.  The final projection on the member's view only guards round-off.
+
+    *Fixed points.*  A class-constant allocation is PS-DSF iff the merged one is (every
+    virtual dominant share on the merged server is the members' scaled by ``1/k``: the
+    per-server condition is the same).  The inner rule is inert exactly at its best response,
+    so the members are inert exactly when the class's column is a PS-DSF best response of the
+    merged server at the true totals: the fixed points are the PS-DSF allocations in which
+    identical servers hold identical columns — every PS-DSF allocation's totals have one.
+    """
+
+    inner: UpdateRule = field(default_factory=SplitGain)
+    name: str = "class"
+
+    def initial_state(self, num_users: int) -> RuleState:
+        return self.inner.initial_state(num_users)
+
+    def update(
+        self, state: RuleState, view: ServerView, totals: FloatArray, column: FloatArray
+    ) -> tuple[FloatArray, RuleState]:
+        kn = view.klass
+        if kn is None:
+            return self.inner.update(state, view, totals, column)
+        k = max(kn.size, 1)  # a server its own table counts as absent is still itself
+        col = feasible_column(view, column)
+        outside = np.maximum(np.where(np.isfinite(totals), totals, 0.0) - kn.column_sum, 0.0)
+        merged = class_view(view)
+        if kn.slotted:  # classes in turn: the plain best response, as in sequential sweeps
+            new = best_response(merged, outside + k * col, k * col)
+        else:
+            new, state = self.inner.update(state, merged, outside + k * col, k * col)
+        return feasible_column(view, np.asarray(new, dtype=float) / k), state
+
+
+def uses_classes(rule: UpdateRule) -> bool:
+    """Whether the drivers must tell ``rule`` about the server's class (``ServerView.klass``)."""
+    return isinstance(rule, ClassRule)
+
+
 RuleFactory = Callable[..., UpdateRule]
 
 _FACTORIES: dict[str, RuleFactory] = {
     "best-response": BestResponse,
     "damped": Damped,
     "split": SplitGain,
+    "class": ClassRule,
 }
 RULES: tuple[str, ...] = tuple(_FACTORIES)
 DEFAULT_RULE = "split"

@@ -65,11 +65,12 @@ from psdsf_dist.protocol.node import (
     Message,
     ServerNode,
     checked_update,
+    class_knowledge,
     knowledge_view,
     seed_peers,
     server_seed,
 )
-from psdsf_dist.protocol.update_rule import RuleState, UpdateRule
+from psdsf_dist.protocol.update_rule import RuleState, UpdateRule, uses_classes
 from psdsf_dist.simulator.clock import SimClock
 
 FloatArray = npt.NDArray[np.float64]
@@ -281,9 +282,19 @@ class Simulator:
                column.tobytes() + stale[:, i].tobytes())
         hit = self._memo.get(key) if self.config.memoize else None
         if hit is None:
+            klass = None
+            if uses_classes(self._rule) and stale.shape[0] == len(column):
+                up = np.flatnonzero(self.churn.servers_present).astype(np.int64)
+                cols = stale[:, up].copy()
+                cols[:, up == i] = column[:, None]
+                moves = None
+                if seen.raising is not None:
+                    moved = stale - self._history[back - 1]
+                    moves = np.sign(np.where(np.abs(moved) > HELD, moved, 0.0))[:, up]
+                klass = class_knowledge(node.classes, i, column, cols, moves, up)
             view = knowledge_view(
                 node.view, members=node.view.num_servers, holders=seen.holders,
-                raising=seen.raising, lowering=seen.lowering, staleness=lag - 1)
+                raising=seen.raising, lowering=seen.lowering, staleness=lag - 1, klass=klass)
             hit = checked_update(self._rule, node.state, view, totals, column,
                                  f"server {node.name} at t={now:g}")
             if self.config.memoize:

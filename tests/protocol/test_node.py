@@ -180,3 +180,50 @@ def test_columns_fit_and_gossip_totals_match_the_truth(seed: int, K: int, N: int
         for node in nodes:
             np.testing.assert_allclose(node.gossip.totals(), truth, rtol=1e-9, atol=1e-12)
     assert all(n.traffic.messages > 0 and n.traffic.bytes > 0 for n in nodes)
+
+
+def test_class_rule_servers_update_in_their_class_slot_on_the_period_grid() -> None:
+    """Classes act in turn: class c of C at phase c / C of every period, whatever the jitter
+    of the gossip rounds in between; the members of a class compute one column."""
+    sc = Scenario.from_dict({
+        "resources": ["cpu"],
+        "servers": [{"name": "a", "count": 3, "capacity": {"cpu": 1}},
+                    {"name": "b", "count": 2, "capacity": {"cpu": 2}}],
+        "users": [{"name": "u", "demand": {"cpu": 0.1}}, {"name": "v", "demand": {"cpu": 0.3}}],
+    })
+    config = ProtocolConfig(rule="class", jitter=0.2)
+    _, nodes = cluster(sc, config)
+    assert [n.slot for n in nodes] == [0.0, 0.0, 0.0, 0.5, 0.5]
+    assert [n.first_wake(0.0) for n in nodes] == [0.0, 0.0, 0.0, 0.5, 0.5]
+    for node in nodes:
+        updates = []
+        for _ in range(4 * config.gossip_rate):
+            at = node.target
+            if node.wake(at).updated:
+                updates.append(at)
+        assert node.slot is not None
+        assert updates == pytest.approx([node.slot + t for t in range(4)])
+    cols = allocation(nodes)
+    assert np.allclose(cols[:, :3], cols[:, [0]]) and np.allclose(cols[:, 3:], cols[:, [3]])
+    assert ServerNode(nodes[0].name, 1, nodes[0].table, ProtocolConfig(),
+                      ProtocolConfig().make_rule()).slot is None  # only the class rule
+    slow = ProtocolConfig(rule="class", fanout=2)  # and only with the defaults' gossip or more
+    assert ServerNode(nodes[0].name, 1, nodes[0].table, slow, slow.make_rule()).slot is None
+
+
+def test_a_server_moves_its_updates_to_its_class_new_slot_when_the_classes_change() -> None:
+    sc = Scenario.from_dict({
+        "resources": ["cpu"],
+        "servers": [{"name": "a", "count": 2, "capacity": {"cpu": 1}},
+                    {"name": "b", "capacity": {"cpu": 2}},
+                    {"name": "c", "count": 2, "capacity": {"cpu": 3}}],
+        "users": [{"name": "u", "demand": {"cpu": 0.1}}],
+    })
+    churn, nodes = cluster(sc, ProtocolConfig(rule="class", jitter=0.2))
+    node = nodes[-1]
+    assert node.slot == pytest.approx(2 / 3)
+    node.first_wake(0.0)
+    churn.apply(churn.parse({"server_fails": nodes[2].name}), 5.2)
+    assert node.adopt(churn.table(), 5.2)
+    assert node.slot == pytest.approx(0.5)
+    assert node.anchor == pytest.approx(1.5)  # the next instant at phase 1/2, not earlier

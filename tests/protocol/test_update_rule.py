@@ -12,8 +12,11 @@ from hypothesis import strategies as st
 
 from psdsf_dist.core.certificate import certificate
 from psdsf_dist.core.solver import ServerClasses, solve
-from psdsf_dist.model.random_scenarios import random_scenario
+from psdsf_dist.model.random_scenarios import google_cluster, random_scenario
 from psdsf_dist.model.scenario import Mode, Scenario, load_scenario
+from psdsf_dist.protocol.classes import ClassKnowledge, server_classes
+from psdsf_dist.protocol.config import ProtocolConfig
+from psdsf_dist.protocol.node import class_knowledge
 from psdsf_dist.protocol.update_rule import (
     DEFAULT_RULE,
     RULES,
@@ -28,6 +31,7 @@ from psdsf_dist.protocol.update_rule import (
     server_view,
     staleness_rounds,
 )
+from psdsf_dist.simulator.simulation import SimConfig, simulate
 from tests.conftest import EXAMPLES, SMALL_CLUSTER
 
 FloatArray = npt.NDArray[np.float64]
@@ -36,7 +40,9 @@ RULE_PARAMS: dict[str, dict[str, float]] = {"damped": {"a": 0.5}}
 
 
 def all_rules() -> list[UpdateRule]:
-    return [make_rule(name, **RULE_PARAMS.get(name, {})) for name in RULES]
+    """Every rule but ``class``, which without class knowledge is ``split`` (its own tests
+    below give it the knowledge)."""
+    return [make_rule(name, **RULE_PARAMS.get(name, {})) for name in RULES if name != "class"]
 
 
 def paper() -> Scenario:
@@ -434,3 +440,74 @@ def test_cap_raise_limit_takes_a_share_of_the_headroom_less_what_was_raised() ->
     assert got[0] == pytest.approx(2.5)
     assert got[1] == 0.0  # above its cap: no raise
     assert got[2] == np.inf  # unlimited
+
+
+# -- the class rule ---------------------------------------------------------------------------
+
+
+@settings(max_examples=40, deadline=None)
+@given(views_and_inputs(), st.integers(1, 60), st.booleans(), st.data())
+def test_the_class_step_is_feasible_whatever_the_class_knowledge(
+    case: tuple[ServerView, FloatArray, FloatArray, int], size: int, slotted: bool,
+    data: st.DataObject,
+) -> None:
+    """Stale or contradictory knowledge of the class (sums below the own column, counts off,
+    a wrong member count) never pushes a member over its own capacities."""
+    view, totals, column, repeats = case
+    N = view.num_users
+    count = st.lists(st.floats(0, 60), min_size=N, max_size=N)
+    klass = ClassKnowledge(
+        size, np.array(data.draw(st.lists(wild, min_size=N, max_size=N))),
+        np.array(data.draw(count)), np.array(data.draw(count)), np.array(data.draw(count)),
+        data.draw(st.integers(1, 12)), slotted)
+    rule = make_rule("class")
+    state = rule.initial_state(N)
+    view = replace(view, klass=klass)
+    col, tot = column, totals
+    for _ in range(repeats):
+        col, state = rule.update(state, view, tot, col)
+        assert_feasible(view, col)
+        tot = np.where(np.isfinite(tot), tot * 0.7 + col, col)
+
+
+def classy_cluster(seed: int, K: int) -> Scenario:
+    return google_cluster(np.random.default_rng(seed), K=K, N=8)
+
+
+@pytest.mark.parametrize("slotted", [False, True])
+def test_a_certified_solution_is_a_fixed_point_of_the_class_rule(slotted: bool) -> None:
+    scenario = classy_cluster(1, 24)
+    solution = solve(scenario, "rdm")
+    assert solution.certificate.holds and solution.certificate.rtol <= 1e-9
+    X = solution.allocation
+    x = X.sum(axis=1)
+    classes = server_classes(scenario)
+    assert classes.num_classes < scenario.num_servers  # some classes have several members
+    holders = (X > 1e-12).sum(axis=1).astype(float)
+    rule = make_rule("class")
+    servers = np.arange(scenario.num_servers, dtype=np.int64)
+    for i in range(scenario.num_servers):
+        klass = class_knowledge(classes, i, X[:, i], X, np.zeros_like(X), servers,
+                                slotted=slotted)
+        view = replace(server_view(scenario, i, "rdm"), holders=holders, klass=klass)
+        state = rule.initial_state(scenario.num_users)
+        for _ in range(3):
+            col, state = rule.update(state, view, x, X[:, i])
+            scale = max(1.0, float(np.abs(X[:, i]).max()))
+            assert np.allclose(col, X[:, i], rtol=1e-9, atol=1e-9 * scale)
+
+
+def test_identical_servers_as_one_class_converge_in_far_fewer_lockstep_rounds() -> None:
+    """Google-mix cluster (few classes of many servers), every server at once on totals one
+    round stale (the simulator's snapshot model): members moving as one class certify in far
+    fewer rounds than servers moving on their own, and the allocation is PS-DSF."""
+    scenario = google_cluster(np.random.default_rng(2), K=40, N=20)  # classes 21, 12, 3, 3, 1
+    rounds = {}
+    for rule in ("split", "class"):
+        cfg = SimConfig(ProtocolConfig(jitter=0.0, rule=rule, hold=10), rounds=90,
+                        gossip="snapshot", stop_after_hold=10)
+        res = simulate(scenario, cfg)
+        rounds[rule] = res.events[0].rounds
+        assert res.trace[-1].holds or rule == "split"
+    assert rounds["class"] is not None and rounds["class"] <= 60
+    assert rounds["split"] is None

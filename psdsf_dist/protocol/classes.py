@@ -1,0 +1,131 @@
+"""Classes of identical servers, and what one member knows about its class.
+
+Servers with identical capacities and identical eligibility and ``gamma`` for every user form a
+*class* (:class:`~psdsf_dist.core.solver.ServerClasses`, the solver's grouping).  The PS-DSF
+allocations that give every member of a class the same column are exactly the PS-DSF
+allocations of the merged cluster, where the class is one server of ``k`` times the capacity:
+every virtual dominant share on it scales by the same ``1/k``, so the per-server condition is
+unchanged (:mod:`psdsf_dist.policies.class_merge` relies on the same fact).  So the class
+update rule (:class:`~psdsf_dist.protocol.update_rule.ClassRule`) lets every member run the
+server procedure for its class and keep ``1/k`` of the result: the members act as one player.
+
+Detection (:func:`server_classes`) reads only the membership table's scenario, in which absent
+servers are eligible for nobody: a server that is down, or differs in any capacity or ``gamma``,
+is simply in another class (alone, if nobody matches it).  Every server computes the same
+classes from the same table.
+
+Slots (:func:`slot_of`): classes act in turn, class ``c`` of ``C`` at phase ``c / C`` of every
+period (all members at once), so that each class sees the others' latest columns — a
+Gauss-Seidel order among classes.  That needs gossip to carry a class's change to the others
+within one slot: the measured median column delay with the default gossip (four rounds per
+period, four peers) is ~0.065 T, so slots are used while ``C <= MAX_SLOTS`` (slots of at least
+T / 10, ~1.5 x that delay); with more classes, or slower gossip than the defaults
+(:data:`psdsf_dist.protocol.node.SLOT_MIN_EXCHANGES`), every server keeps its random phase.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from psdsf_dist.core.solver import ServerClasses
+from psdsf_dist.model.scenario import Scenario
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+MAX_SLOTS = 10
+"""Classes act in ordered slots of the period only up to this many classes (see the module
+docstring); beyond, servers keep random phases."""
+
+
+@dataclass(frozen=True)
+class ClassMap:
+    """The class of every server of a table (present ones; absent servers are alone)."""
+
+    member_class: IntArray
+    """(K,) class index of each server; classes are numbered in order of first member."""
+    count: FloatArray
+    """(C,) present members per class (0 for a class of absent servers)."""
+    present: BoolArray
+    """(K,) whether each server is present."""
+
+    @property
+    def num_classes(self) -> int:
+        """Classes with at least one present member."""
+        return int(np.count_nonzero(self.count > 0))
+
+    def members(self, server: int) -> IntArray:
+        """The present servers of ``server``'s class, itself included."""
+        c = self.member_class[server]
+        return np.flatnonzero((self.member_class == c) & self.present).astype(np.int64)
+
+    def rank(self, server: int) -> int:
+        """Rank of ``server``'s class among the classes with present members."""
+        live = np.flatnonzero(self.count > 0)
+        return int(np.searchsorted(live, self.member_class[server]))
+
+
+def server_classes(scenario: Scenario, present: BoolArray | None = None) -> ClassMap:
+    """Group the servers of ``scenario`` into classes of identical ones.  An absent server
+    (``present`` False) is put in a class of its own, whatever it looks like."""
+    K = scenario.num_servers
+    up = np.ones(K, dtype=bool) if present is None else np.asarray(present, dtype=bool)
+    base = ServerClasses.of(scenario).member_class
+    # absent servers: a class per server, after the others
+    cls = np.where(up, base, int(base.max(initial=-1)) + 1 + np.arange(K))
+    _, first, inverse = np.unique(cls, return_index=True, return_inverse=True)
+    order = np.argsort(first)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    member = rank[np.asarray(inverse).ravel()].astype(np.int64)
+    count = np.bincount(member, weights=up.astype(float), minlength=len(order))
+    return ClassMap(member, count.astype(float), up)
+
+
+def slot_of(classes: ClassMap, server: int, max_slots: int = MAX_SLOTS) -> float | None:
+    """The phase (fraction of a period) at which ``server``'s class acts, or None when there
+    are more than ``max_slots`` classes (random phases)."""
+    n = classes.num_classes
+    if n > max_slots or not classes.present[server]:
+        return None
+    return classes.rank(server) / n
+
+
+@dataclass(frozen=True)
+class ClassKnowledge:
+    """What one member knows about the classes when it updates (from gossip, or a model of it).
+
+    ``size`` is its class's live member count and ``column_sum`` the sum of the columns of the
+    members it counts (itself included, with its current column).  The counts are per user
+    over the classes (each class once, as one server): how many hold the user, and raised /
+    lowered it in their latest change (a class holds or moves a user if any member heard of
+    does; the server's own class by its own current column).  ``num_classes``: classes with a
+    live member.  ``slotted``: the classes act in turn (:func:`slot_of`), not all at once."""
+
+    size: int
+    column_sum: FloatArray
+    holders: FloatArray
+    raising: FloatArray | None
+    lowering: FloatArray | None
+    num_classes: int
+    slotted: bool = False
+
+
+def class_counts(held: BoolArray, raised: BoolArray | None, lowered: BoolArray | None,
+                 member_class: IntArray, num_classes: int
+                 ) -> tuple[FloatArray, FloatArray | None, FloatArray | None]:
+    """Per user, how many classes hold / raised / lowered it: ``held`` etc. are (N, S) flags of
+    S servers' columns, ``member_class`` (S,) their classes; a class counts once if any of its
+    servers does."""
+    def per_class(flags: BoolArray) -> FloatArray:
+        out = np.zeros((flags.shape[0], num_classes), dtype=bool)
+        for c in np.unique(member_class):
+            out[:, c] = flags[:, member_class == c].any(axis=1)
+        return np.asarray(out.sum(axis=1), dtype=float)
+
+    return (per_class(held), None if raised is None else per_class(raised),
+            None if lowered is None else per_class(lowered))

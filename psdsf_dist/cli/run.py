@@ -19,25 +19,29 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-import yaml
-
 from psdsf_dist.cli.common import (
     EXIT_FAILURE,
+    MAX_SECONDS,
+    MAX_TIME_SCALE,
     CommandError,
     add_protocol_options,
     cap_line,
     convergence_lines,
     dumps,
     emit,
+    float_in,
+    int_in,
     load,
     protocol_config,
     protocol_json,
+    read,
     results_only_on_stdout,
+    show_arg,
 )
 from psdsf_dist.core.certificate import certificate
 from psdsf_dist.core.report import allocation_json, allocation_table
 from psdsf_dist.errors import PsdsfError, ScenarioError
-from psdsf_dist.model.scenario import Scenario
+from psdsf_dist.model.scenario import Scenario, parse_document
 from psdsf_dist.observability.metrics_server import DEFAULT_BIND
 from psdsf_dist.runtime.coordinator import RunResult
 from psdsf_dist.runtime.settings import RunConfig
@@ -52,10 +56,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                     "servers from the Ray cluster's nodes")
     p.add_argument("--address", metavar="ADDR",
                    help="Ray cluster to join (`auto` or host:port); default: start a local Ray")
-    p.add_argument("--time-scale", type=float, default=None, metavar="F",
+    p.add_argument("--time-scale", type=float_in(0.0, MAX_TIME_SCALE, low_open=True),
+                   default=None, metavar="F",
                    help="wall-clock seconds per second of the scenario's event times "
                         "(default: the period, i.e. event times count in rounds)")
-    p.add_argument("--duration", type=float, metavar="S",
+    p.add_argument("--duration", type=float_in(0.0, MAX_SECONDS, low_open=True),
+                   metavar="S",
                    help="stop after S seconds (default: once converged after the last event, "
                         f"or {SETTLE_PERIODS} periods after it)")
     p.add_argument("--until-converged", action="store_true",
@@ -69,12 +75,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="time moves one period on as soon as every server has done its part "
                         "(a compressed replay whose rounds do not depend on the machine's "
                         "speed; --duration then counts run time)")
-    p.add_argument("--servers-per-actor", type=int, default=1, metavar="P",
+    p.add_argument("--servers-per-actor", type=int_in(1, 1_000_000), default=1, metavar="P",
                    help="servers hosted by one actor process (default 1: one actor per server; "
                         "more saves memory and start-up on a small machine)")
-    p.add_argument("--num-cpus", type=int, metavar="C",
+    p.add_argument("--num-cpus", type=int_in(1, 4096), metavar="C",
                    help="CPUs of the embedded local Ray (default: all)")
-    p.add_argument("--metrics-port", type=int, metavar="P",
+    p.add_argument("--metrics-port", type=int_in(0, 65535), metavar="P",
                    help="serve Prometheus metrics from the coordinator on port P (0 picks a free "
                         "port; the URL is printed); default: no endpoint")
     p.add_argument("--metrics-bind", default=DEFAULT_BIND, metavar="A",
@@ -106,11 +112,11 @@ def extra_events(texts: list[str]) -> list[Any]:
     out: list[Any] = []
     for j, text in enumerate(texts):
         try:
-            ev = yaml.safe_load(text)
-        except yaml.YAMLError:
-            raise CommandError(f"--event[{j}]: not a YAML mapping: {text!r}") from None
+            ev = parse_document(text, f"--event[{j}]")
+        except ScenarioError as err:
+            raise CommandError(str(err)) from None
         if not isinstance(ev, dict):
-            raise CommandError(f"--event[{j}]: not a YAML mapping: {text!r}")
+            raise CommandError(f"--event[{j}]: not a YAML mapping: {show_arg(text)}")
         out.append(ev)
     return out
 
@@ -120,17 +126,12 @@ def source_of(path: str, events: list[Any]) -> Any:
     from-ray``, its document (resolved once Ray is up)."""
     from psdsf_dist.runtime.from_ray import is_from_ray
 
-    doc: Any = None
-    try:
-        with open(path, encoding="utf-8") as fh:
-            doc = yaml.safe_load(fh)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        doc = None
+    doc = read(path)
     if is_from_ray(doc):
         if events:
             doc = {**doc, "events": [*(doc.get("events") or []), *events]}
         return doc
-    scenario = load(path)
+    scenario = load(path, doc)
     if not events:
         return scenario
     raw = dict(scenario.raw)
@@ -143,10 +144,6 @@ def source_of(path: str, events: list[Any]) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     cfg = config_from(args)
-    if args.duration is not None and not args.duration > 0:
-        raise CommandError(f"--duration: must be > 0 seconds, got {args.duration}")
-    if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
-        raise CommandError(f"--metrics-port: must be in 0..65535, got {args.metrics_port}")
     source = source_of(args.scenario, extra_events(args.event))
     if isinstance(source, Scenario):
         try:

@@ -8,12 +8,14 @@ from collections.abc import Callable
 
 from psdsf_dist.cli.common import (
     EXIT_FAILURE,
+    MAX_ROUNDS,
     CommandError,
     add_protocol_options,
     cap_line,
     convergence_lines,
     dumps,
     emit,
+    int_in,
     load,
     protocol_config,
     protocol_json,
@@ -33,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="simulate asynchronous PS-DSF with gossip on a simulated clock (deterministic)",
     )
     p.add_argument("scenario", help="scenario file (YAML or JSON); its `events` are applied")
-    p.add_argument("--rounds", type=int, default=SimConfig.rounds, metavar="R",
+    p.add_argument("--rounds", type=int_in(1, MAX_ROUNDS), default=SimConfig.rounds, metavar="R",
                    help=f"rounds (periods) to simulate (default {SimConfig.rounds})")
     add_protocol_options(p)
     p.add_argument("--gossip", choices=["auto", "scuttlebutt", "snapshot"], default="auto",

@@ -5,7 +5,8 @@ Sizes
     allocator allocate or loop without bound: more servers (after expanding classes) than
     ``servers``, more users, resources or events than their limits, more user x server cells
     (the dense allocation matrix, 8 bytes each) than ``cells``, a file larger than
-    ``file_bytes``, or nesting deeper than ``depth`` (a scenario is a handful of levels deep).
+    ``file_bytes``, nesting deeper than ``depth`` (a scenario is a handful of levels deep), or
+    YAML aliases that would add more than ``alias_nodes`` nodes once expanded.
     The limits are checked on the counts, before classes are expanded or matrices built, so a
     ``count: 1000000000`` costs nothing.  To raise one, set ``PSDSF_LIMITS``, e.g.
     ``PSDSF_LIMITS="servers=5000000,cells=200000000"``.
@@ -49,6 +50,9 @@ class Limits:
     """Users x servers: the dense allocation is 8 bytes a cell (400 MB at the default)."""
     file_bytes: int = 64 * 2**20
     depth: int = 32
+    alias_nodes: int = 1_000_000
+    """Nodes YAML aliases may add to a document once expanded (ten levels of nine aliases
+    would add 9^10)."""
 
     def check(self, what: str, count: int, fld: str) -> None:
         """Refuse ``count`` of ``what`` beyond its limit, naming ``fld``."""

@@ -133,7 +133,7 @@ def test_a_file_larger_than_the_limit_is_not_read(tmp_path: Path,
     path = tmp_path / "big.yaml"
     path.write_text("resources: [cpu]\n" + "# padding\n" * 200)
     monkeypatch.setenv(LIMITS_ENV, "file_bytes=100")
-    with pytest.raises(ScenarioError, match="bytes is more than the limit of 100"):
+    with pytest.raises(ScenarioError, match="more than the limit of 100 bytes"):
         load_scenario(path)
 
 

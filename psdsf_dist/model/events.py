@@ -309,6 +309,18 @@ def parse_events(
     return tuple(out)
 
 
+def at_each_instant(events: Sequence[Event]) -> list[list[Event]]:
+    """Events in time order grouped by instant (each group in file order): what happens at
+    one instant is one change of the state."""
+    groups: list[list[Event]] = []
+    for e in sorted(events, key=lambda e: (e.at, e.index)):
+        if groups and groups[-1][0].at == e.at:
+            groups[-1].append(e)
+        else:
+            groups.append([e])
+    return groups
+
+
 def _only(body: Mapping[str, Any], allowed: set[str], fld: str) -> None:
     hint = ", ".join(sorted(allowed))
     for k in body:

@@ -107,6 +107,16 @@ class Scenario:
         total: FloatArray = self.gamma.sum(axis=1)
         return total
 
+    @functools.cached_property
+    def user_index(self) -> Mapping[str, int]:
+        """Each user's row, by name (a lookup, not a scan of ``user_names``)."""
+        return {u: n for n, u in enumerate(self.user_names)}
+
+    @functools.cached_property
+    def server_index(self) -> Mapping[str, int]:
+        """Each server's column, by name."""
+        return {s: i for i, s in enumerate(self.server_names)}
+
     @property
     def eligible(self) -> BoolArray:
         """N x K: user n can run tasks on server i (gamma > 0)."""

@@ -33,6 +33,7 @@ from psdsf_dist.cli.common import (
     SECONDS,
     CommandError,
     add_protocol_options,
+    check_work,
     emit,
     int_in,
     load,
@@ -185,6 +186,7 @@ def config_from(args: argparse.Namespace) -> SimConfig:
 def run(args: argparse.Namespace) -> int:
     scenario = load(args.scenario)
     cfg = config_from(args)
+    check_work(scenario, cfg.rounds, "--rounds", "rounds", instants=True)
     pace = cfg.protocol.period if args.pace is None else args.pace
     metrics = AllocatorMetrics(per_pair=args.per_pair)
     try:

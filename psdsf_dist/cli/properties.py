@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-from psdsf_dist.cli.common import MAX_SEED, MAX_TRIALS, dumps, emit, failed, int_in, load
+from psdsf_dist.cli.common import (
+    MAX_SEED,
+    MAX_TRIALS,
+    check_work,
+    dumps,
+    emit,
+    failed,
+    int_in,
+    load,
+)
 from psdsf_dist.errors import PsdsfError
 from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.policies import POLICIES
@@ -43,6 +52,7 @@ def add_seed_argument(p: argparse.ArgumentParser, also: str = "") -> None:
 
 def run(args: argparse.Namespace) -> int:
     scenario = load(args.scenario)
+    check_work(scenario, args.trials + 1, "--trials", "allocations")
     try:
         report = check_properties(scenario, args.policy, args.mode, trials=args.trials,
                                   seed=args.seed)

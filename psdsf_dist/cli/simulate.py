@@ -12,6 +12,7 @@ from psdsf_dist.cli.common import (
     CommandError,
     add_protocol_options,
     cap_line,
+    check_work,
     convergence_lines,
     dumps,
     emit,
@@ -79,6 +80,7 @@ def _progress(quiet: bool) -> Callable[[Observation], None]:
 def run(args: argparse.Namespace) -> int:
     scenario = load(args.scenario)
     cfg = config_from(args)
+    check_work(scenario, cfg.rounds, "--rounds", "rounds", instants=True)
     try:
         result = simulate(scenario, cfg, progress=_progress(args.quiet))
     except FeasibilityError as err:

@@ -8,7 +8,9 @@ Sizes
     ``file_bytes``, nesting deeper than ``depth`` (a scenario is a handful of levels deep), or
     YAML aliases that would add more than ``alias_nodes`` nodes once expanded.
     The limits are checked on the counts, before classes are expanded or matrices built, so a
-    ``count: 1000000000`` costs nothing.  To raise one, set ``PSDSF_LIMITS``, e.g.
+    ``count: 1000000000`` costs nothing.  A command's own work is bounded the same way:
+    cells times the rounds simulated, or times the allocations computed, is at most ``work``
+    (:func:`check_work`).  To raise one, set ``PSDSF_LIMITS``, e.g.
     ``PSDSF_LIMITS="servers=5000000,cells=200000000"``.
 
 Numbers
@@ -50,6 +52,10 @@ class Limits:
     """Users x servers: the dense allocation is 8 bytes a cell (400 MB at the default)."""
     file_bytes: int = 64 * 2**20
     depth: int = 32
+    work: int = 20_000_000
+    """User x server cells times the rounds a command simulates (``simulate``, ``observe``) or
+    times the allocations it computes (``properties``, ``compare``): what bounds a command's
+    time (about 4-10 us a cell-round on a 2-core machine)."""
     alias_nodes: int = 1_000_000
     """Nodes YAML aliases may add to a document once expanded (ten levels of nine aliases
     would add 9^10)."""
@@ -61,6 +67,16 @@ class Limits:
             raise ScenarioError(fld, f"{count:,} {what.replace('_', ' ')} is more than the "
                                      f"limit of {limit:,} (raise it with {LIMITS_ENV}="
                                      f"\"{what}=N\")")
+
+
+def check_work(cells: int, times: int, fld: str, what: str) -> None:
+    """Refuse a command that would process ``cells`` user x server cells ``times`` over
+    (``what``: "rounds", "allocations") beyond the ``work`` limit, naming the option ``fld``."""
+    limit = current_limits().work
+    if cells * times > limit:
+        raise ScenarioError(fld, f"{cells:,} user x server cells x {times:,} {what} is more "
+                                 f"than the work limit of {limit:,} (ask for less, or raise it "
+                                 f"with {LIMITS_ENV}=\"work=N\")")
 
 
 def current_limits() -> Limits:

@@ -52,7 +52,8 @@ def test_gossip_options_reach_the_run_config() -> None:
 
 @pytest.mark.parametrize(("args", "needle"), [
     (["run", "missing.yaml"], "missing.yaml: no such file"),
-    (["run", str(EXAMPLES / "paper_fig1.yaml"), "--period", "0"], "--period: must be a positive"),
+    (["run", str(EXAMPLES / "paper_fig1.yaml"), "--period", "0"],
+     "--period: must be a number in [0.001, 1e+06]"),
     (["run", str(EXAMPLES / "paper_fig1.yaml"), "--event", "[1, 2]"], "--event[0]"),
     (["run", str(EXAMPLES / "paper_fig1.yaml"), "--event", "{at: 1, user_leaves: zz}"],
      "events[0].user_leaves: unknown user 'zz'"),

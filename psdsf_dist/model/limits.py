@@ -22,6 +22,8 @@ Numbers
     NaN.  Outside it the answer could be silently wrong (a demand of 5e-324 is a zero
     ``gamma`` and its user "eligible nowhere"; weights of 1e-300 and 1e300 made NaN tasks), so
     such numbers are refused: rescale the unit instead (memory in GiB rather than bytes, ...).
+    The baselines (every policy but ``psdsf``) solve linear or conic programs, which hold on a
+    narrower span: see :data:`BASELINE_SPAN` and :func:`check_span`.
 """
 
 from __future__ import annotations
@@ -36,6 +38,12 @@ LARGEST = 1e15
 """The largest finite number a scenario may state."""
 SMALLEST = 1e-15
 """The smallest non-zero number a scenario may state."""
+BASELINE_SPAN = 1e8
+"""The most a scenario's task counts (tasks alone of every user on every server it may use,
+finite ``max_tasks``) and its weights may each span (largest / smallest) for the policies
+other than ``psdsf``: their linear and conic programs are solved to absolute tolerances near
+1e-9, so a wider span would give an unsolvable model or a wrong answer.  The certified PS-DSF
+solver takes the whole range."""
 LIMITS_ENV = "PSDSF_LIMITS"
 """Environment variable raising (or lowering) the size limits: ``name=value,...``."""
 
@@ -77,6 +85,23 @@ def check_work(cells: int, times: int, fld: str, what: str) -> None:
         raise ScenarioError(fld, f"{cells:,} user x server cells x {times:,} {what} is more "
                                  f"than the work limit of {limit:,} (ask for less, or raise it "
                                  f"with {LIMITS_ENV}=\"work=N\")")
+
+
+def check_span(gamma: Any, max_tasks: Any, weight: Any, policy: str) -> None:
+    """Refuse a scenario whose task counts or weights span more than :data:`BASELINE_SPAN`
+    for ``policy`` (every policy but ``psdsf``), naming what spans too much."""
+    import numpy as np
+
+    tasks = np.concatenate([np.asarray(gamma, dtype=float).ravel(),
+                            np.asarray(max_tasks, dtype=float).ravel()])
+    for what, values in (("tasks alone (gamma) and max_tasks", tasks),
+                         ("weights", np.asarray(weight, dtype=float))):
+        positive = values[(values > 0) & np.isfinite(values)]
+        if positive.size and positive.max() > BASELINE_SPAN * positive.min():
+            span = positive.max() / positive.min()
+            raise ScenarioError("", f"policy {policy}: the {what} span {span:.1e}, more than "
+                                    f"the {BASELINE_SPAN:g} its solver holds (psdsf takes any "
+                                    "span; or rescale the units)")
 
 
 def current_limits() -> Limits:

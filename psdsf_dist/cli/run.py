@@ -278,7 +278,8 @@ def render(result: RunResult, *, json_output: bool, seconds: float) -> str:
             "run": {**protocol_json(cfg), "time_scale": result.config.time_scale,
                     "servers": result.servers,
                     "servers_per_actor": result.config.servers_per_actor,
-                    "restarts": result.restarts, "seconds": seconds,
+                    "restarts": result.restarts,
+                    "coordinator_restarts": result.coordinator_restarts, "seconds": seconds,
                     "rounds": len(result.observations)},
             "events": [e.to_json() for e in result.events],
             "trace": [o.to_json() for o in result.observations],
@@ -290,5 +291,6 @@ def render(result: RunResult, *, json_output: bool, seconds: float) -> str:
              cap_line(result.observations)]
     processes = len(set(result.pids))
     lines.append(f"{len(result.observations)} rounds of {result.servers} servers "
-                 f"({processes} actor process{'' if processes == 1 else 'es'}) in {seconds:.1f} s")
+                 f"({processes} actor process{'' if processes == 1 else 'es'}) in {seconds:.1f} s; "
+                 f"restarts: {result.restarts} server, {result.coordinator_restarts} coordinator")
     return "\n".join(lines)

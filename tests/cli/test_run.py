@@ -114,3 +114,20 @@ def test_json_stays_valid_when_an_actor_is_killed(tmp_path: Path) -> None:
     assert doc["run"]["servers"] == 2
     assert doc["run"]["restarts"] >= 1, err
     assert any(e["event"].endswith("restarted after a crash") for e in doc["events"])
+
+
+def test_run_reads_a_file_as_solve_does(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """One loader: a deeply nested file, a device, an alias bomb give run the line solve
+    gives, before Ray starts."""
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("[" * 5000 + "]" * 5000)
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("a0: &a0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 11)))
+    for path in (str(nested), "/dev/zero", str(bomb)):
+        assert main(["solve", path]) == 2
+        solve_err = capsys.readouterr().err
+        assert main(["run", path]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err == solve_err and err.count("\n") == 1, err

@@ -204,3 +204,26 @@ def test_lp_policy_max_min_cannot_be_improved(
     x = allocate(sc, policy).totals
     achieved = float((x / scale).min())
     assert achieved == pytest.approx(best_min_level(sc, scale), rel=1e-6, abs=1e-9)
+
+
+def test_baselines_refuse_spans_their_solvers_do_not_hold() -> None:
+    """Task counts spanning 1e30 (in the documented range of each number) are refused by
+    the LP and conic baselines in one line, and solved and certified by psdsf."""
+    from psdsf_dist.errors import ScenarioError
+    from psdsf_dist.policies import POLICIES, allocate
+
+    a, b = 1e-15, 1e15
+    s = Scenario.from_dict({
+        "resources": ["cpu", "mem"],
+        "servers": [{"name": "s1", "capacity": {"cpu": a, "mem": b}},
+                    {"name": "s2", "capacity": {"cpu": b, "mem": a}}],
+        "users": [{"name": "u1", "demand": {"cpu": a, "mem": b}},
+                  {"name": "u2", "demand": {"cpu": b, "mem": a}},
+                  {"name": "u3", "demand": {"cpu": 1, "mem": 1}}]})
+    for policy in POLICIES:
+        if policy == "psdsf":
+            out = allocate(s, policy)
+            assert out.certificate is not None and out.certificate.holds
+            continue
+        with pytest.raises(ScenarioError, match=f"policy {policy}: the tasks alone"):
+            allocate(s, policy)

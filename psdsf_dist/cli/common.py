@@ -203,6 +203,12 @@ def emit(text: str, output: str | None) -> None:
         return
     target = Path(output)
     directory = target.parent if str(target.parent) else Path(".")
+    try:
+        os.fsencode(output)
+        if "\0" in output:
+            raise ValueError(output)
+    except ValueError:  # a NUL byte, or a character the file system cannot encode
+        raise CommandError(f"{one_line(output)}: cannot write: not a valid file name") from None
     if not directory.is_dir():
         raise CommandError(f"{output}: directory {directory} does not exist")
     if target.is_dir():

@@ -150,6 +150,12 @@ def run(args: argparse.Namespace) -> int:
             source.check_mode(cfg.protocol.mode)
         except ScenarioError as err:
             raise CommandError(f"{args.scenario}: {err}") from None
+        last = max((float(e.get("at", 0.0)) for e in source.events), default=0.0)
+        if args.duration is None and last * cfg.time_scale > MAX_SECONDS:
+            raise CommandError(f"{args.scenario}: the last event, at {last:g} s, comes "
+                               f"{last * cfg.time_scale:g} s of wall-clock time into the run, "
+                               f"more than {MAX_SECONDS:g} s (give --duration, or a smaller "
+                               "--time-scale)")
     began = time.monotonic()
     with results_only_on_stdout():  # Ray's lines go to stderr: stdout is the result alone
         result, final, converge = _run_on_ray(args, cfg, source, began)

@@ -22,8 +22,8 @@ Numbers
     NaN.  Outside it the answer could be silently wrong (a demand of 5e-324 is a zero
     ``gamma`` and its user "eligible nowhere"; weights of 1e-300 and 1e300 made NaN tasks), so
     such numbers are refused: rescale the unit instead (memory in GiB rather than bytes, ...).
-    The baselines (every policy but ``psdsf``) solve linear or conic programs, which hold on a
-    narrower span: see :data:`BASELINE_SPAN` and :func:`check_span`.
+    The solvers also need the task counts and the weights each to span at most :data:`SPAN`
+    (:func:`check_span`): every number may be anywhere in the range, but not all at once.
 """
 
 from __future__ import annotations
@@ -38,12 +38,12 @@ LARGEST = 1e15
 """The largest finite number a scenario may state."""
 SMALLEST = 1e-15
 """The smallest non-zero number a scenario may state."""
-BASELINE_SPAN = 1e8
+SPAN = 1e8
 """The most a scenario's task counts (tasks alone of every user on every server it may use,
-finite ``max_tasks``) and its weights may each span (largest / smallest) for the policies
-other than ``psdsf``: their linear and conic programs are solved to absolute tolerances near
-1e-9, so a wider span would give an unsolvable model or a wrong answer.  The certified PS-DSF
-solver takes the whole range."""
+finite ``max_tasks``) and its weights may each span (largest / smallest).  The solvers — the
+certified PS-DSF solver's sweeps and exact solves, the baselines' linear and conic programs —
+work to tolerances near 1e-9 of the largest quantity, so on a wider span a small user's share is
+round-off: PS-DSF then fails to certify and an LP reports a model error."""
 LIMITS_ENV = "PSDSF_LIMITS"
 """Environment variable raising (or lowering) the size limits: ``name=value,...``."""
 
@@ -63,7 +63,7 @@ class Limits:
     work: int = 20_000_000
     """User x server cells times the rounds a command simulates (``simulate``, ``observe``) or
     times the allocations it computes (``properties``, ``compare``): what bounds a command's
-    time (about 4-10 us a cell-round on a 2-core machine)."""
+    time (about 10 us a cell-round on a loaded 2-core machine)."""
     alias_nodes: int = 1_000_000
     """Nodes YAML aliases may add to a document once expanded (ten levels of nine aliases
     would add 9^10)."""
@@ -87,21 +87,20 @@ def check_work(cells: int, times: int, fld: str, what: str) -> None:
                                  f"with {LIMITS_ENV}=\"work=N\")")
 
 
-def check_span(gamma: Any, max_tasks: Any, weight: Any, policy: str) -> None:
-    """Refuse a scenario whose task counts or weights span more than :data:`BASELINE_SPAN`
-    for ``policy`` (every policy but ``psdsf``), naming what spans too much."""
+def check_span(gamma: Any, max_tasks: Any, weight: Any) -> None:
+    """Refuse a scenario whose task counts or weights span more than :data:`SPAN`, naming
+    what spans too much."""
     import numpy as np
 
     tasks = np.concatenate([np.asarray(gamma, dtype=float).ravel(),
                             np.asarray(max_tasks, dtype=float).ravel()])
-    for what, values in (("tasks alone (gamma) and max_tasks", tasks),
-                         ("weights", np.asarray(weight, dtype=float))):
+    for what, fld, values in (("tasks alone (gamma) and max_tasks", "users", tasks),
+                              ("weights", "users", np.asarray(weight, dtype=float))):
         positive = values[(values > 0) & np.isfinite(values)]
-        if positive.size and positive.max() > BASELINE_SPAN * positive.min():
+        if positive.size and positive.max() > SPAN * positive.min():
             span = positive.max() / positive.min()
-            raise ScenarioError("", f"policy {policy}: the {what} span {span:.1e}, more than "
-                                    f"the {BASELINE_SPAN:g} its solver holds (psdsf takes any "
-                                    "span; or rescale the units)")
+            raise ScenarioError(fld, f"the {what} span {span:.1e}, more than the {SPAN:g} the "
+                                     "solvers hold (rescale units, or split the scenario)")
 
 
 def current_limits() -> Limits:

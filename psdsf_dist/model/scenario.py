@@ -49,7 +49,13 @@ from psdsf_dist.model.fields import (
     resource_vector,
     show,
 )
-from psdsf_dist.model.limits import LIMITS_ENV, Limits, current_limits, nesting_depth
+from psdsf_dist.model.limits import (
+    LIMITS_ENV,
+    Limits,
+    check_span,
+    current_limits,
+    nesting_depth,
+)
 from psdsf_dist.model.task_groups import TaskGroups, build_task_groups
 
 FloatArray = npt.NDArray[np.float64]
@@ -266,9 +272,10 @@ def parse_document(text: str, source: str, *, as_json: bool = False) -> Any:
         except RecursionError:
             raise ScenarioError("", "malformed JSON: nested too deeply to read",
                                 source) from None
-    loader = _StrictYamlLoader(text)
-    loader.alias_budget = limits.alias_nodes
+    loader: _StrictYamlLoader | None = None
     try:
+        loader = _StrictYamlLoader(text)  # its reader refuses unprintable characters at once
+        loader.alias_budget = limits.alias_nodes
         return loader.get_single_data()
     except RecursionError:
         raise ScenarioError("", "malformed YAML: nested too deeply to read", source) from None
@@ -282,7 +289,8 @@ def parse_document(text: str, source: str, *, as_json: bool = False) -> Any:
         problem = getattr(err, "problem", None) or type(err).__name__
         raise ScenarioError("", f"malformed YAML{at}: {problem}", source) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _read_bounded(p: Path, source: str, limit: int) -> str:
@@ -299,6 +307,8 @@ def _read_bounded(p: Path, source: str, limit: int) -> str:
     except OSError as err:
         raise ScenarioError("", f"cannot read: {err.strerror or type(err).__name__}",
                             source) from None
+    except ValueError:  # a NUL byte, or a character the file system cannot encode
+        raise ScenarioError("", "cannot read: not a valid file name", source) from None
     try:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
@@ -643,6 +653,7 @@ def _build(data: Any) -> Scenario:
                 ScenarioWarning,
                 stacklevel=3,
             )
+    check_span(gamma, caps_n, weights)
     events = top.get("events") or ()
     if events:
         limits.check("events", len(_sequence(events, "events")), "events")

@@ -22,7 +22,6 @@ import numpy.typing as npt
 from psdsf_dist.core.certificate import Certificate
 from psdsf_dist.core.solver import solve
 from psdsf_dist.errors import PsdsfError
-from psdsf_dist.model.limits import check_span
 from psdsf_dist.model.scenario import Mode, Scenario
 from psdsf_dist.policies.amf import AMF_POLICIES, amf, task_group_view
 from psdsf_dist.policies.cru import cautious_relative_utilitarian
@@ -140,7 +139,6 @@ def allocate(
         sol = solve(scenario, mode)
         return Allocation(policy, mode, sol.allocation, time.perf_counter() - t0,
                           certificate=sol.certificate)
-    check_span(scenario.gamma, scenario.max_tasks, scenario.weight, policy)
     if policy in WHOLE_TASK_POLICIES:
         W = whole_task_allocation(scenario, policy, mode, seed=seed)
         return Allocation(policy, mode, W.astype(float), time.perf_counter() - t0, whole=True)

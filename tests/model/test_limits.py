@@ -89,7 +89,7 @@ def test_huge_capacities_are_refused() -> None:
     refused(d, "servers[0].capacity.cpu", "at most 1e+15")
     d["servers"][0]["capacity"]["cpu"] = 10**400
     refused(d, "servers[0].capacity.cpu", "integer of 401 digits")
-    d["servers"][0]["capacity"]["cpu"] = 1e15  # the largest allowed works
+    d["servers"][0]["capacity"] = {"cpu": 1e15, "mem": 1e15}  # the largest allowed works
     assert Scenario.from_dict(d).capacity[0, 0] == 1e15
 
 
@@ -254,3 +254,14 @@ def test_output_of_names_never_fails_to_encode(tmp_path: Path,
     status = main(["solve", str(tmp_path / "\udcff.yaml")])
     assert status == 2
     assert "\\udcff.yaml: no such file" in capsys.readouterr().err
+
+
+def test_invalid_file_names_and_unreadable_text_give_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    example = str(Path(__file__).resolve().parents[2] / "psdsf_dist/examples/paper_fig1.yaml")
+    for argv in (["solve", "a\x00b.yaml"], ["solve", "\ud800.yaml"],
+                 ["solve", example, "-o", "out\ud800"],
+                 ["run", example, "--event", "x: \ud800"]):
+        assert main(argv) == 2, argv
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1 and err.isascii(), err

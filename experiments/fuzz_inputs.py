@@ -64,7 +64,7 @@ def main() -> None:
         del slowest[5:]
         if problem:
             findings.append((problem, case))
-            print(f"FINDING: {problem}\n  {case.command} {case.options}", flush=True)
+            print(ascii(f"FINDING: {problem} -- {case.command} {case.options}"), flush=True)
 
     batch = 0
     while time.monotonic() < stop:
@@ -97,10 +97,11 @@ def write(out: Path, counts: Counter[str], outcomes: Counter[str],
         f"Findings: {len(findings)}", "",
     ]
     for problem, case in findings[:50]:
-        lines.append(f"- {problem} — `{case.command} {' '.join(case.options)}` "
+        lines.append(f"- {problem} — `{case.command} {' '.join(case.options)!a}` "
                      f"({'JSON' if case.as_json else 'YAML'}, aliases {case.aliases}, "
-                     f"nest {case.nest}): `{repr(case.document)[:300]}`")
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+                     f"nest {case.nest}): `{ascii(case.document)[:300]}`")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8",
+                                      errors="backslashreplace")
     with out.with_suffix(".csv").open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(["kind", "name", "count"])

@@ -11,13 +11,13 @@ import stat
 import sys
 import tempfile
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from psdsf_dist.errors import PsdsfError, ScenarioError, ScenarioWarning, one_line
 from psdsf_dist.model import limits
-from psdsf_dist.model.scenario import Scenario, load_scenario, read_document
+from psdsf_dist.model.scenario import Scenario, document_size, load_scenario, read_document
 from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.protocol.convergence import CAP_EXCESS_RTOL, EventConvergence, Observation
 from psdsf_dist.protocol.distance import THRESHOLDS
@@ -133,24 +133,24 @@ MIN_CELLS = 1_000
 """The cells a round or an event instant counts for at least (its fixed cost)."""
 
 
-def check_work(scenario: Scenario, times: int, option: str, what: str, *,
-               instants: bool = False) -> None:
-    """Refuse, before any work, a command whose cells (users x servers, counting those that
-    join by events, and at least :data:`MIN_CELLS`) times ``times`` exceed the ``work`` limit
-    (:mod:`psdsf_dist.model.limits`); with ``instants``, each distinct event time counts as
-    one more round (every server adopts the new state then)."""
-    users, servers = scenario.num_users, scenario.num_servers
-    for e in scenario.events:
-        users += isinstance(e.get("user_joins"), Mapping)
-        body = e.get("server_joins")
-        servers += isinstance(body, Mapping) and "capacity" in body
+def load_within_work(path: str, times: int, option: str, what: str, *,
+                     instants: bool = False) -> Scenario:
+    """Load a scenario for a command whose work is its cells times ``times``, refusing it first
+    — on the document's counts, before a server is expanded or an array built — when that is
+    beyond the ``work`` limit (:mod:`psdsf_dist.model.limits`).  Cells are users x servers,
+    counting those that join by events, and at least :data:`MIN_CELLS`; with ``instants``,
+    each distinct event time counts as one more round (every server adopts the new state
+    then)."""
+    document = read(path)
+    cells, moments = document_size(document)
     if instants:
-        times += len({e.get("at") for e in scenario.events})
+        times += moments
         what += " and event instants"
     try:
-        limits.check_work(max(users * servers, MIN_CELLS), times, option, what)
+        limits.check_work(max(cells, MIN_CELLS), times, option, what)
     except ScenarioError as err:
-        raise CommandError(str(err)) from None
+        raise CommandError(f"{one_line(path)}: {err}") from None
+    return load(path, document)
 
 
 def read(path: str) -> Any:

@@ -33,10 +33,9 @@ from psdsf_dist.cli.common import (
     SECONDS,
     CommandError,
     add_protocol_options,
-    check_work,
     emit,
     int_in,
-    load,
+    load_within_work,
     protocol_config,
 )
 from psdsf_dist.cli.simulate import render
@@ -184,9 +183,8 @@ def config_from(args: argparse.Namespace) -> SimConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    scenario = load(args.scenario)
     cfg = config_from(args)
-    check_work(scenario, cfg.rounds, "--rounds", "rounds", instants=True)
+    scenario = load_within_work(args.scenario, cfg.rounds, "--rounds", "rounds", instants=True)
     pace = cfg.protocol.period if args.pace is None else args.pace
     metrics = AllocatorMetrics(per_pair=args.per_pair)
     try:

@@ -7,12 +7,11 @@ import argparse
 from psdsf_dist.cli.common import (
     MAX_SEED,
     MAX_TRIALS,
-    check_work,
     dumps,
     emit,
     failed,
     int_in,
-    load,
+    load_within_work,
 )
 from psdsf_dist.errors import PsdsfError
 from psdsf_dist.model.scenario import Scenario
@@ -51,8 +50,7 @@ def add_seed_argument(p: argparse.ArgumentParser, also: str = "") -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    scenario = load(args.scenario)
-    check_work(scenario, args.trials + 1, "--trials", "allocations")
+    scenario = load_within_work(args.scenario, args.trials + 1, "--trials", "allocations")
     try:
         report = check_properties(scenario, args.policy, args.mode, trials=args.trials,
                                   seed=args.seed)

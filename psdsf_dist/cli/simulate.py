@@ -12,12 +12,11 @@ from psdsf_dist.cli.common import (
     CommandError,
     add_protocol_options,
     cap_line,
-    check_work,
     convergence_lines,
     dumps,
     emit,
     int_in,
-    load,
+    load_within_work,
     protocol_config,
     protocol_json,
 )
@@ -78,9 +77,8 @@ def _progress(quiet: bool) -> Callable[[Observation], None]:
 
 
 def run(args: argparse.Namespace) -> int:
-    scenario = load(args.scenario)
     cfg = config_from(args)
-    check_work(scenario, cfg.rounds, "--rounds", "rounds", instants=True)
+    scenario = load_within_work(args.scenario, cfg.rounds, "--rounds", "rounds", instants=True)
     try:
         result = simulate(scenario, cfg, progress=_progress(args.quiet))
     except FeasibilityError as err:

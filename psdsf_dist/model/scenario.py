@@ -452,6 +452,31 @@ def _frozen(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
     return a
 
 
+def document_size(data: Any) -> tuple[int, int]:
+    """(users x servers, distinct event times) of a scenario document, counted without
+    building anything: servers after expanding classes, users and servers that join by events
+    included.  A malformed document counts what it can (the loader refuses it after)."""
+    if not isinstance(data, Mapping):
+        return 0, 0
+    servers_in = data.get("servers")
+    users_in = data.get("users")
+    events = data.get("events")
+    servers = 0
+    for srv in servers_in if isinstance(servers_in, list) else []:
+        cnt = srv.get("count", 1) if isinstance(srv, Mapping) else 1
+        servers += cnt if isinstance(cnt, int) and not isinstance(cnt, bool) and cnt > 0 else 1
+    users = len(users_in) if isinstance(users_in, list) else 0
+    times: set[Any] = set()
+    for e in events if isinstance(events, list) else []:
+        if isinstance(e, Mapping):
+            users += isinstance(e.get("user_joins"), Mapping)
+            body = e.get("server_joins")
+            servers += isinstance(body, Mapping) and "capacity" in body
+            at = e.get("at")
+            times.add(at if isinstance(at, int | float) else None)
+    return users * servers, len(times)
+
+
 def _check_server_count(servers: Sequence[Any], limits: Limits) -> None:
     """Refuse more servers than the limit before a class is expanded (a count is checked
     for what it is when its class is read)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -64,3 +65,17 @@ def test_work_beyond_the_limit_is_refused_before_it_starts(
         err = capsys.readouterr().err
         assert f"{option}: " in err and "more than the work limit of 50,000" in err, err
         assert time.perf_counter() - began < 2
+
+
+def test_work_is_refused_on_the_document_before_anything_is_built(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # 50 users x 1,000,000 servers (the cells limit): building it alone takes GBs
+    path = tmp_path / "cells.json"
+    path.write_text(json.dumps({
+        "resources": ["cpu"], "servers": [{"name": "s", "count": 1_000_000,
+                                           "capacity": {"cpu": 4}}],
+        "users": [{"name": f"u{n}", "demand": {"cpu": 1}} for n in range(50)]}))
+    began = time.perf_counter()
+    assert main(["simulate", str(path), "--rounds", "1"]) == 2
+    assert time.perf_counter() - began < 2
+    assert "50,000,000 user x server cells x 1 rounds" in capsys.readouterr().err

@@ -3,6 +3,18 @@
 from __future__ import annotations
 
 
+def one_line(text: str) -> str:
+    """``text`` with every character that is not printable (line breaks, control, format and
+    bidi characters, lone surrogates) written as its escape, e.g. ``\\n`` or ``\\u202e``: what
+    a message quotes from its input can neither break it over lines, reorder it on a terminal,
+    nor fail to encode."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace")
+                   .decode("ascii") if not 0xD800 <= ord(c) <= 0xDFFF else f"\\u{ord(c):04x}"
+                   for c in text)
+
+
 class PsdsfError(Exception):
     """Base class of every error this package raises on purpose."""
 
@@ -21,8 +33,9 @@ class ScenarioError(PsdsfError, ValueError):
         super().__init__(self._render())
 
     def _render(self) -> str:
-        where = f"{self.source}: " if self.source else ""
-        return f"{where}{self.field}: {self.message}" if self.field else f"{where}{self.message}"
+        where = f"{one_line(self.source)}: " if self.source else ""
+        field, message = one_line(self.field), one_line(self.message)
+        return f"{where}{field}: {message}" if field else f"{where}{message}"
 
     def __reduce__(self) -> tuple[type[ScenarioError], tuple[str, str, str | None]]:
         # rebuild from the fields (args holds only the rendered line), so the error survives

@@ -11,12 +11,13 @@ import stat
 import sys
 import tempfile
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from psdsf_dist.errors import PsdsfError, ScenarioError, ScenarioWarning
-from psdsf_dist.model.scenario import Scenario, load_scenario
+from psdsf_dist.errors import PsdsfError, ScenarioError, ScenarioWarning, one_line
+from psdsf_dist.model import limits
+from psdsf_dist.model.scenario import Scenario, document_size, load_scenario, read_document
 from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.protocol.convergence import CAP_EXCESS_RTOL, EventConvergence, Observation
 from psdsf_dist.protocol.distance import THRESHOLDS
@@ -24,6 +25,78 @@ from psdsf_dist.protocol.update_rule import RULES
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
+
+# -- ranges of the numeric options -------------------------------------------------------------
+# Every numeric option of every command is parsed by one of the types below, so it is refused
+# at parse time (one line, exit 2) unless it is a number in its range.  The bounds are where the
+# work an option asks for stays bounded (rounds, trials) or where a number of seconds still
+# fits every clock and timer (a wait of 1e300 s overflows them).
+MAX_SECONDS = 1e6
+"""The longest period, delay, pace, duration or serving time, in seconds (11.6 days)."""
+MIN_PERIOD = 1e-3
+"""The shortest period, in seconds."""
+MAX_ROUNDS = 1_000_000
+"""The most rounds of ``simulate`` and ``observe`` (and of ``--hold``)."""
+MAX_TRIALS = 100_000
+"""The most random misreports ``properties`` and ``compare`` may probe."""
+MAX_FANOUT = 1_000
+"""The most gossip peers per round, and gossip rounds per period."""
+MAX_SEED = 2**63 - 1
+MAX_TIME_SCALE = 1e6
+"""The most wall-clock seconds per second of event time (``run --time-scale``)."""
+
+
+def int_in(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number in ``[low, high]``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip().replace("_", ""))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"must be a whole number in {low:,}..{high:,}, got {show_arg(text)}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"must be in {low:,}..{high:,}, got {_digits(value)}")
+        return value
+
+    return parse
+
+
+def float_in(low: float, high: float, *, low_open: bool = False,
+             high_open: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number in the interval from ``low`` to ``high`` (each end
+    excluded when ``*_open``); NaN and infinities are refused."""
+    interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"must be a number in {interval}, got {show_arg(text)}") from None
+        above = value > low if low_open else value >= low
+        below = value < high if high_open else value <= high
+        if not (above and below):  # NaN fails both
+            raise argparse.ArgumentTypeError(f"must be a number in {interval}, got {value:g}")
+        return value
+
+    return parse
+
+
+def show_arg(text: str) -> str:
+    """A command-line argument as a message quotes it: escaped, at most 40 characters."""
+    shown = one_line(text)
+    return repr(shown if len(shown) <= 40 else shown[:37] + "...")
+
+
+def _digits(value: int) -> str:
+    text = str(value)
+    return text if len(text) <= 20 else f"a number of {len(text)} digits"
+
+
+SECONDS = float_in(0.0, MAX_SECONDS)
+"""A number of seconds >= 0 (pace, keep-serving)."""
 
 
 class CommandError(Exception):
@@ -40,17 +113,53 @@ def failed(path: str, err: PsdsfError) -> CommandError:
     return CommandError(f"{path}: {err}", status)
 
 
-def load(path: str) -> Scenario:
-    """Load a scenario; warnings go to stderr as one line each, errors become CommandError."""
+def load(path: str, document: Any = None) -> Scenario:
+    """Load a scenario (from ``document`` when the file was read already, by
+    :func:`read`); warnings go to stderr as one line each, errors become CommandError."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ScenarioWarning)
         try:
-            scenario = load_scenario(path)
+            scenario = (load_scenario(path) if document is None
+                        else Scenario.from_dict(document, path))
         except PsdsfError as err:
             raise CommandError(str(err)) from None
     for w in caught:
-        print(f"psdsf-dist: warning: {path}: {w.message}", file=sys.stderr)
+        print(f"psdsf-dist: warning: {one_line(path)}: {one_line(str(w.message))}",
+              file=sys.stderr)
     return scenario
+
+
+MIN_CELLS = 1_000
+"""The cells a round or an event instant counts for at least (its fixed cost)."""
+
+
+def load_within_work(path: str, times: int, option: str, what: str, *,
+                     instants: bool = False) -> Scenario:
+    """Load a scenario for a command whose work is its cells times ``times``, refusing it first
+    — on the document's counts, before a server is expanded or an array built — when that is
+    beyond the ``work`` limit (:mod:`psdsf_dist.model.limits`).  Cells are users x servers,
+    counting those that join by events, and at least :data:`MIN_CELLS`; with ``instants``,
+    each distinct event time counts as one more round (every server adopts the new state
+    then)."""
+    document = read(path)
+    cells, moments = document_size(document)
+    if instants:
+        times += moments
+        what += " and event instants"
+    try:
+        limits.check_work(max(cells, MIN_CELLS), times, option, what)
+    except ScenarioError as err:
+        raise CommandError(f"{one_line(path)}: {err}") from None
+    return load(path, document)
+
+
+def read(path: str) -> Any:
+    """The parsed document of a scenario file (the loader's one reader, with its limits);
+    errors become CommandError."""
+    try:
+        return read_document(path)
+    except PsdsfError as err:
+        raise CommandError(str(err)) from None
 
 
 @contextlib.contextmanager
@@ -94,6 +203,12 @@ def emit(text: str, output: str | None) -> None:
         return
     target = Path(output)
     directory = target.parent if str(target.parent) else Path(".")
+    try:
+        os.fsencode(output)
+        if "\0" in output:
+            raise ValueError(output)
+    except ValueError:  # a NUL byte, or a character the file system cannot encode
+        raise CommandError(f"{one_line(output)}: cannot write: not a valid file name") from None
     if not directory.is_dir():
         raise CommandError(f"{output}: directory {directory} does not exist")
     if target.is_dir():
@@ -106,7 +221,7 @@ def emit(text: str, output: str | None) -> None:
         # the mode a plain open() would give: an existing file's, else 0666 less the umask
         # (mkstemp makes its file 0600)
         os.fchmod(fd, _file_mode(target))
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as fh:
             fh.write(text if text.endswith("\n") else text + "\n")
         os.replace(tmp, target)
     except BaseException as err:
@@ -135,10 +250,12 @@ def add_protocol_options(p: argparse.ArgumentParser) -> None:
     units and defaults in every command that runs it: ``simulate``, ``observe``, ``run``."""
     d = ProtocolConfig()
     g = p.add_argument_group("protocol (the same in simulate, observe and run)")
-    g.add_argument("--period", type=float, default=d.period, metavar="T",
+    g.add_argument("--period", type=float_in(MIN_PERIOD, MAX_SECONDS),
+                   default=d.period, metavar="T",
                    help=f"seconds between two updates of a server (default {d.period:g})")
     timing = g.add_mutually_exclusive_group()
-    timing.add_argument("--jitter", type=float, default=d.jitter, metavar="J",
+    timing.add_argument("--jitter", type=float_in(0.0, 1.0, high_open=True),
+                        default=d.jitter, metavar="J",
                         help="random spread of each wait, as a fraction of it; servers start at "
                              f"random phases (default {d.jitter:g})")
     timing.add_argument("--lockstep", action="store_const", const=0.0, dest="jitter",
@@ -147,21 +264,21 @@ def add_protocol_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--delay", default=f"{d.delay:g}", metavar="D",
                    help="seconds the transport holds each message, or rounds with a trailing r "
                         f"(e.g. 1r; default {d.delay:g}; on Ray, on top of Ray's own latency)")
-    g.add_argument("--loss", type=float, default=d.loss, metavar="P",
+    g.add_argument("--loss", type=float_in(0.0, 1.0, high_open=True), default=d.loss, metavar="P",
                    help=f"probability that the transport drops a message (default {d.loss:g})")
-    g.add_argument("--fanout", type=int, default=d.fanout, metavar="F",
+    g.add_argument("--fanout", type=int_in(1, MAX_FANOUT), default=d.fanout, metavar="F",
                    help=f"peers per gossip round (default {d.fanout})")
-    g.add_argument("--gossip-rate", type=int, default=d.gossip_rate, metavar="G",
+    g.add_argument("--gossip-rate", type=int_in(1, MAX_FANOUT), default=d.gossip_rate, metavar="G",
                    help=f"gossip rounds per period (default {d.gossip_rate})")
     g.add_argument("--rule", choices=RULES, default=d.rule,
                    help=f"update rule (default {d.rule})")
     g.add_argument("--mode", choices=["rdm", "tdm"], default=d.mode,
                    help="rdm: divisible resources (Theorem 1); tdm: time-shared servers")
-    g.add_argument("--seed", type=int, default=d.seed, metavar="S",
+    g.add_argument("--seed", type=int_in(0, MAX_SEED), default=d.seed, metavar="S",
                    help=f"random seed (default {d.seed})")
-    g.add_argument("--rtol", type=float, default=d.rtol,
+    g.add_argument("--rtol", type=float_in(0.0, 1.0, low_open=True, high_open=True), default=d.rtol,
                    help=f"certificate tolerance for convergence (default {d.rtol:g})")
-    g.add_argument("--hold", type=int, default=d.hold, metavar="H",
+    g.add_argument("--hold", type=int_in(1, MAX_ROUNDS), default=d.hold, metavar="H",
                    help="rounds in a row the certificate must hold for an event's convergence "
                         f"to count, unless the next event comes first (default {d.hold})")
 
@@ -174,17 +291,17 @@ def parse_delay(text: str, period: float) -> float:
         value = float(raw[:-1] if rounds else raw)
     except ValueError:
         raise CommandError(
-            f"--delay: expected seconds or rounds (e.g. 0.5 or 1r), got {text!r}"
+            f"--delay: expected seconds or rounds (e.g. 0.5 or 1r), got {show_arg(text)}"
         ) from None
-    if not value >= 0 or value == float("inf"):
-        raise CommandError(f"--delay: must be a finite number >= 0, got {text!r}")
-    return value * period if rounds else value
+    seconds = value * period if rounds else value
+    if not 0 <= seconds <= MAX_SECONDS:  # NaN fails too
+        raise CommandError(f"--delay: must be between 0 and {MAX_SECONDS:g} seconds, got "
+                           f"{show_arg(text)}")
+    return seconds
 
 
 def protocol_config(args: argparse.Namespace) -> ProtocolConfig:
     """The :class:`ProtocolConfig` the options of :func:`add_protocol_options` ask for."""
-    if not (args.period > 0 and args.period != float("inf")):
-        raise CommandError(f"--period: must be a positive number of seconds, got {args.period}")
     cfg = ProtocolConfig(
         period=args.period, jitter=args.jitter, delay=parse_delay(args.delay, args.period),
         loss=args.loss, fanout=args.fanout, gossip_rate=args.gossip_rate, rule=args.rule,

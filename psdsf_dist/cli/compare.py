@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from psdsf_dist.cli.common import dumps, emit, failed, load
+from psdsf_dist.cli.common import dumps, emit, failed, load_within_work
 from psdsf_dist.cli.properties import add_probe_arguments, verdict
 from psdsf_dist.errors import PsdsfError
 from psdsf_dist.model.scenario import Mode, Scenario
@@ -45,8 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    scenario = load(args.scenario)
     policies = list(dict.fromkeys(args.policies))
+    scenario = load_within_work(args.scenario, len(policies) * (args.trials + 1), "--trials",
+                                "allocations")
     try:
         results = {p: evaluate(scenario, p, args.mode, args.trials, args.seed) for p in policies}
     except PsdsfError as err:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
 from psdsf_dist.cli.common import CommandError
+from psdsf_dist.errors import one_line
 
 # Command modules, in the order ``--help`` lists them. Each exposes ``register(subparsers)``
 # and sets ``run`` (args -> exit status) as the parser default.
@@ -29,11 +31,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # what is printed may quote names or paths that do not encode (a lone surrogate from a
+    # file name's bytes): escape them rather than fail
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     try:
         args = build_parser().parse_args(argv)
         status: int = args.run(args)
     except CommandError as err:
-        print(f"psdsf-dist: {err}", file=sys.stderr)
+        print(f"psdsf-dist: {one_line(str(err))}", file=sys.stderr)
         return err.status
     except KeyboardInterrupt:
         print("psdsf-dist: interrupted", file=sys.stderr)

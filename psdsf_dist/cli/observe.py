@@ -29,10 +29,13 @@ import numpy.typing as npt
 
 from psdsf_dist.cli.common import (
     EXIT_FAILURE,
+    MAX_ROUNDS,
+    SECONDS,
     CommandError,
     add_protocol_options,
     emit,
-    load,
+    int_in,
+    load_within_work,
     protocol_config,
 )
 from psdsf_dist.cli.simulate import render
@@ -55,16 +58,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="simulate asynchronous PS-DSF and export its live state as Prometheus metrics",
     )
     p.add_argument("scenario", help="scenario file (YAML or JSON); its `events` are applied")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, metavar="P",
+    p.add_argument("--port", type=int_in(0, 65535), default=DEFAULT_PORT, metavar="P",
                    help=f"metrics port (default {DEFAULT_PORT}; 0 picks a free one, printed)")
     p.add_argument("--bind", default=DEFAULT_BIND, metavar="A",
                    help=f"address to serve metrics on (default {DEFAULT_BIND}; 0.0.0.0 for all)")
-    p.add_argument("--rounds", type=int, default=SimConfig.rounds, metavar="R",
+    p.add_argument("--rounds", type=int_in(1, MAX_ROUNDS), default=SimConfig.rounds, metavar="R",
                    help=f"rounds (periods) to simulate (default {SimConfig.rounds})")
-    p.add_argument("--pace", type=float, metavar="S",
+    p.add_argument("--pace", type=SECONDS, metavar="S",
                    help="wall-clock seconds per simulated round (default: the period, i.e. "
                         "real time; 0 = as fast as possible)")
-    p.add_argument("--keep-serving", type=float, default=0.0, metavar="S",
+    p.add_argument("--keep-serving", type=SECONDS, default=0.0, metavar="S",
                    help="keep serving the final state for S seconds after the run (default 0)")
     add_protocol_options(p)
     p.add_argument("--gossip", choices=["auto", "scuttlebutt", "snapshot"], default="auto",
@@ -169,13 +172,6 @@ def _terminate_on_sigterm(stop: threading.Event) -> Iterator[None]:
 
 
 def config_from(args: argparse.Namespace) -> SimConfig:
-    for name in ("pace", "keep_serving"):
-        value = getattr(args, name)
-        if value is not None and not 0 <= value < float("inf"):
-            raise CommandError(f"--{name.replace('_', '-')}: must be a finite number >= 0, "
-                               f"got {value}")
-    if not 0 <= args.port <= 65535:
-        raise CommandError(f"--port: must be in 0..65535, got {args.port}")
     # every server computes its own update, so each is timed and counted
     cfg = SimConfig(protocol=protocol_config(args), rounds=args.rounds, gossip=args.gossip,
                     memoize=False)
@@ -187,8 +183,8 @@ def config_from(args: argparse.Namespace) -> SimConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    scenario = load(args.scenario)
     cfg = config_from(args)
+    scenario = load_within_work(args.scenario, cfg.rounds, "--rounds", "rounds", instants=True)
     pace = cfg.protocol.period if args.pace is None else args.pace
     metrics = AllocatorMetrics(per_pair=args.per_pair)
     try:

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from psdsf_dist.cli.common import dumps, emit, failed, load
+from psdsf_dist.cli.common import (
+    MAX_SEED,
+    MAX_TRIALS,
+    dumps,
+    emit,
+    failed,
+    int_in,
+    load_within_work,
+)
 from psdsf_dist.errors import PsdsfError
 from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.policies import POLICIES
@@ -29,30 +37,20 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def add_probe_arguments(p: argparse.ArgumentParser, trials: int) -> None:
-    p.add_argument("--trials", type=_count, default=trials, metavar="N",
+    p.add_argument("--trials", type=int_in(0, MAX_TRIALS), default=trials, metavar="N",
                    help=f"random misreports probing strategy-proofness (default {trials}; 0 skips)")
     add_seed_argument(p, "and of the misreports")
 
 
 def add_seed_argument(p: argparse.ArgumentParser, also: str = "") -> None:
     """``--seed``: the same option, meaning and default in solve, compare and properties."""
-    p.add_argument("--seed", type=int, default=DEFAULT_SEED, metavar="S",
+    p.add_argument("--seed", type=int_in(0, MAX_SEED), default=DEFAULT_SEED, metavar="S",
                    help="seed of every random choice: rrr-psdsf's server draws"
                         f"{' ' + also if also else ''} (default {DEFAULT_SEED})")
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
 def run(args: argparse.Namespace) -> int:
-    scenario = load(args.scenario)
+    scenario = load_within_work(args.scenario, args.trials + 1, "--trials", "allocations")
     try:
         report = check_properties(scenario, args.policy, args.mode, trials=args.trials,
                                   seed=args.seed)

@@ -24,10 +24,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-import yaml
-
 from psdsf_dist.cli.common import (
     EXIT_FAILURE,
+    MAX_SECONDS,
+    MAX_TIME_SCALE,
     CommandError,
     add_name_option,
     add_protocol_options,
@@ -35,15 +35,19 @@ from psdsf_dist.cli.common import (
     convergence_lines,
     dumps,
     emit,
+    float_in,
+    int_in,
     load,
     protocol_config,
     protocol_json,
+    read,
     results_only_on_stdout,
+    show_arg,
 )
 from psdsf_dist.core.certificate import certificate
 from psdsf_dist.core.report import allocation_json, allocation_table
 from psdsf_dist.errors import PsdsfError, ScenarioError
-from psdsf_dist.model.scenario import Scenario
+from psdsf_dist.model.scenario import Scenario, parse_document
 from psdsf_dist.observability.metrics_server import DEFAULT_BIND
 from psdsf_dist.runtime.coordinator import RunResult
 from psdsf_dist.runtime.settings import RunConfig
@@ -63,10 +67,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--detach", action="store_true",
                    help="with --address: start the allocator, print its name and return; it "
                         "serves until `psdsf-dist stop --name NAME`")
-    p.add_argument("--time-scale", type=float, default=None, metavar="F",
+    p.add_argument("--time-scale", type=float_in(0.0, MAX_TIME_SCALE, low_open=True),
+                   default=None, metavar="F",
                    help="wall-clock seconds per second of the scenario's event times "
                         "(default: the period, i.e. event times count in rounds)")
-    p.add_argument("--duration", type=float, metavar="S",
+    p.add_argument("--duration", type=float_in(0.0, MAX_SECONDS, low_open=True),
+                   metavar="S",
                    help="stop after S seconds (default: once converged after the last event, "
                         f"or {SETTLE_PERIODS} periods after it)")
     p.add_argument("--until-converged", action="store_true",
@@ -80,12 +86,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="time moves one period on as soon as every server has done its part "
                         "(a compressed replay whose rounds do not depend on the machine's "
                         "speed; --duration then counts run time)")
-    p.add_argument("--servers-per-actor", type=int, default=1, metavar="P",
+    p.add_argument("--servers-per-actor", type=int_in(1, 1_000_000), default=1, metavar="P",
                    help="servers hosted by one actor process (default 1: one actor per server; "
                         "more saves memory and start-up on a small machine)")
-    p.add_argument("--num-cpus", type=int, metavar="C",
+    p.add_argument("--num-cpus", type=int_in(1, 4096), metavar="C",
                    help="CPUs of the embedded local Ray (default: all)")
-    p.add_argument("--metrics-port", type=int, metavar="P",
+    p.add_argument("--metrics-port", type=int_in(0, 65535), metavar="P",
                    help="serve Prometheus metrics from the coordinator on port P (0 picks a free "
                         "port; the URL is printed); default: no endpoint")
     p.add_argument("--metrics-bind", default=DEFAULT_BIND, metavar="A",
@@ -117,11 +123,11 @@ def extra_events(texts: list[str]) -> list[Any]:
     out: list[Any] = []
     for j, text in enumerate(texts):
         try:
-            ev = yaml.safe_load(text)
-        except yaml.YAMLError:
-            raise CommandError(f"--event[{j}]: not a YAML mapping: {text!r}") from None
+            ev = parse_document(text, f"--event[{j}]")
+        except ScenarioError as err:
+            raise CommandError(str(err)) from None
         if not isinstance(ev, dict):
-            raise CommandError(f"--event[{j}]: not a YAML mapping: {text!r}")
+            raise CommandError(f"--event[{j}]: not a YAML mapping: {show_arg(text)}")
         out.append(ev)
     return out
 
@@ -131,17 +137,12 @@ def source_of(path: str, events: list[Any]) -> Any:
     from-ray``, its document (resolved once Ray is up)."""
     from psdsf_dist.runtime.from_ray import is_from_ray
 
-    doc: Any = None
-    try:
-        with open(path, encoding="utf-8") as fh:
-            doc = yaml.safe_load(fh)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        doc = None
+    doc = read(path)
     if is_from_ray(doc):
         if events:
             doc = {**doc, "events": [*(doc.get("events") or []), *events]}
         return doc
-    scenario = load(path)
+    scenario = load(path, doc)
     if not events:
         return scenario
     raw = dict(scenario.raw)
@@ -157,16 +158,18 @@ def run(args: argparse.Namespace) -> int:
     if args.detach and args.address is None:
         raise CommandError("--detach: needs --address (a local Ray started here ends with the "
                            "command)")
-    if args.duration is not None and not args.duration > 0:
-        raise CommandError(f"--duration: must be > 0 seconds, got {args.duration}")
-    if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
-        raise CommandError(f"--metrics-port: must be in 0..65535, got {args.metrics_port}")
     source = source_of(args.scenario, extra_events(args.event))
     if isinstance(source, Scenario):
         try:
             source.check_mode(cfg.protocol.mode)
         except ScenarioError as err:
             raise CommandError(f"{args.scenario}: {err}") from None
+        last = max((float(e.get("at", 0.0)) for e in source.events), default=0.0)
+        if args.duration is None and last * cfg.time_scale > MAX_SECONDS:
+            raise CommandError(f"{args.scenario}: the last event, at {last:g} s, comes "
+                               f"{last * cfg.time_scale:g} s of wall-clock time into the run, "
+                               f"more than {MAX_SECONDS:g} s (give --duration, or a smaller "
+                               "--time-scale)")
     began = time.monotonic()
     if args.detach:
         with results_only_on_stdout():
@@ -323,7 +326,8 @@ def render(result: RunResult, *, json_output: bool, seconds: float) -> str:
             "run": {**protocol_json(cfg), "time_scale": result.config.time_scale,
                     "servers": result.servers,
                     "servers_per_actor": result.config.servers_per_actor,
-                    "restarts": result.restarts, "seconds": seconds,
+                    "restarts": result.restarts,
+                    "coordinator_restarts": result.coordinator_restarts, "seconds": seconds,
                     "rounds": len(result.observations)},
             "events": [e.to_json() for e in result.events],
             "trace": [o.to_json() for o in result.observations],
@@ -335,5 +339,6 @@ def render(result: RunResult, *, json_output: bool, seconds: float) -> str:
              cap_line(result.observations)]
     processes = len(set(result.pids))
     lines.append(f"{len(result.observations)} rounds of {result.servers} servers "
-                 f"({processes} actor process{'' if processes == 1 else 'es'}) in {seconds:.1f} s")
+                 f"({processes} actor process{'' if processes == 1 else 'es'}) in {seconds:.1f} s; "
+                 f"restarts: {result.restarts} server, {result.coordinator_restarts} coordinator")
     return "\n".join(lines)

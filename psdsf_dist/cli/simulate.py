@@ -8,13 +8,15 @@ from collections.abc import Callable
 
 from psdsf_dist.cli.common import (
     EXIT_FAILURE,
+    MAX_ROUNDS,
     CommandError,
     add_protocol_options,
     cap_line,
     convergence_lines,
     dumps,
     emit,
-    load,
+    int_in,
+    load_within_work,
     protocol_config,
     protocol_json,
 )
@@ -33,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="simulate asynchronous PS-DSF with gossip on a simulated clock (deterministic)",
     )
     p.add_argument("scenario", help="scenario file (YAML or JSON); its `events` are applied")
-    p.add_argument("--rounds", type=int, default=SimConfig.rounds, metavar="R",
+    p.add_argument("--rounds", type=int_in(1, MAX_ROUNDS), default=SimConfig.rounds, metavar="R",
                    help=f"rounds (periods) to simulate (default {SimConfig.rounds})")
     add_protocol_options(p)
     p.add_argument("--gossip", choices=["auto", "scuttlebutt", "snapshot"], default="auto",
@@ -75,8 +77,8 @@ def _progress(quiet: bool) -> Callable[[Observation], None]:
 
 
 def run(args: argparse.Namespace) -> int:
-    scenario = load(args.scenario)
     cfg = config_from(args)
+    scenario = load_within_work(args.scenario, cfg.rounds, "--rounds", "rounds", instants=True)
     try:
         result = simulate(scenario, cfg, progress=_progress(args.quiet))
     except FeasibilityError as err:

@@ -44,6 +44,7 @@ from psdsf_dist.model.fields import (
     _sequence,
     number,
     resource_vector,
+    show,
 )
 
 FloatArray = npt.NDArray[np.float64]
@@ -199,6 +200,7 @@ def parse_events(
         raw.append((at, j, ev))
 
     users_present = {u: True for u in user_names}
+    declared = set(user_names)
     servers_present = {s: True for s in server_names}
     first_user_event: dict[str, str] = {}
     for _at, _j, ev in sorted(raw, key=lambda t: (t[0], t[1])):
@@ -243,7 +245,10 @@ def parse_events(
                         kf, f"unknown user {u!r} (a new user needs a full entry: {{name, demand}})"
                     )
                 if users_present[u]:
-                    raise ScenarioError(kf, f"user {u!r} is already present at {at:g} s")
+                    raise ScenarioError(kf, f"user {show(u)} is already present at {at:g} s")
+                if at == 0 and u in declared:
+                    raise ScenarioError(kf, f"user {show(u)} is declared in users, so present "
+                                            "from the start: a join at 0 s changes nothing")
                 users_present[u] = True
                 out.append(UserJoins(at, j, u, None))
         elif kind == "server_fails":
@@ -307,6 +312,18 @@ def parse_events(
         # new users and servers are checked like declared ones, by building the universe
         check_grown(doc, out, build)
     return tuple(out)
+
+
+def at_each_instant(events: Sequence[Event]) -> list[list[Event]]:
+    """Events in time order grouped by instant (each group in file order): what happens at
+    one instant is one change of the state."""
+    groups: list[list[Event]] = []
+    for e in sorted(events, key=lambda e: (e.at, e.index)):
+        if groups and groups[-1][0].at == e.at:
+            groups[-1].append(e)
+        else:
+            groups.append([e])
+    return groups
 
 
 def _only(body: Mapping[str, Any], allowed: set[str], fld: str) -> None:

@@ -5,9 +5,12 @@ Sizes
     allocator allocate or loop without bound: more servers (after expanding classes) than
     ``servers``, more users, resources or events than their limits, more user x server cells
     (the dense allocation matrix, 8 bytes each) than ``cells``, a file larger than
-    ``file_bytes``, or nesting deeper than ``depth`` (a scenario is a handful of levels deep).
+    ``file_bytes``, nesting deeper than ``depth`` (a scenario is a handful of levels deep), or
+    YAML aliases that would add more than ``alias_nodes`` nodes once expanded.
     The limits are checked on the counts, before classes are expanded or matrices built, so a
-    ``count: 1000000000`` costs nothing.  To raise one, set ``PSDSF_LIMITS``, e.g.
+    ``count: 1000000000`` costs nothing.  A command's own work is bounded the same way:
+    cells times the rounds simulated, or times the allocations computed, is at most ``work``
+    (:func:`check_work`).  To raise one, set ``PSDSF_LIMITS``, e.g.
     ``PSDSF_LIMITS="servers=5000000,cells=200000000"``.
 
 Numbers
@@ -19,6 +22,8 @@ Numbers
     NaN.  Outside it the answer could be silently wrong (a demand of 5e-324 is a zero
     ``gamma`` and its user "eligible nowhere"; weights of 1e-300 and 1e300 made NaN tasks), so
     such numbers are refused: rescale the unit instead (memory in GiB rather than bytes, ...).
+    The solvers also need the task counts and the weights each to span at most :data:`SPAN`
+    (:func:`check_span`): every number may be anywhere in the range, but not all at once.
 """
 
 from __future__ import annotations
@@ -33,6 +38,12 @@ LARGEST = 1e15
 """The largest finite number a scenario may state."""
 SMALLEST = 1e-15
 """The smallest non-zero number a scenario may state."""
+SPAN = 1e8
+"""The most a scenario's task counts (tasks alone of every user on every server it may use,
+finite ``max_tasks``) and its weights may each span (largest / smallest).  The solvers — the
+certified PS-DSF solver's sweeps and exact solves, the baselines' linear and conic programs —
+work to tolerances near 1e-9 of the largest quantity, so on a wider span a small user's share is
+round-off: PS-DSF then fails to certify and an LP reports a model error."""
 LIMITS_ENV = "PSDSF_LIMITS"
 """Environment variable raising (or lowering) the size limits: ``name=value,...``."""
 
@@ -49,6 +60,13 @@ class Limits:
     """Users x servers: the dense allocation is 8 bytes a cell (400 MB at the default)."""
     file_bytes: int = 64 * 2**20
     depth: int = 32
+    work: int = 20_000_000
+    """User x server cells times the rounds a command simulates (``simulate``, ``observe``) or
+    times the allocations it computes (``properties``, ``compare``): what bounds a command's
+    time (about 10 us a cell-round on a loaded 2-core machine)."""
+    alias_nodes: int = 1_000_000
+    """Nodes YAML aliases may add to a document once expanded (ten levels of nine aliases
+    would add 9^10)."""
 
     def check(self, what: str, count: int, fld: str) -> None:
         """Refuse ``count`` of ``what`` beyond its limit, naming ``fld``."""
@@ -57,6 +75,32 @@ class Limits:
             raise ScenarioError(fld, f"{count:,} {what.replace('_', ' ')} is more than the "
                                      f"limit of {limit:,} (raise it with {LIMITS_ENV}="
                                      f"\"{what}=N\")")
+
+
+def check_work(cells: int, times: int, fld: str, what: str) -> None:
+    """Refuse a command that would process ``cells`` user x server cells ``times`` over
+    (``what``: "rounds", "allocations") beyond the ``work`` limit, naming the option ``fld``."""
+    limit = current_limits().work
+    if cells * times > limit:
+        raise ScenarioError(fld, f"{cells:,} user x server cells x {times:,} {what} is more "
+                                 f"than the work limit of {limit:,} (ask for less, or raise it "
+                                 f"with {LIMITS_ENV}=\"work=N\")")
+
+
+def check_span(gamma: Any, max_tasks: Any, weight: Any) -> None:
+    """Refuse a scenario whose task counts or weights span more than :data:`SPAN`, naming
+    what spans too much."""
+    import numpy as np
+
+    tasks = np.concatenate([np.asarray(gamma, dtype=float).ravel(),
+                            np.asarray(max_tasks, dtype=float).ravel()])
+    for what, fld, values in (("tasks alone (gamma) and max_tasks", "users", tasks),
+                              ("weights", "users", np.asarray(weight, dtype=float))):
+        positive = values[(values > 0) & np.isfinite(values)]
+        if positive.size and positive.max() > SPAN * positive.min():
+            span = positive.max() / positive.min()
+            raise ScenarioError(fld, f"the {what} span {span:.1e}, more than the {SPAN:g} the "
+                                     "solvers hold (rescale units, or split the scenario)")
 
 
 def current_limits() -> Limits:

@@ -24,6 +24,8 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
+import stat
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,14 +40,22 @@ from psdsf_dist.errors import ScenarioError, ScenarioWarning
 from psdsf_dist.model.events import parse_events
 from psdsf_dist.model.fields import (
     USER_KEYS,
+    _kind,
     _label,
     _mapping,
     _name,
     _sequence,
     number,
     resource_vector,
+    show,
 )
-from psdsf_dist.model.limits import LIMITS_ENV, Limits, current_limits, nesting_depth
+from psdsf_dist.model.limits import (
+    LIMITS_ENV,
+    Limits,
+    check_span,
+    current_limits,
+    nesting_depth,
+)
 from psdsf_dist.model.task_groups import TaskGroups, build_task_groups
 
 FloatArray = npt.NDArray[np.float64]
@@ -102,6 +112,16 @@ class Scenario:
         server's view divides by it (O(N K) each time otherwise)."""
         total: FloatArray = self.gamma.sum(axis=1)
         return total
+
+    @functools.cached_property
+    def user_index(self) -> Mapping[str, int]:
+        """Each user's row, by name (a lookup, not a scan of ``user_names``)."""
+        return {u: n for n, u in enumerate(self.user_names)}
+
+    @functools.cached_property
+    def server_index(self) -> Mapping[str, int]:
+        """Each server's column, by name."""
+        return {s: i for i, s in enumerate(self.server_names)}
 
     @property
     def eligible(self) -> BoolArray:
@@ -212,25 +232,36 @@ class Scenario:
 
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario file (``.yaml``, ``.yml`` or ``.json``)."""
+    return Scenario.from_dict(read_document(path), str(path))
+
+
+def read_document(path: str | Path) -> Any:
+    """The parsed document of a scenario file, before validation: YAML, or JSON for a
+    ``.json`` suffix.  Only a regular file is read, and at most ``file_bytes`` + 1 bytes of it
+    (a device such as ``/dev/zero``, a FIFO or a directory is refused without reading), so
+    nothing here allocates more than the limit; YAML aliases may add at most
+    ``alias_nodes`` nodes to the document (:func:`_check_aliases`).  A problem raises
+    :class:`ScenarioError` naming the file, without quoting its content."""
     p = Path(path)
     source = str(path)
-    limit = current_limits().file_bytes
-    try:
-        size = p.stat().st_size
-        if size > limit:
-            raise ScenarioError("", f"{size:,} bytes is more than the limit of {limit:,} "
-                                    f"(raise it with {LIMITS_ENV}=\"file_bytes=N\")", source)
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ScenarioError("", "no such file", source) from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ScenarioError("", f"cannot read: {err}", source) from None
-    data: Any
-    if p.suffix.lower() == ".json":
+    text = _read_bounded(p, source, current_limits().file_bytes)
+    return parse_document(text, source, as_json=p.suffix.lower() == ".json")
+
+
+def parse_document(text: str, source: str, *, as_json: bool = False) -> Any:
+    """A scenario document (or a piece of one, such as an event given on the command line)
+    parsed from YAML or JSON text, under the same limits as a file (see
+    :func:`read_document`)."""
+    limits = current_limits()
+    if len(text) > limits.file_bytes:
+        raise ScenarioError("", f"more than the limit of {limits.file_bytes:,} bytes (raise it "
+                                f"with {LIMITS_ENV}=\"file_bytes=N\")", source)
+    if as_json:
         try:
-            data = json.loads(text, object_pairs_hook=_json_object)
+            return json.loads(text, object_pairs_hook=_json_object)
         except _DuplicateKeyError as err:
-            raise ScenarioError("", f"malformed JSON: duplicate key {err.key!r}", source) from None
+            raise ScenarioError("", f"malformed JSON: duplicate key {show(err.key)}",
+                                source) from None
         except json.JSONDecodeError as err:
             raise ScenarioError(
                 "", f"malformed JSON at line {err.lineno}: {err.msg}", source
@@ -241,18 +272,74 @@ def load_scenario(path: str | Path) -> Scenario:
         except RecursionError:
             raise ScenarioError("", "malformed JSON: nested too deeply to read",
                                 source) from None
-    else:
-        try:
-            data = yaml.load(text, Loader=_StrictYamlLoader)  # a SafeLoader
-        except RecursionError:
-            raise ScenarioError("", "malformed YAML: nested too deeply to read",
-                                source) from None
-        except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            at = f" at line {mark.line + 1}" if mark is not None else ""
-            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-            raise ScenarioError("", f"malformed YAML{at}: {problem}", source) from None
-    return Scenario.from_dict(data, source)
+    loader: _StrictYamlLoader | None = None
+    try:
+        loader = _StrictYamlLoader(text)  # its reader refuses unprintable characters at once
+        loader.alias_budget = limits.alias_nodes
+        return loader.get_single_data()
+    except RecursionError:
+        raise ScenarioError("", "malformed YAML: nested too deeply to read", source) from None
+    except _AliasBombError as err:
+        raise ScenarioError("", f"YAML aliases expand to more than {err.budget:,} extra nodes "
+                                f"(raise it with {LIMITS_ENV}=\"alias_nodes=N\")",
+                            source) from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or type(err).__name__
+        raise ScenarioError("", f"malformed YAML{at}: {problem}", source) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def _read_bounded(p: Path, source: str, limit: int) -> str:
+    """The text of a regular file of at most ``limit`` bytes.  The file is opened without
+    blocking (a FIFO with no writer would wait forever) and checked to be regular on the open
+    descriptor before a byte is read; at most ``limit`` + 1 bytes are read, so a file that
+    grows after the check is refused too."""
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise ScenarioError("", "no such file", source) from None
+    except IsADirectoryError:
+        raise ScenarioError("", "is a directory, not a scenario file", source) from None
+    except OSError as err:
+        raise ScenarioError("", f"cannot read: {err.strerror or type(err).__name__}",
+                            source) from None
+    except ValueError:  # a NUL byte, or a character the file system cannot encode
+        raise ScenarioError("", "cannot read: not a valid file name", source) from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise ScenarioError("", "is a directory, not a scenario file", source)
+        if not stat.S_ISREG(info.st_mode):
+            raise ScenarioError("", "not a regular file (a device, pipe or socket is not read)",
+                                source)
+        too_big = ScenarioError("", f"more than the limit of {limit:,} bytes (raise it with "
+                                    f"{LIMITS_ENV}=\"file_bytes=N\")", source)
+        if info.st_size > limit:
+            raise too_big
+        chunks: list[bytes] = []
+        got = 0
+        while got <= limit:
+            chunk = os.read(fd, min(limit + 1 - got, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        if got > limit:
+            raise too_big
+    except OSError as err:
+        raise ScenarioError("", f"cannot read: {err.strerror or type(err).__name__}",
+                            source) from None
+    finally:
+        os.close(fd)
+    try:
+        return b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ScenarioError("", f"cannot read: not UTF-8 text (byte {err.start + 1})",
+                            source) from None
 
 
 class _DuplicateKeyError(Exception):
@@ -271,8 +358,60 @@ def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+class _AliasBombError(yaml.YAMLError):
+    def __init__(self, budget: int) -> None:
+        super().__init__(budget)
+        self.budget = budget
+
+
 class _StrictYamlLoader(yaml.SafeLoader):
-    """The safe loader, refusing a key repeated in one mapping (PyYAML keeps the last)."""
+    """The safe loader, refusing a key repeated in one mapping (PyYAML keeps the last) and a
+    document whose aliases would expand it by more than ``alias_budget`` nodes."""
+
+    alias_budget: int = Limits.alias_nodes
+
+    def get_single_data(self) -> Any:
+        node = self.get_single_node()
+        if node is None:
+            return None
+        _check_aliases(node, self.alias_budget)
+        return self.construct_document(node)
+
+
+def _check_aliases(root: yaml.Node, budget: int) -> None:
+    """Refuse a composed document whose expansion — every alias replaced by a copy of what it
+    names — has more than ``budget`` nodes beyond the distinct ones written.  The composed
+    document is a graph in which an alias is the very node it names, so ten levels of nine
+    aliases are 100 nodes but 9^10 once expanded: everything that walks the constructed data
+    (the nesting check, validation, output) would walk the expansion.  The expanded size is
+    computed once per distinct node, children before parents, so this costs time linear in the
+    file whatever the expansion."""
+    size: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if key in size and not done:
+            continue
+        children = _children(node)
+        if done:
+            size[key] = 1 + sum(size.get(id(c), 0) for c in children)
+            if size[key] - len(size) > budget:
+                raise _AliasBombError(budget)
+            continue
+        size.setdefault(key, 0)  # on the path: a recursive alias counts as nothing more
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in size)
+    if size[id(root)] - len(size) > budget:
+        raise _AliasBombError(budget)
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
 
 
 def _yaml_mapping(loader: _StrictYamlLoader, node: yaml.MappingNode) -> dict[Any, Any]:
@@ -283,7 +422,7 @@ def _yaml_mapping(loader: _StrictYamlLoader, node: yaml.MappingNode) -> dict[Any
             key = loader.construct_object(key_node)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                    None, None, f"duplicate key {show(key)}", key_node.start_mark
                 )
             seen.add(key)
     return loader.construct_mapping(node)
@@ -313,6 +452,31 @@ def _frozen(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
     return a
 
 
+def document_size(data: Any) -> tuple[int, int]:
+    """(users x servers, distinct event times) of a scenario document, counted without
+    building anything: servers after expanding classes, users and servers that join by events
+    included.  A malformed document counts what it can (the loader refuses it after)."""
+    if not isinstance(data, Mapping):
+        return 0, 0
+    servers_in = data.get("servers")
+    users_in = data.get("users")
+    events = data.get("events")
+    servers = 0
+    for srv in servers_in if isinstance(servers_in, list) else []:
+        cnt = srv.get("count", 1) if isinstance(srv, Mapping) else 1
+        servers += cnt if isinstance(cnt, int) and not isinstance(cnt, bool) and cnt > 0 else 1
+    users = len(users_in) if isinstance(users_in, list) else 0
+    times: set[Any] = set()
+    for e in events if isinstance(events, list) else []:
+        if isinstance(e, Mapping):
+            users += isinstance(e.get("user_joins"), Mapping)
+            body = e.get("server_joins")
+            servers += isinstance(body, Mapping) and "capacity" in body
+            at = e.get("at")
+            times.add(at if isinstance(at, int | float) else None)
+    return users * servers, len(times)
+
+
 def _check_server_count(servers: Sequence[Any], limits: Limits) -> None:
     """Refuse more servers than the limit before a class is expanded (a count is checked
     for what it is when its class is read)."""
@@ -338,6 +502,11 @@ def _build(data: Any) -> Scenario:
     if depth > limits.depth:
         raise ScenarioError("", f"nested more than {limits.depth} levels deep (a scenario "
                                 f"needs about 5; raise it with {LIMITS_ENV}=\"depth=N\")")
+    if not isinstance(data, Mapping) or not any(k in TOP_KEYS for k in data):
+        # not a scenario at all (e.g. some other file): say so without quoting any of it
+        none = " with none of those keys" if isinstance(data, Mapping) else ""
+        raise ScenarioError("", "not a scenario: expected a mapping with resources, servers "
+                                f"and users, got {_kind(data)}{none}")
     top = _mapping(data, "scenario")
     _check_keys(top, TOP_KEYS, "")
     if "resources" not in top:
@@ -509,6 +678,7 @@ def _build(data: Any) -> Scenario:
                 ScenarioWarning,
                 stacklevel=3,
             )
+    check_span(gamma, caps_n, weights)
     events = top.get("events") or ()
     if events:
         limits.check("events", len(_sequence(events, "events")), "events")

@@ -18,6 +18,7 @@ rule: until the next event, or for at least ``hold`` observations if none came.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -162,11 +163,12 @@ def event_convergence(events: Sequence[tuple[str, float]], observations: Sequenc
     """Per event (in time order, the start first), when the certificate held for good: until
     the next event, or (the last) for at least ``hold`` observations up to now.  An
     observation at an event's instant comes after it (see the module docstring)."""
-    marks = [("start", 0.0), *sorted(events, key=lambda e: e[1])]
+    marks = _one_per_instant([("start", 0.0), *sorted(events, key=lambda e: e[1])])
+    times = [o.time for o in observations]
     out: list[EventConvergence] = []
     for j, (desc, at) in enumerate(marks):
-        end = min((t for _, t in marks[j + 1:] if t > at), default=math.inf)
-        window = [o for o in observations if at <= o.time < end]
+        end = marks[j + 1][1] if j + 1 < len(marks) else math.inf
+        window = observations[bisect.bisect_left(times, at):bisect.bisect_left(times, end)]
         open_ended = end == math.inf
         within = tuple(
             None if (got := _settled(window, [o.distance is not None and o.distance < threshold
@@ -180,6 +182,27 @@ def event_convergence(events: Sequence[tuple[str, float]], observations: Sequenc
             out.append(EventConvergence(desc, at, found, found - at,
                                         _rounds(found - at, period), within))
     return out
+
+
+SHOWN_PER_INSTANT = 3
+"""The most event descriptions one instant's convergence line names."""
+
+
+def _one_per_instant(marks: Sequence[tuple[str, float]]) -> list[tuple[str, float]]:
+    """Events at one instant are one change (nothing observes the state between them): one
+    mark per instant, naming its first events and how many there were."""
+    out: list[tuple[str, float]] = []
+    count: list[int] = []
+    for desc, at in marks:
+        if out and out[-1][1] == at:
+            count[-1] += 1
+            if count[-1] <= SHOWN_PER_INSTANT:
+                out[-1] = (f"{out[-1][0]}; {desc}", at)
+        else:
+            out.append((desc, at))
+            count.append(1)
+    return [(desc if n <= SHOWN_PER_INSTANT else f"{desc}; ... ({n} events)", at)
+            for (desc, at), n in zip(out, count, strict=True)]
 
 
 def _settled(window: Sequence[Observation], flags: list[bool], hold: int,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -73,7 +73,9 @@ class ChurnState:
     weight: FloatArray
     max_tasks: FloatArray
     epoch: int = 0
-    history: tuple[tuple[str, float], ...] = ()
+    history: list[tuple[str, float]] = field(default_factory=list)
+    """(description, time) of every change applied, oldest first (appended: a tuple rebuilt
+    per change would cost the square of their number)."""
     scenario_events_applied: int = 0
 
     @classmethod
@@ -92,7 +94,7 @@ class ChurnState:
         s = table.scenario
         return cls(table.full, table.users_present.copy(), table.servers_present.copy(),
                    np.array(s.demand, dtype=float), np.array(s.weight, dtype=float),
-                   np.array(s.max_tasks, dtype=float), table.epoch, table.history,
+                   np.array(s.max_tasks, dtype=float), table.epoch, list(table.history),
                    table.scenario_events_applied)
 
     # -- reading ------------------------------------------------------------------------------
@@ -104,7 +106,8 @@ class ChurnState:
 
     def table(self) -> Table:
         return Table(self.epoch, self.current(), self.full, self.users_present.copy(),
-                     self.servers_present.copy(), self.history, self.scenario_events_applied)
+                     self.servers_present.copy(), tuple(self.history),
+                     self.scenario_events_applied)
 
     def present_servers(self) -> list[str]:
         return [s for s, up in zip(self.full.server_names, self.servers_present, strict=True)
@@ -114,7 +117,6 @@ class ChurnState:
     def apply(self, event: Event, now: float, *, from_scenario: bool = False) -> None:
         """Apply one change at run time ``now``; a change that does not fit the current state
         (an unknown user, a user leaving twice, ...) raises :class:`ScenarioError`."""
-        names = self.full.user_names
         fld = "event" if event.index < 0 else f"events[{event.index}]"
         if isinstance(event, UserLeaves):
             n = self._user(event.user, f"{fld}.user_leaves")
@@ -122,13 +124,13 @@ class ChurnState:
                 raise ScenarioError(f"{fld}.user_leaves", f"user {event.user!r} is absent")
             self.users_present[n] = False
         elif isinstance(event, UserJoins):
-            if event.user not in names:
+            if event.user not in self.full.user_index:
                 if event.spec is None:
                     raise ScenarioError(f"{fld}.user_joins",
                                         f"unknown user {event.user!r} (a new user needs a "
                                         "full entry: {name, demand})")
                 self._grow(users=[dict(event.spec)], fld=f"{fld}.user_joins")
-            n = names.index(event.user) if event.user in names else len(self.full.user_names) - 1
+            n = self.full.user_index[event.user]
             if self.users_present[n]:
                 raise ScenarioError(f"{fld}.user_joins", f"user {event.user!r} is present")
             self.users_present[n] = True
@@ -147,20 +149,20 @@ class ChurnState:
                 raise ScenarioError(f"{fld}.server_fails", f"server {event.server!r} is down")
             self.servers_present[i] = False
         elif isinstance(event, ServerJoins):
-            if event.server not in self.full.server_names:
+            if event.server not in self.full.server_index:
                 if event.spec is None:
                     raise ScenarioError(f"{fld}.server_joins",
                                         f"unknown server {event.server!r} (a new server needs "
                                         "a capacity)")
                 self._grow(servers=[dict(event.spec)], fld=f"{fld}.server_joins")
-            i = self.full.server_names.index(event.server)
+            i = self.full.server_index[event.server]
             if self.servers_present[i]:
                 raise ScenarioError(f"{fld}.server_joins", f"server {event.server!r} is up")
             self.servers_present[i] = True
         else:  # pragma: no cover - every Event subclass is handled above
             raise ScenarioError(fld, f"unsupported event {event.kind}")
         self.epoch += 1
-        self.history = (*self.history, (event.describe(), float(now)))
+        self.history.append((event.describe(), float(now)))
         if from_scenario:
             self.scenario_events_applied += 1
 
@@ -189,14 +191,16 @@ class ChurnState:
 
     # -- internals ----------------------------------------------------------------------------
     def _user(self, name: str, fld: str) -> int:
-        if name not in self.full.user_names:
+        n = self.full.user_index.get(name)
+        if n is None:
             raise ScenarioError(fld, f"unknown user {name!r}")
-        return self.full.user_names.index(name)
+        return n
 
     def _server(self, name: str, fld: str) -> int:
-        if name not in self.full.server_names:
+        i = self.full.server_index.get(name)
+        if i is None:
             raise ScenarioError(fld, f"unknown server {name!r}")
-        return self.full.server_names.index(name)
+        return i
 
     def _grow(self, *, users: list[dict[str, Any]] | None = None,
               servers: list[dict[str, Any]] | None = None, fld: str) -> None:

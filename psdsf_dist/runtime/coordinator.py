@@ -117,8 +117,11 @@ class RunResult:
     config: RunConfig
     servers: int
     restarts: int
-    """Server incarnations started after a crash."""
+    """Server incarnations started after a crash (the coordinator's own restarts are
+    ``coordinator_restarts``)."""
     pids: tuple[int, ...]
+    coordinator_restarts: int = 0
+    """Times the coordinator was restarted (and rebuilt its state from the servers)."""
 
 
 NodeSpec = Callable[[Mapping[str, Any]], dict[str, Any]]
@@ -183,6 +186,7 @@ class Coordinator:
         self.traffic: dict[str, tuple[int, int]] = {}
         self.pids: dict[str, int] = {}
         self.restarts = 0
+        self.coordinator_restarts = 0
         self.erred: dict[str, int] = {}
         """server -> errors of its loop in a row (a healthy report in between resets it)."""
         self.faults: list[tuple[str, float]] = []
@@ -300,6 +304,7 @@ class Coordinator:
                 await self._apply(ServerFails(self.now(), -1, s), from_scenario=False)
         restart = [s for s in missing if s not in self.pinned or self.pinned[s] in alive]
         self.restarts = int(self.notes.get("restarts", 0))
+        self.coordinator_restarts = int(self.notes.get("coordinator_restarts", 0)) + 1
         self.faults = [(str(d), float(t)) for d, t in self.notes.get("faults", [])]
         self.restarts += len(restart)
         await self._faults("coordinator restarted",
@@ -330,7 +335,8 @@ class Coordinator:
         reports them."""
         now = self.now()
         self.faults += [(d, now) for d in descriptions]
-        await self._note(faults=list(self.faults), restarts=self.restarts)
+        await self._note(faults=list(self.faults), restarts=self.restarts,
+                         coordinator_restarts=self.coordinator_restarts)
 
     async def _journal(self) -> None:
         """Send each journal replica the observations it does not hold yet.  The replicas are
@@ -867,6 +873,7 @@ class Coordinator:
             "events_total": len(self.events),
             "restarts": self.restarts,
             "coordinator_restarted": self.restarted,
+            "coordinator_restarts": self.coordinator_restarts,
             "failure": self.failure,
         }
 
@@ -889,7 +896,7 @@ class Coordinator:
                                      self.config.period, self.config.protocol.hold)
             return RunResult(current, X.copy(), tuple(self.observations), tuple(conv),
                              self.config, len(self.members), self.restarts,
-                             tuple(self.pids.values()))
+                             tuple(self.pids.values()), self.coordinator_restarts)
 
     async def allocation(self) -> FloatArray | None:
         """The latest observation's allocation (users x servers of the run's universe; None

@@ -34,11 +34,10 @@ from pathlib import Path
 from typing import Any
 
 import ray
-import yaml
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from psdsf_dist.errors import PsdsfError, ScenarioError, ScenarioWarning
-from psdsf_dist.model.scenario import Scenario, load_scenario
+from psdsf_dist.model.scenario import Scenario, read_document
 from psdsf_dist.runtime.coordinator import FloatArray, RemoteCoordinator, RunResult
 from psdsf_dist.runtime.from_ray import from_ray_document, is_from_ray, node_entry
 from psdsf_dist.runtime.names import (
@@ -107,12 +106,7 @@ def prepare(source: str | Path | Mapping[str, Any] | Scenario) -> Prepared:
     if isinstance(source, Mapping):
         doc: Any = source
     else:
-        try:
-            return Prepared(load_scenario(source), {}, None)
-        except ScenarioError as err:
-            doc = _raw_document(Path(source))
-            if not is_from_ray(doc):
-                raise err from None
+        doc = read_document(source)
     if not is_from_ray(doc):
         return Prepared(Scenario.from_dict(doc, name), {}, None)
     nodes: Any = ray.nodes
@@ -129,13 +123,6 @@ def prepare(source: str | Path | Mapping[str, Any] | Scenario) -> Prepared:
 
 def _node_spec(node: Mapping[str, Any], resources: tuple[str, ...]) -> dict[str, Any]:
     return node_entry(node, resources)
-
-
-def _raw_document(path: Path) -> Any:
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return None
 
 
 class Run:

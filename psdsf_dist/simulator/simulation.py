@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Literal, NamedTuple
@@ -42,7 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from psdsf_dist.core.solver import ServerClasses
-from psdsf_dist.model.events import Event, ServerFails, ServerJoins
+from psdsf_dist.model.events import Event, ServerFails, ServerJoins, at_each_instant
 from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.protocol.convergence import (
@@ -220,20 +220,29 @@ class Simulator:
             self._send(message.sender, reply, now)
 
     # -- churn --------------------------------------------------------------------------------
-    def _apply(self, event: Event) -> None:
+    def _apply(self, events: Sequence[Event]) -> None:
+        """Apply the events of one instant (in file order) as one change: the servers adopt
+        the table once, whatever their number (a server sees only the state after the
+        instant, so adopting each intermediate state would be work without effect)."""
         now = self.clock.now
-        self.churn.apply(event, now, from_scenario=True)
+        joined: list[str] = []
+        for event in events:
+            self.churn.apply(event, now, from_scenario=True)
+            if isinstance(event, ServerFails):
+                node = self.nodes.pop(event.server, None)  # its tasks are lost, no goodbye
+                if node is not None:
+                    self.by_origin.pop(node.origin, None)
+                joined = [s for s in joined if s != event.server]
+            elif isinstance(event, ServerJoins):
+                joined.append(event.server)
         self.table = self.churn.table()
-        if isinstance(event, ServerFails):
-            node = self.nodes.pop(event.server)  # its tasks are lost with it, no goodbye
-            self.by_origin.pop(node.origin, None)
         for node in self.nodes.values():
             node.adopt(self.table, now)
         self._memo.clear()
         self._class_of = ServerClasses.of(self.churn.current()).member_class
-        if isinstance(event, ServerJoins):
-            others = [n for n in self.churn.present_servers() if n != event.server]
-            self._start(event.server, now, others, everyone=False)
+        for server in joined:
+            others = [n for n in self.churn.present_servers() if n != server]
+            self._start(server, now, others, everyone=False)
 
     # -- snapshot model -----------------------------------------------------------------------
     def _snapshot_start(self, node: ServerNode) -> None:
@@ -343,8 +352,8 @@ class Simulator:
     def run(self) -> SimulationResult:
         cfg = self.config.protocol
         T = cfg.period
-        for e in self.events:
-            self.clock.at(e.at, _EVENT, partial(self._apply, e))
+        for batch in at_each_instant(self.events):
+            self.clock.at(batch[0].at, _EVENT, partial(self._apply, batch))
         trace: list[Observation] = []
         started = time.perf_counter()
         previous: FloatArray | None = None

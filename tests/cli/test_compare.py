@@ -83,7 +83,7 @@ def test_compare_writes_the_output_file(tmp_path: Path, capsys: pytest.CaptureFi
     [
         (["compare", "missing.yaml"], "missing.yaml: no such file"),
         (["compare", "EXAMPLE", "--policies", "fair"], "invalid choice: 'fair'"),
-        (["properties", "EXAMPLE", "--trials", "-3"], "--trials: must be >= 0"),
+        (["properties", "EXAMPLE", "--trials", "-3"], "--trials: must be in 0..100,000"),
         (["solve", "EXAMPLE", "--policy", "nope"], "invalid choice: 'nope'"),
     ],
 )

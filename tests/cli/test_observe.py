@@ -111,11 +111,11 @@ def test_endpoint_line_on_stderr(write_scenario: WriteScenario,
 
 
 @pytest.mark.parametrize(("extra", "message"), [
-    (["--port", "70000"], "--port: must be in 0..65535"),
-    (["--pace", "-1"], "--pace: must be a finite number >= 0"),
-    (["--keep-serving", "inf"], "--keep-serving: must be a finite number >= 0"),
-    (["--hold", "0"], "hold must be >= 1"),
-    (["--rounds", "0"], "rounds must be >= 1"),
+    (["--port", "70000"], "--port: must be in 0..65,535"),
+    (["--pace", "-1"], "--pace: must be a number in [0, 1e+06]"),
+    (["--keep-serving", "inf"], "--keep-serving: must be a number in [0, 1e+06]"),
+    (["--hold", "0"], "--hold: must be in 1..1,000,000"),
+    (["--rounds", "0"], "--rounds: must be in 1..1,000,000"),
     (["--bind", "no.such.host.invalid"], "cannot serve metrics on no.such.host.invalid"),
 ])
 def test_bad_options_exit_2_with_one_line(write_scenario: WriteScenario,

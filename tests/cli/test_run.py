@@ -52,7 +52,8 @@ def test_gossip_options_reach_the_run_config() -> None:
 
 @pytest.mark.parametrize(("args", "needle"), [
     (["run", "missing.yaml"], "missing.yaml: no such file"),
-    (["run", str(EXAMPLES / "paper_fig1.yaml"), "--period", "0"], "--period: must be a positive"),
+    (["run", str(EXAMPLES / "paper_fig1.yaml"), "--period", "0"],
+     "--period: must be a number in [0.001, 1e+06]"),
     (["run", str(EXAMPLES / "paper_fig1.yaml"), "--event", "[1, 2]"], "--event[0]"),
     (["run", str(EXAMPLES / "paper_fig1.yaml"), "--event", "{at: 1, user_leaves: zz}"],
      "events[0].user_leaves: unknown user 'zz'"),
@@ -135,3 +136,20 @@ def test_run_without_address_starts_its_own_ray_beside_another(tmp_path: Path) -
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err[-2000:]
     assert not seen_here
+
+
+def test_run_reads_a_file_as_solve_does(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """One loader: a deeply nested file, a device, an alias bomb give run the line solve
+    gives, before Ray starts."""
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("[" * 5000 + "]" * 5000)
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("a0: &a0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 11)))
+    for path in (str(nested), "/dev/zero", str(bomb)):
+        assert main(["solve", path]) == 2
+        solve_err = capsys.readouterr().err
+        assert main(["run", path]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err == solve_err and err.count("\n") == 1, err

@@ -165,3 +165,10 @@ def test_bad_events_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert f"{path}: {field}:" in lines[0]
     assert "Traceback" not in err
     assert not out_file.exists()
+
+
+def test_a_declared_user_joining_at_0_is_refused() -> None:
+    # it is present from the start: the join would be reported but change nothing
+    with pytest.raises(ScenarioError, match="present from the start"):
+        Scenario.from_dict(_doc([{"at": 0, "user_joins": "u1"}]))
+    Scenario.from_dict(_doc([{"at": 1, "user_joins": "u1"}]))  # absent until 1: a change

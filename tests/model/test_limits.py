@@ -4,6 +4,7 @@ loader never ends in a traceback, whatever the document."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 from psdsf_dist.cli.main import main
 from psdsf_dist.errors import ScenarioError
 from psdsf_dist.model.limits import LIMITS_ENV, Limits, current_limits, nesting_depth
-from psdsf_dist.model.scenario import Scenario, load_scenario
+from psdsf_dist.model.scenario import Scenario, _read_bounded, load_scenario
 
 
 def doc(**user: Any) -> dict[str, Any]:
@@ -88,7 +89,7 @@ def test_huge_capacities_are_refused() -> None:
     refused(d, "servers[0].capacity.cpu", "at most 1e+15")
     d["servers"][0]["capacity"]["cpu"] = 10**400
     refused(d, "servers[0].capacity.cpu", "integer of 401 digits")
-    d["servers"][0]["capacity"]["cpu"] = 1e15  # the largest allowed works
+    d["servers"][0]["capacity"] = {"cpu": 1e15, "mem": 1e15}  # the largest allowed works
     assert Scenario.from_dict(d).capacity[0, 0] == 1e15
 
 
@@ -133,7 +134,7 @@ def test_a_file_larger_than_the_limit_is_not_read(tmp_path: Path,
     path = tmp_path / "big.yaml"
     path.write_text("resources: [cpu]\n" + "# padding\n" * 200)
     monkeypatch.setenv(LIMITS_ENV, "file_bytes=100")
-    with pytest.raises(ScenarioError, match="bytes is more than the limit of 100"):
+    with pytest.raises(ScenarioError, match="more than the limit of 100 bytes"):
         load_scenario(path)
 
 
@@ -167,3 +168,100 @@ def test_any_float_is_taken_or_refused(weight: float, amount: float) -> None:
         return
     assert np.all(np.isfinite(s.gamma)) and np.all(s.gamma >= 0)
     assert np.all(np.isfinite(s.weight)) and np.all(s.weight > 0)
+
+
+def test_devices_pipes_and_directories_are_refused_without_reading(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)  # no writer: reading it would wait forever
+    for path, words in (("/dev/zero", "not a regular file"), (str(fifo), "not a regular file"),
+                        (str(tmp_path), "is a directory")):
+        began = time.perf_counter()
+        with pytest.raises(ScenarioError, match=words):
+            load_scenario(path)
+        assert time.perf_counter() - began < 2
+
+
+def test_the_reader_refuses_past_the_limit(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("# x\n" * 30)
+    with pytest.raises(ScenarioError, match="more than the limit of 100 bytes"):
+        _read_bounded(path, str(path), 100)
+
+
+def _alias_levels(levels: int) -> str:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, levels + 1)]
+    return ("resources: [cpu]\nservers: [{name: s, capacity: {cpu: 1}}]\n"
+            "users: [{name: u, demand: {cpu: 1}}]\ndescription:\n"
+            + "".join(f"  {line}\n" for line in lines))
+
+
+def test_an_alias_bomb_is_refused_at_once(tmp_path: Path) -> None:
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(_alias_levels(10))  # 9^10 nodes once expanded
+    began = time.perf_counter()
+    with pytest.raises(ScenarioError, match="aliases expand to more than 1,000,000"):
+        load_scenario(bomb)
+    assert time.perf_counter() - began < 2
+    fine = tmp_path / "fine.yaml"
+    fine.write_text(_alias_levels(3))  # 9^3: well within the budget
+    assert load_scenario(fine).num_users == 1
+
+
+def test_shared_anchors_are_fine(tmp_path: Path) -> None:
+    path = tmp_path / "anchors.yaml"
+    path.write_text("resources: [cpu, mem]\nservers:\n  - {name: s, capacity: &c {cpu: 4, mem: 4}}"
+                    "\n  - {name: t, capacity: *c}\nusers:\n  - {name: a, demand: &d {cpu: 1}}"
+                    "\n  - {name: b, demand: *d}\n")
+    assert load_scenario(path).num_servers == 2
+
+
+@pytest.mark.parametrize("name", ["\ud800", "a\nb", "x\u200b", "\u202eevil", "e\u0301", "\x00",
+                                  "\u00a0"])
+@pytest.mark.parametrize("where", ["user", "server", "resource key", "label"])
+def test_names_that_do_not_print_are_refused(name: str, where: str) -> None:
+    d = doc()
+    if where == "user":
+        d["users"][0]["name"] = name
+    elif where == "server":
+        d["servers"][0]["name"] = name
+    elif where == "resource key":
+        d["users"][0]["demand"] = {name: 1}
+    else:
+        d["servers"][0]["labels"] = {"zone": name}
+    with pytest.raises(ScenarioError) as info:
+        Scenario.from_dict(d)
+    text = str(info.value)
+    assert text.isprintable() and "\n" not in text, text
+    text.encode("utf-8")  # no lone surrogate left in the message
+
+
+def test_a_file_that_is_not_a_scenario_is_not_quoted(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    secret = "root:$6$s3cr3tHash:19000:0:99999:7:::"
+    for name, text in (("shadow.yml", secret + "\n"), ("env.yaml", f"PASSWORD={secret}: x\n"),
+                       ("plain.json", json.dumps(secret))):
+        path = tmp_path / name
+        path.write_text(text)
+        assert main(["solve", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert "not a scenario" in err and "s3cr3t" not in err and err.count("\n") == 1, err
+
+
+def test_output_of_names_never_fails_to_encode(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    # a path that is not valid UTF-8 (a lone surrogate once decoded) is escaped in the message
+    status = main(["solve", str(tmp_path / "\udcff.yaml")])
+    assert status == 2
+    assert "\\udcff.yaml: no such file" in capsys.readouterr().err
+
+
+def test_invalid_file_names_and_unreadable_text_give_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    example = str(Path(__file__).resolve().parents[2] / "psdsf_dist/examples/paper_fig1.yaml")
+    for argv in (["solve", "a\x00b.yaml"], ["solve", "\ud800.yaml"],
+                 ["solve", example, "-o", "out\ud800"],
+                 ["run", example, "--event", "x: \ud800"]):
+        assert main(argv) == 2, argv
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1 and err.isascii(), err

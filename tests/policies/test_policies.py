@@ -3,6 +3,8 @@ independent LP."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 import pytest
@@ -204,3 +206,28 @@ def test_lp_policy_max_min_cannot_be_improved(
     x = allocate(sc, policy).totals
     achieved = float((x / scale).min())
     assert achieved == pytest.approx(best_min_level(sc, scale), rel=1e-6, abs=1e-9)
+
+
+def test_spans_the_solvers_do_not_hold_are_refused_at_load() -> None:
+    """Task counts spanning 1e30 (each number in the documented range) are refused at load in
+    one line; at 1e8 every policy gives a finite allocation and psdsf a certified one."""
+    from psdsf_dist.errors import ScenarioError
+    from psdsf_dist.policies import POLICIES, allocate
+
+    def spread(e: float) -> dict[str, Any]:
+        a, b = 10.0 ** (-e / 2), 10.0 ** (e / 2)
+        return {"resources": ["cpu", "mem"],
+                "servers": [{"name": "s1", "capacity": {"cpu": a, "mem": b}},
+                            {"name": "s2", "capacity": {"cpu": b, "mem": a}}],
+                "users": [{"name": "u1", "demand": {"cpu": a, "mem": b}},
+                          {"name": "u2", "demand": {"cpu": b, "mem": a}},
+                          {"name": "u3", "demand": {"cpu": 1, "mem": 1}, "weight": b}]}
+
+    with pytest.raises(ScenarioError, match=r"tasks alone .* span 1.0e\+30"):
+        Scenario.from_dict(spread(30))
+    s = Scenario.from_dict(spread(8))
+    for policy in POLICIES:
+        out = allocate(s, policy)
+        assert np.all(np.isfinite(out.allocation)) and np.all(out.allocation >= -1e-9), policy
+        if policy == "psdsf":
+            assert out.certificate is not None and out.certificate.holds

@@ -109,3 +109,12 @@ def test_an_observation_carries_its_distance_to_fair() -> None:
     off = observe(scenario, np.array([[6.0], [4.0]]), up, **kw)
     assert off.distance == pytest.approx(0.2)
     assert observe(scenario, np.array([[np.inf], [4.0]]), up, **kw).to_json()["distance"] is None
+
+
+def test_events_at_one_instant_are_one_change() -> None:
+    seen = [obs(float(t), t >= 3) for t in range(1, 8)]
+    events = [(f"w{k}", 2.0) for k in range(5000)]
+    out = event_convergence(events, seen, period=1.0)
+    assert [e.at for e in out] == [0.0, 2.0]
+    assert out[1].description == "w0; w1; w2; ... (5000 events)"
+    assert out[1].converged_at == 3.0

@@ -237,6 +237,7 @@ def test_a_restarted_coordinator_keeps_membership_and_users(manual_run: Run) -> 
     assert [o.round for o in res.observations] == list(range(len(res.observations)))
     assert res.events[0] == earlier.events[0] and res.events[0].rounds is not None
     assert res.restarts == 0  # the coordinator's own restart is an event, not a server's
+    assert res.coordinator_restarts == 1 and after["coordinator_restarts"] == 1
     assert_certified(manual_run)
 
 

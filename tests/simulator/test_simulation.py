@@ -275,3 +275,17 @@ def test_final_run_of_holds() -> None:
     assert final_run_of_holds([False, True, False, True, True], 3, open_ended=False) == 3
     assert final_run_of_holds([True, False], 1, open_ended=False) is None
     assert final_run_of_holds([], 1, open_ended=True) is None
+
+
+def test_many_events_at_one_instant_are_applied_once(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    doc = {"resources": ["cpu"], "servers": [{"name": "s", "count": 2, "capacity": {"cpu": 4}}],
+           "users": [{"name": "a", "demand": {"cpu": 1}}, {"name": "b", "demand": {"cpu": 1}}],
+           "events": [{"at": 2, "set_weight": {"user": "a", "weight": 1 + k % 3}}
+                      for k in range(3000)]}
+    path = tmp_path / "burst.json"
+    path.write_text(json.dumps(doc))
+    result = simulate(load_scenario(path), SimConfig(rounds=8))
+    assert [e.at for e in result.events] == [0.0, 2.0]  # one change at t = 2
+    assert result.events[1].description.endswith("(3000 events)")
+    assert result.scenario.weight[0] == 1 + 2999 % 3  # the last one wins

@@ -27,7 +27,7 @@ coordinator restart loses none of the driver's record.  Reported:
   (Theorem 1, rtol of the protocol) held ``HOLD`` observations in a row — "certified again" —
   in seconds and in periods, and the churn that happened in between (it resets convergence);
 * over the run, the fraction of time within 1 % of fair (certificate residual <= 1e-2; the
-  residual is the largest relative bottleneck deficit or infeasibility, README "The
+  residual is the largest relative bottleneck deficit or infeasibility, docs/design.md "The
   certificate") and certified (residual <= rtol), time-weighted, a gap in the observations (the
   coordinator down) counting as neither;
 * capacity never exceeded (every observation's ``feasible``: each column within its server's
@@ -43,7 +43,7 @@ Size: the defaults (120 servers in 3 actors, 20 users, period 2 s) start in 2-5 
 2-core machine (one start call per actor), but their gossip then takes more CPU than two cores
 have, and the coordinator's observations fall behind; 48 servers at period 2 s keep up
 (``--servers 48 --servers-per-actor 16 --users 10 --period 2 --minutes 3 --settle 60 --name
-chaos_small``, the README's figures).
+chaos_small``, the figures in docs/results.md).
 """
 
 from __future__ import annotations

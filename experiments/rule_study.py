@@ -332,39 +332,10 @@ def report(
 WRITEUP = """\
 ## Update rules: the default rule and the convergence study
 
-Every T seconds a server replaces its column by a function of what it alone has: its own
-column, the gossiped totals and holder counts, and a little state of its own.  Every rule
-returns a feasible column whatever the staleness (an exact water-fill, the server procedure, or
-a convex step between two feasible columns), and a server already at its best response to the
-true totals does not move, so the fixed points of every rule are exactly the PS-DSF
-allocations.  There are three rules:
-
-- **best response**: the server procedure at the gossiped totals.  With k servers holding a
-  user and acting on one snapshot, the user's total moves by k times its error: a period-2
-  oscillation once k >= 2.
-- **damped** (parameter a): X + a (BR - X).  Stable only for a < 2 / (k + 1) with the largest
-  k, so slow for every other user.  Best response and damping are the baselines.
-- **split** (default), predictive water-filling: the server values user n at the total
-  predicted if gain[n] servers make the same move, i.e. moves n by (w L' - x[n]) / gain[n].
-  With gain[n] the number of servers really moving n, n's new total is the *average* of its
-  servers' targets instead of their sum.  Linearised with the structure fixed, the errors then
-  evolve by a product of the two halves of a random walk on the user-server graph, which has
-  detailed balance: real eigenvalues in [0, 1], no oscillation, geometric convergence at the
-  walk's spectral gap.  Under-estimating the movers by more than 2x brings the period-2 mode
-  back; over-estimating them only slows convergence.  So the rule counts the movers from what
-  gossip tells it: the gain is the number of servers whose latest change moved n the same way
-  as this server's (signed counts; the holder count for a move of round-off size).  A user
-  this server lowers while its total does not follow (by less than half) is leaving this
-  server while the others refill it — a local move, not a shared correction — so its gain is
-  cut 10x per round (down to 1) and restored when the total follows again.  Under gossip
-  delay the server adds its own moves the others have not seen yet, times (gain - 1), to the
-  totals, uses holder counts, and restores a cut gain to the ratio it observed.  A lone user
-  this server has lowered at gain 1 for 6 rounds in a row, its entry here below its average
-  share and its total falling by less than half of what was drained, is valued at a total
-  raised by what was drained, doubled every further round, so it leaves in a few rounds
-  (plateau exit).  The module docstring of `psdsf_dist/protocol/update_rule.py`
-  says why each guard is there; the derivation in full and the ~40 variants measured and
-  dropped, with their numbers, are in `experiments/rule_variants.md`.
+The rules (`best-response`, `damped`, and the default `split`, predictive water-filling) and why
+`split` converges are explained in `docs/design.md` ("The asynchronous update rule"); the
+derivation in full and the ~40 variants measured and dropped, with their numbers, are in
+`experiments/rule_variants.md`.  This section holds the study's figures.
 
 Against the targets (tables below): the paper cluster with churn and one round of extra
 delay is met (within 20 rounds of each event).  Convergence itself is met on every instance

@@ -1,7 +1,7 @@
 """The validated scenario: servers, users, resources as dense numpy arrays.
 
-A scenario is read from YAML or JSON (one schema, see README) or built from Python with
-:meth:`Scenario.from_dict`.  Everything is checked up front; a problem raises
+A scenario is read from YAML or JSON (one schema, see docs/scenario-format.md) or built from
+Python with :meth:`Scenario.from_dict`.  Everything is checked up front; a problem raises
 :class:`~psdsf_dist.errors.ScenarioError` naming the field (``users[2].weight``), so a typo never
 passes silently.
 

@@ -6,7 +6,7 @@ site j) or at any one of the sites holding a replica (chapter 5, GAMF: the job's
 the same set of available sites G_k form a *task group* of ``d[i, k]`` tasks).  A one-site
 group is exactly an AMF per-site count, so both are stored as groups.
 
-Two optional user fields declare them (README, "Scenario files"):
+Two optional user fields declare them (docs/scenario-format.md):
 
 * ``server_tasks: {server or class: count}`` - ``count`` tasks bound to that server; a class
   name gives each member that count (as ``gamma`` does) and a member named explicitly overrides

@@ -8,11 +8,10 @@ and how convergence is judged (certificate tolerance, hold).  The simulator
 (:class:`~psdsf_dist.runtime.settings.RunConfig`) each wrap one, next to settings only they
 have, so ``simulate`` and ``run`` mean the same thing by every protocol option.
 
-The defaults are the ones measured to converge on the paper cluster and on Google-mix clusters
-(``experiments/results/sim_gossip.md``): random phases with a jitter of 0.2 periods, four gossip
-rounds per period with four peers each.  With two peers, Google-mix clusters (K = 100, N = 100)
-certified 2 of 5 within 300 rounds against 4 of 5 with four; one gossip round per period, or
-one peer, leaves the totals too stale even on the paper cluster.
+The defaults are the ones that converged in the gossip study on the paper cluster and on
+Google-mix clusters: random phases with a jitter of 0.2 periods, four gossip rounds per period
+with four peers each; fewer peers or gossip rounds leave the totals too stale (figures:
+``docs/results.md``, regenerated in ``experiments/results/sim_gossip.md``).
 """
 
 from __future__ import annotations

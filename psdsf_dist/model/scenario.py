@@ -37,7 +37,7 @@ import numpy.typing as npt
 import yaml
 
 from psdsf_dist.errors import ScenarioError, ScenarioWarning
-from psdsf_dist.model.events import parse_events
+from psdsf_dist.model.events import Event, SetDemand, SetMaxTasks, SetWeight, parse_events
 from psdsf_dist.model.fields import (
     USER_KEYS,
     _kind,
@@ -228,6 +228,35 @@ class Scenario:
             raw=self.raw,
             task_groups=self.task_groups if task_groups is None else task_groups,
         )
+
+
+def _check_span_with_settings(events: Sequence[Event], resources: Sequence[str],
+                              capacity: FloatArray, placement: npt.NDArray[np.bool_],
+                              given: FloatArray, gamma: FloatArray, caps: Sequence[float],
+                              weights: Sequence[float], unames: Sequence[str]) -> None:
+    """The span limit (:func:`check_span`) over every value a user's settings take in the run:
+    the declared ones and those ``set_weight``, ``set_max_tasks`` and ``set_demand`` events
+    give (joining users and servers are checked when their document is built)."""
+    rows = [gamma]
+    more_caps = list(caps)
+    more_weights = list(weights)
+    index = {u: n for n, u in enumerate(unames)}
+    for e in events:
+        if isinstance(e, SetWeight):
+            more_weights.append(e.weight)
+        elif isinstance(e, SetMaxTasks):
+            more_caps.append(e.max_tasks)
+        elif isinstance(e, SetDemand) and e.user in index:
+            n = index[e.user]
+            vec = np.array([[float(e.demand.get(r, 0.0)) for r in resources]])
+            dg_row = demand_gamma(capacity, vec)[0] * placement[n]
+            rows.append((np.where(np.isnan(given[n]), dg_row, given[n]) * placement[n])[None, :])
+    if len(rows) == 1 and len(more_caps) == len(caps) and len(more_weights) == len(weights):
+        return
+    try:
+        check_span(np.concatenate(rows), more_caps, more_weights)
+    except ScenarioError as err:
+        raise ScenarioError("events", f"with the values its events set, {err.message}") from None
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -682,8 +711,10 @@ def _build(data: Any) -> Scenario:
     events = top.get("events") or ()
     if events:
         limits.check("events", len(_sequence(events, "events")), "events")
-    parse_events(top.get("events"), top, server_names=names, user_names=unames,
-                 build=Scenario.from_dict)
+    parsed = parse_events(top.get("events"), top, server_names=names, user_names=unames,
+                          build=Scenario.from_dict)
+    _check_span_with_settings(parsed, resources, capacity, placement, given, gamma, caps_n,
+                              weights, unames)
     return Scenario(
         resources=tuple(resources),
         server_names=tuple(names),

@@ -265,3 +265,26 @@ def test_invalid_file_names_and_unreadable_text_give_one_line(
         assert main(argv) == 2, argv
         out, err = capsys.readouterr()
         assert out == "" and err.count("\n") == 1 and err.isascii(), err
+
+
+@pytest.mark.parametrize("event", [
+    {"set_weight": {"user": "a", "weight": 1e15}},
+    {"set_max_tasks": {"user": "a", "max_tasks": 1e-12}},
+    {"set_demand": {"user": "a", "demand": {"cpu": 1e-12}}},
+])
+def test_a_span_the_events_set_is_refused_at_load(event: dict[str, Any]) -> None:
+    """The span limit holds over the whole run: values set by events count with the declared
+    ones (each value is in the documented range; together they span more than SPAN)."""
+    doc: dict[str, Any] = {"resources": ["cpu"],
+                           "servers": [{"name": "s", "capacity": {"cpu": 10}}],
+                           "users": [{"name": "a", "demand": {"cpu": 1}},
+                                     {"name": "b", "demand": {"cpu": 1}}],
+                           "events": [{"at": 5, **event}]}
+    with pytest.raises(ScenarioError, match=r"^events: with the values its events set, .* span"):
+        Scenario.from_dict(doc)
+    kind = next(iter(event))
+    within: dict[str, dict[str, Any]] = {"set_weight": {"weight": 1e7},
+                                         "set_max_tasks": {"max_tasks": 1e-6},
+                                         "set_demand": {"demand": {"cpu": 1e-6}}}
+    inside = {kind: {**event[kind], **within[kind]}}
+    Scenario.from_dict({**doc, "events": [{"at": 5, **inside}]})

@@ -96,7 +96,7 @@ def test_json_stays_valid_when_an_actor_is_killed(tmp_path: Path) -> None:
     the driver, and that line goes to stderr; stdout parses as the result."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "psdsf_dist.cli.main", "run", str(EXAMPLES / "paper_fig1.yaml"),
-         "--json", "--period", "0.3", "--duration", "12", "--num-cpus", "2",
+         "--json", "--period", "0.3", "--duration", "20", "--num-cpus", "2",
          "--servers-per-actor", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     killed = None

@@ -213,6 +213,10 @@ def emit(text: str, output: str | None) -> None:
         raise CommandError(f"{output}: directory {directory} does not exist")
     if target.is_dir():
         raise CommandError(f"{output}: is a directory")
+    if target.exists() and not target.is_file():
+        # a device, FIFO or socket: the atomic rename would replace the node itself
+        raise CommandError(f"{one_line(output)}: cannot write: not a regular file (a device, "
+                           "pipe or socket is never replaced)")
     try:
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
     except OSError as err:  # e.g. no write permission: one line, not a traceback

@@ -79,3 +79,20 @@ def test_work_is_refused_on_the_document_before_anything_is_built(
     assert main(["simulate", str(path), "--rounds", "1"]) == 2
     assert time.perf_counter() - began < 2
     assert "50,000,000 user x server cells x 1 rounds" in capsys.readouterr().err
+
+
+def test_output_to_a_device_or_pipe_is_refused_and_the_node_kept(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``-o`` writes by a rename over the target, which would replace a device or FIFO node
+    itself (as root, ``-o /dev/full`` did): such a target is refused in one line, left as it
+    was."""
+    import os
+    import stat
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    scenario = Path(__file__).resolve().parents[2] / "psdsf_dist" / "examples" / "paper_fig1.yaml"
+    assert main(["solve", str(scenario), "-o", str(fifo)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "not a regular file" in err, err
+    assert stat.S_ISFIFO(fifo.stat().st_mode)

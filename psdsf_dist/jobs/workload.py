@@ -18,6 +18,7 @@ per 10^9 bytes of input, rounded up; jobs without input dropped) and a CSV with 
 from __future__ import annotations
 
 import csv
+import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,8 @@ import numpy as np
 import numpy.typing as npt
 
 from psdsf_dist.errors import ScenarioError
+from psdsf_dist.model.limits import current_limits
+from psdsf_dist.model.scenario import read_text
 from psdsf_dist.policies.whole_task_policies import DEFAULT_SEED
 
 FloatArray = npt.NDArray[np.float64]
@@ -122,26 +125,33 @@ def _error(source: str, field: str, message: str) -> ScenarioError:
     return ScenarioError(field, message, source)
 
 
+def _text_of(path: str | Path, text: str | None) -> io.StringIO:
+    """The trace's text as a file: ``text`` if given, else the file read within the limits."""
+    return io.StringIO(read_text(path) if text is None else text, newline=None)
+
+
 def load_trace(path: str | Path) -> Trace:
     """A trace from a SWIM ``.tsv`` or a ``.csv`` (``docs/jobs.md``); ScenarioError if bad."""
     p = Path(path)
-    if not p.is_file():
-        raise _error(str(p), "", "no such file")
-    if p.suffix == ".tsv":
-        return load_swim(p)
-    if p.suffix == ".csv":
-        return load_csv(p)
-    raise _error(str(p), "", f"unknown trace format {p.suffix!r} (expected .tsv or .csv)")
+    if p.suffix not in (".tsv", ".csv"):
+        raise _error(str(p), "", f"unknown trace format {p.suffix!r} (expected .tsv or .csv)")
+    text = read_text(p)  # a regular file within the size limit, or one line
+    trace = load_swim(p, text) if p.suffix == ".tsv" else load_csv(p, text)
+    try:
+        current_limits().check("tasks", int(trace.row_tasks.sum()), "tasks")
+    except ScenarioError as err:
+        raise _error(str(p), err.field, err.message) from None
+    return trace
 
 
-def load_swim(path: str | Path) -> Trace:
+def load_swim(path: str | Path, text: str | None = None) -> Trace:
     """The SWIM tsv: name, submit s, gap s, input/shuffle/output bytes; one task per GB of
     input (rounded up), jobs without input dropped (they have no task)."""
     src = str(path)
     names: list[str] = []
     submit: list[float] = []
     tasks: list[int] = []
-    with open(path, encoding="utf-8") as fh:
+    with _text_of(path, text) as fh:
         for n, line in enumerate(fh, 1):
             if not line.strip():
                 continue
@@ -169,10 +179,10 @@ def load_swim(path: str | Path) -> Trace:
                  ((),) * J, np.full(J, np.nan))
 
 
-def load_csv(path: str | Path) -> Trace:
+def load_csv(path: str | Path, text: str | None = None) -> Trace:
     """The project's CSV: one row per task group; rows of one job share its submit time."""
     src = str(path)
-    with open(path, encoding="utf-8", newline="") as fh:
+    with _text_of(path, text) as fh:
         reader = csv.DictReader(fh)
         head = [h.strip() for h in (reader.fieldnames or [])]
         missing = [c for c in CSV_REQUIRED if c not in head]

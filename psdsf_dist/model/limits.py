@@ -67,6 +67,9 @@ class Limits:
     alias_nodes: int = 1_000_000
     """Nodes YAML aliases may add to a document once expanded (ten levels of nine aliases
     would add 9^10)."""
+    tasks: int = 20_000_000
+    """Tasks of a job trace (``replay``): each is a duration in memory and an event of the
+    simulation (the Facebook 2010 trace has 1.1 M)."""
 
     def check(self, what: str, count: int, fld: str) -> None:
         """Refuse ``count`` of ``what`` beyond its limit, naming ``fld``."""

@@ -322,6 +322,12 @@ def parse_document(text: str, source: str, *, as_json: bool = False) -> Any:
             loader.dispose()
 
 
+def read_text(path: str | Path) -> str:
+    """The text of a regular file of at most ``file_bytes`` (the reading of
+    :func:`read_document`, for inputs that are not scenario documents, e.g. job traces)."""
+    return _read_bounded(Path(path), str(path), current_limits().file_bytes)
+
+
 def _read_bounded(p: Path, source: str, limit: int) -> str:
     """The text of a regular file of at most ``limit`` bytes.  The file is opened without
     blocking (a FIFO with no writer would wait forever) and checked to be regular on the open

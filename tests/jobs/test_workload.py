@@ -54,6 +54,22 @@ def test_bad_csv_fails_on_one_line(tmp_path: Path, text: str, message: str) -> N
     assert "\n" not in str(err.value)
 
 
+def test_a_trace_is_read_within_the_limits(tmp_path: Path) -> None:
+    """Only a regular file is read (a FIFO or device is refused unread, never a hang), and a
+    trace of more tasks than the ``tasks`` limit is refused before any task is built."""
+    import os
+
+    fifo = tmp_path / "pipe.csv"
+    os.mkfifo(fifo)
+    with pytest.raises(ScenarioError, match=r"pipe.csv: not a regular file"):
+        load_trace(fifo)
+    big = tmp_path / "big.csv"
+    big.write_text("job,submit_s,tasks\nj,0,1000000000000\n")
+    with pytest.raises(ScenarioError,
+                       match=r"big.csv: tasks: 1,000,000,000,000 tasks is more than the limit"):
+        load_trace(big)
+
+
 def test_bad_swim_line_names_it(tmp_path: Path) -> None:
     p = tmp_path / "t.tsv"
     p.write_text("job0\t9\t9\t1762\t0\t1\njob1\tx\t9\t970\t0\t1\n")

@@ -13,7 +13,15 @@ import argparse
 import sys
 from typing import Any
 
-from psdsf_dist.cli.common import CommandError, dumps, emit
+from psdsf_dist.cli.common import (
+    MAX_SECONDS,
+    MAX_SEED,
+    CommandError,
+    dumps,
+    emit,
+    float_in,
+    int_in,
+)
 from psdsf_dist.errors import PsdsfError
 from psdsf_dist.jobs.metrics import PERCENTILES, summary
 from psdsf_dist.jobs.schedulers import FIXED, ORDERS, SCHEDULERS
@@ -31,6 +39,12 @@ from psdsf_dist.jobs.workload import (
 )
 from psdsf_dist.policies.whole_task_policies import DEFAULT_SEED
 
+MAX_SITES = 1_000
+"""Sites (and available sites): the placement draws a jobs x sites matrix."""
+MAX_SLOTS = 1_000_000
+MAX_ZIPF = 100.0
+MAX_UTILISATION = 100.0
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("replay", help="replay a job trace under job schedulers (Guan ch. 3)")
@@ -40,21 +54,23 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                      f"{' '.join(SCHEDULERS)})")
     p.add_argument("--order", choices=ORDERS, default="swag",
                    help="job order of swag, btawj, btaaj: SWAG's (default) or arrival order")
-    p.add_argument("--sites", type=int, default=DEFAULT_SITES, metavar="M",
+    p.add_argument("--sites", type=int_in(1, MAX_SITES), default=DEFAULT_SITES, metavar="M",
                    help=f"sites, when the trace names none (default {DEFAULT_SITES})")
-    p.add_argument("--slots", type=int, default=DEFAULT_SLOTS, metavar="U",
+    p.add_argument("--slots", type=int_in(1, MAX_SLOTS), default=DEFAULT_SLOTS, metavar="U",
                    help=f"slots per site (default {DEFAULT_SLOTS})")
-    p.add_argument("--available", type=int, default=DEFAULT_AVAILABLE, metavar="K",
+    p.add_argument("--available", type=int_in(1, MAX_SITES), default=DEFAULT_AVAILABLE, metavar="K",
                    help=f"sites that may run each task (default {DEFAULT_AVAILABLE})")
-    p.add_argument("--zipf", type=float, default=DEFAULT_ZIPF, metavar="A",
+    p.add_argument("--zipf", type=float_in(0.0, MAX_ZIPF), default=DEFAULT_ZIPF, metavar="A",
                    help=f"Zipf skew of the tasks' sites (default {DEFAULT_ZIPF:g})")
-    p.add_argument("--utilisation", type=float, default=None, metavar="F",
+    p.add_argument("--utilisation", type=float_in(0.0, MAX_UTILISATION, low_open=True),
+                   default=None, metavar="F",
                    help="rescale submit times to this offered load, e.g. 0.6 (default: as is)")
-    p.add_argument("--pareto", type=float, nargs=2, default=[PARETO_SHAPE, PARETO_MEAN_S],
+    p.add_argument("--pareto", type=float_in(0.0, MAX_SECONDS, low_open=True), nargs=2,
+                   default=[PARETO_SHAPE, PARETO_MEAN_S],
                    metavar=("SHAPE", "MEAN"),
                    help=f"task durations' Pareto shape and mean in seconds (default "
                         f"{PARETO_SHAPE:g} {PARETO_MEAN_S:g})")
-    p.add_argument("--seed", type=int, default=DEFAULT_SEED, metavar="S",
+    p.add_argument("--seed", type=int_in(0, MAX_SEED), default=DEFAULT_SEED, metavar="S",
                    help=f"seed of the placement and the durations (default {DEFAULT_SEED})")
     p.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
@@ -62,20 +78,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _check(args: argparse.Namespace) -> None:
-    if args.sites < 1:
-        raise CommandError(f"--sites: must be >= 1, got {args.sites}")
-    if args.slots < 1:
-        raise CommandError(f"--slots: must be >= 1, got {args.slots}")
-    if not 1 <= args.available <= args.sites:
+    """What the ranged option types cannot say alone (each option's range is its type)."""
+    if args.available > args.sites:
         raise CommandError(f"--available: must be between 1 and --sites ({args.sites}), "
                            f"got {args.available}")
-    if not args.zipf >= 0 or args.zipf == float("inf"):
-        raise CommandError(f"--zipf: must be a finite number >= 0, got {args.zipf}")
-    if args.utilisation is not None and not 0 < args.utilisation < float("inf"):
-        raise CommandError(f"--utilisation: must be a number > 0, got {args.utilisation}")
     shape, mean = args.pareto
-    if not (1 < shape < float("inf") and 0 < mean < float("inf")):
-        raise CommandError(f"--pareto: need SHAPE > 1 and MEAN > 0, got {shape:g} {mean:g}")
+    if not shape > 1:
+        raise CommandError(f"--pareto: need SHAPE > 1 (a finite mean), got {shape:g} {mean:g}")
     if args.order == "fifo" and any(s not in FIXED for s in args.scheduler):
         raise CommandError(f"--order fifo: only for {', '.join(FIXED)} (the others order the "
                            "jobs themselves)")

@@ -30,7 +30,13 @@ def test_table_output(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["missing.csv"], "missing.csv: no such file"),
-    ([TABLE_31, "--zipf", "-1"], "--zipf: must be a finite number >= 0"),
+    ([TABLE_31, "--zipf", "-1"], "--zipf: must be a number in [0, 100], got -1"),
+    ([TABLE_31, "--sites", "1000000000"], "--sites: must be in 1..1,000"),
+    ([TABLE_31, "--slots", "1e12"], "--slots: must be a whole number in 1..1,000,000"),
+    ([TABLE_31, "--utilisation", "inf"], "--utilisation: must be a number in (0, 100]"),
+    ([TABLE_31, "--pareto", "1.2", "1e300"], "--pareto: must be a number in (0, 1e+06]"),
+    ([TABLE_31, "--seed", "-5"], "--seed: must be in 0.."),
+    (["/dev/zero"], "unknown trace format"),
     ([TABLE_31, "--available", "3", "--sites", "2"], "--available: must be between 1 and"),
     ([TABLE_31, "--pareto", "1", "2"], "--pareto: need SHAPE > 1"),
     ([TABLE_31, "--scheduler", "ata", "--order", "fifo"], "--order fifo: only for"),

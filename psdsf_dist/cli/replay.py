@@ -10,6 +10,7 @@ times to that offered load.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import Any
 
@@ -118,14 +119,17 @@ def run(args: argparse.Namespace) -> int:
 
 def render(w: Workload, results: list[dict[str, Any]]) -> str:
     head = (f"{w.num_jobs} jobs, {w.num_tasks} tasks on {w.num_sites} sites x "
-            f"{int(w.slots[0]) if (w.slots == w.slots[0]).all() else 'mixed'} slots; offered "
-            f"load {100 * w.utilisation():.1f}% of the slots")
+            f"{int(w.slots[0]) if (w.slots == w.slots[0]).all() else 'mixed'} slots; "
+            + (f"offered load {100 * w.utilisation():.1f}% of the slots"
+               if math.isfinite(w.utilisation())
+               else "offered load undefined (every job submitted at one instant)"))
     cols = ["scheduler", "mean resp s", *[f"p{p} resp s" for p in PERCENTILES],
             "mean wait s", "util %", "events/s"]
     rows = [[r["scheduler"], f"{r['mean_response_s']:.3f}",
              *[f"{r[f'p{p}_response_s']:.3f}" for p in PERCENTILES],
              f"{r['mean_wait_s']:.3f}", f"{100 * r['utilisation']:.1f}",
-             f"{r['events_per_second']:,.0f}"] for r in results]
+             "-" if r["events_per_second"] is None else f"{r['events_per_second']:,.0f}"]
+            for r in results]
     widths = [max(len(c), *(len(row[k]) for row in rows)) for k, c in enumerate(cols)]
     lines = [head, "  ".join(c.ljust(n) for c, n in zip(cols, widths, strict=True))]
     lines += ["  ".join(v.ljust(n) for v, n in zip(row, widths, strict=True)) for row in rows]

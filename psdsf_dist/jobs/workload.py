@@ -47,6 +47,9 @@ DEFAULT_ZIPF = 1.0
 """Section 3.3's defaults: 10 sites of 20 slots, 2 available sites per task, Zipf skew 1."""
 DEFAULT_USER = "default"
 CSV_REQUIRED = ("job", "submit_s", "tasks")
+MAX_TRACE_S = 1e9
+"""Largest submit time or duration of a trace, seconds (~32 years): within it a float keeps
+times to a microsecond, so the simulation clock always advances."""
 CSV_OPTIONAL = ("user", "sites", "duration_s")
 
 
@@ -164,8 +167,9 @@ def load_swim(path: str | Path, text: str | None = None) -> Trace:
             except ValueError:
                 raise _error(src, f"line {n}", "submit time and input bytes must be numbers")\
                     from None
-            if not (math.isfinite(t) and t >= 0) or size < 0:
-                raise _error(src, f"line {n}", "submit time and input bytes must be >= 0")
+            if not (math.isfinite(t) and 0 <= t <= MAX_TRACE_S) or size < 0:
+                raise _error(src, f"line {n}", "submit time must be in [0, "
+                             f"{MAX_TRACE_S:g}] s and input bytes >= 0")
             if size == 0:
                 continue
             names.append(cols[0])
@@ -182,6 +186,7 @@ def load_swim(path: str | Path, text: str | None = None) -> Trace:
 def load_csv(path: str | Path, text: str | None = None) -> Trace:
     """The project's CSV: one row per task group; rows of one job share its submit time."""
     src = str(path)
+    max_tasks = current_limits().tasks
     with _text_of(path, text) as fh:
         reader = csv.DictReader(fh)
         head = [h.strip() for h in (reader.fieldnames or [])]
@@ -204,10 +209,14 @@ def load_csv(path: str | Path, text: str | None = None) -> Trace:
             name = row["job"]
             if not name:
                 raise _error(src, f"line {n} job", "must not be empty")
-            t = _number(src, n, "submit_s", row["submit_s"], minimum=0.0)
+            t = _number(src, n, "submit_s", row["submit_s"], minimum=0.0, maximum=MAX_TRACE_S)
             k = _number(src, n, "tasks", row["tasks"], minimum=1.0)
             if k != int(k):
                 raise _error(src, f"line {n} tasks", f"must be an integer, got {row['tasks']!r}")
+            if k > max_tasks:  # before any sum: 1e308 tasks is no int64
+                raise _error(src, f"line {n} tasks", f"{k:g} tasks is more than the limit of "
+                                                    f"{max_tasks:,} (raise it with "
+                                                    f"PSDSF_LIMITS=\"tasks=N\")")
             user = row.get("user") or DEFAULT_USER
             if name in index:
                 j = index[name]
@@ -226,7 +235,8 @@ def load_csv(path: str | Path, text: str | None = None) -> Trace:
             row_job.append(j)
             row_tasks.append(int(k))
             row_sites.append(sites)
-            row_dur.append(_number(src, n, "duration_s", dur, minimum=0.0, strict=True)
+            row_dur.append(_number(src, n, "duration_s", dur, minimum=0.0, strict=True,
+                                   maximum=MAX_TRACE_S)
                            if dur else math.nan)
     if not names:
         raise _error(src, "", "no job")
@@ -238,15 +248,16 @@ def load_csv(path: str | Path, text: str | None = None) -> Trace:
 
 
 def _number(src: str, line: int, field: str, text: str, *, minimum: float,
-            strict: bool = False) -> float:
+            strict: bool = False, maximum: float = math.inf) -> float:
     try:
         v = float(text)
     except ValueError:
         raise _error(src, f"line {line} {field}", f"must be a number, got {text!r}") from None
-    if not math.isfinite(v) or v < minimum or (strict and v <= minimum):
+    if not math.isfinite(v) or v < minimum or (strict and v <= minimum) or v > maximum:
         bound = ">" if strict else ">="
-        raise _error(src, f"line {line} {field}", f"must be a finite number {bound} {minimum:g}, "
-                     f"got {text!r}")
+        most = f" and <= {maximum:g}" if math.isfinite(maximum) else ""
+        raise _error(src, f"line {line} {field}", f"must be a finite number {bound} {minimum:g}"
+                     f"{most}, got {text!r}")
     return v
 
 

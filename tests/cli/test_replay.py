@@ -28,6 +28,17 @@ def test_table_output(tmp_path: Path) -> None:
     assert "3 jobs, 29 tasks on 3 sites" in text and "7.333" in text
 
 
+def test_a_run_of_one_instant_prints_valid_json(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Every job submitted at one instant: the offered load has no finite value (and a short
+    run's event rate may not either); --json says null instead of failing on inf."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("job,submit_s,tasks,duration_s\nj0,0.5,3,0.5\n")
+    assert main(["replay", str(trace), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["results"][0]["offered_utilisation"] is None
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["missing.csv"], "missing.csv: no such file"),
     ([TABLE_31, "--zipf", "-1"], "--zipf: must be a number in [0, 100], got -1"),

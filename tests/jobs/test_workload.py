@@ -41,6 +41,8 @@ def test_table_3_1_file_keeps_its_sites_and_durations() -> None:
     ("job,submit_s,tasks\nj,0,x\n", "line 2 tasks: must be a number, got 'x'"),
     ("job,submit_s,tasks\nj,0,1.5\n", "line 2 tasks: must be an integer"),
     ("job,submit_s,tasks\nj,-1,1\n", "line 2 submit_s: must be a finite number >= 0"),
+    ("job,submit_s,tasks\nj,1e308,1\n", "line 2 submit_s: must be a finite number >= 0 and <= "),
+    ("job,submit_s,tasks\nj,0,1e308\n", "line 2 tasks: 1e+308 tasks is more than the limit"),
     ("job,submit_s,tasks,sites\na,0,1,S1\nb,0,1,\n", "sites: give sites on every row or on none"),
     ("job,submit_s,tasks\na,0,1\na,3,1\n", "line 3 job: 'a' appears again"),
     ("job,submit_s,tasks,duration_s\na,0,1,0\n", "line 2 duration_s: must be a finite number > 0"),
@@ -64,9 +66,9 @@ def test_a_trace_is_read_within_the_limits(tmp_path: Path) -> None:
     with pytest.raises(ScenarioError, match=r"pipe.csv: not a regular file"):
         load_trace(fifo)
     big = tmp_path / "big.csv"
-    big.write_text("job,submit_s,tasks\nj,0,1000000000000\n")
+    big.write_text("job,submit_s,tasks\nj,0,15000000\nk,1,15000000\n")  # each row within
     with pytest.raises(ScenarioError,
-                       match=r"big.csv: tasks: 1,000,000,000,000 tasks is more than the limit"):
+                       match=r"big.csv: tasks: 30,000,000 tasks is more than the limit"):
         load_trace(big)
 
 

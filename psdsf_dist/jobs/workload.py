@@ -141,7 +141,7 @@ def load_trace(path: str | Path) -> Trace:
     text = read_text(p)  # a regular file within the size limit, or one line
     trace = load_swim(p, text) if p.suffix == ".tsv" else load_csv(p, text)
     try:
-        current_limits().check("tasks", int(trace.row_tasks.sum()), "tasks")
+        current_limits().check("tasks", trace.num_tasks, "tasks")
     except ScenarioError as err:
         raise _error(str(p), err.field, err.message) from None
     return trace

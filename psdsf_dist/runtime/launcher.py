@@ -47,6 +47,7 @@ from psdsf_dist.runtime.names import (
     coordinator_name,
     run_actor_names,
 )
+from psdsf_dist.runtime.ray_address import check_ray_address
 from psdsf_dist.runtime.settings import RunConfig
 
 COORDINATOR_RESTART_WAIT = 60.0  # seconds a call waits for a restarting coordinator
@@ -85,8 +86,17 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> bool:
             kwargs["num_cpus"] = num_cpus
         ray.init(address="local", **kwargs)
         return True
+    check_ray_address(_bootstrap_address(address))
     ray.init(address=address, **kwargs)
     return False
+
+
+def _bootstrap_address(address: str) -> str:
+    """The ``host:port`` that ``ray.init(address)`` would join (``auto``: ``RAY_ADDRESS`` or the
+    cluster most recently started on this machine); :class:`ConnectionError` if none."""
+    from ray._private.services import canonicalize_bootstrap_address_or_die
+
+    return canonicalize_bootstrap_address_or_die(address)
 
 
 @dataclass(frozen=True)

@@ -147,10 +147,19 @@ def load_trace(path: str | Path) -> Trace:
     return trace
 
 
+def _within_tasks_limit(src: str, field: str, tasks: float, max_tasks: int) -> None:
+    """One row's tasks within the limit, checked before any sum or array (1e308 tasks, or
+    10^36 bytes of input, is no int64)."""
+    if tasks > max_tasks:
+        raise _error(src, field, f"{tasks:g} tasks is more than the limit of {max_tasks:,} "
+                                 f"(raise it with PSDSF_LIMITS=\"tasks=N\")")
+
+
 def load_swim(path: str | Path, text: str | None = None) -> Trace:
     """The SWIM tsv: name, submit s, gap s, input/shuffle/output bytes; one task per GB of
     input (rounded up), jobs without input dropped (they have no task)."""
     src = str(path)
+    max_tasks = current_limits().tasks
     names: list[str] = []
     submit: list[float] = []
     tasks: list[int] = []
@@ -172,9 +181,11 @@ def load_swim(path: str | Path, text: str | None = None) -> Trace:
                              f"{MAX_TRACE_S:g}] s and input bytes >= 0")
             if size == 0:
                 continue
+            k = -(-size // BYTES_PER_TASK)
+            _within_tasks_limit(src, f"line {n} input bytes", k, max_tasks)
             names.append(cols[0])
             submit.append(t)
-            tasks.append(-(-size // BYTES_PER_TASK))
+            tasks.append(k)
     if not names:
         raise _error(src, "", "no job with input")
     J = len(names)
@@ -213,10 +224,7 @@ def load_csv(path: str | Path, text: str | None = None) -> Trace:
             k = _number(src, n, "tasks", row["tasks"], minimum=1.0)
             if k != int(k):
                 raise _error(src, f"line {n} tasks", f"must be an integer, got {row['tasks']!r}")
-            if k > max_tasks:  # before any sum: 1e308 tasks is no int64
-                raise _error(src, f"line {n} tasks", f"{k:g} tasks is more than the limit of "
-                                                    f"{max_tasks:,} (raise it with "
-                                                    f"PSDSF_LIMITS=\"tasks=N\")")
+            _within_tasks_limit(src, f"line {n} tasks", k, max_tasks)
             user = row.get("user") or DEFAULT_USER
             if name in index:
                 j = index[name]

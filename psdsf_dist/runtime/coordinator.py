@@ -434,28 +434,38 @@ class Coordinator:
     async def _due_events(self) -> None:
         assert self.churn is not None
         now = self.now()
-        while self.churn.scenario_events_applied < len(self.events):
-            e = self.events[self.churn.scenario_events_applied]
-            if e.at * self.config.time_scale > now + 1e-9:
-                break
-            await self._apply(e, from_scenario=True)
+        first = end = self.churn.scenario_events_applied
+        while end < len(self.events) and \
+                self.events[end].at * self.config.time_scale <= now + 1e-9:
+            end += 1
+        if end > first:
+            await self._apply(*self.events[first:end], from_scenario=True)
 
-    async def _apply(self, event: Event, *, from_scenario: bool) -> None:
+    async def _apply(self, *events: Event, from_scenario: bool) -> None:
+        """Apply events due together as one change, as the simulator does: the churn state
+        takes each in order, and the actors adopt the resulting table once (a server sees only
+        the state after them, so pushing each intermediate table would be work without effect:
+        100,000 weight changes at one instant were 100,000 pushes to every actor)."""
         assert self.churn is not None
-        self.churn.apply(event, self.now(), from_scenario=from_scenario)
-        self.metrics.event(event, self.now())
-        if isinstance(event, ServerFails):
-            m = self.members.pop(event.server, None)
-            if m is not None:
-                if any(o.actor == m.actor for o in self.members.values()):
-                    # it shares its actor with others: stop it alone (a tombstone)
-                    await self._call(m.handle.leave.remote(m.name))
-                else:  # a failure: its tasks are lost, no goodbye
-                    ray.kill(m.handle, no_restart=True)
-                    self.actors.pop(m.actor, None)
+        joined: list[str] = []
+        for event in events:
+            self.churn.apply(event, self.now(), from_scenario=from_scenario)
+            self.metrics.event(event, self.now())
+            if isinstance(event, ServerJoins):
+                joined.append(event.server)
+            elif isinstance(event, ServerFails):
+                joined = [s for s in joined if s != event.server]
+                m = self.members.pop(event.server, None)
+                if m is not None:
+                    if any(o.actor == m.actor for o in self.members.values()):
+                        # it shares its actor with others: stop it alone (a tombstone)
+                        await self._call(m.handle.leave.remote(m.name))
+                    else:  # a failure: its tasks are lost, no goodbye
+                        ray.kill(m.handle, no_restart=True)
+                        self.actors.pop(m.actor, None)
         await self._push_table()
-        if isinstance(event, ServerJoins):
-            await self._spawn([event.server])
+        if joined:
+            await self._spawn(joined)
 
     async def _push_table(self, actors: Collection[str] | None = None) -> None:
         """The current table (and the members' handles) to every actor, or to ``actors``.  A
@@ -871,6 +881,7 @@ class Coordinator:
                                                 self.churn.users_present, strict=True) if p],
             "events_applied": self.churn.scenario_events_applied,
             "events_total": len(self.events),
+            "tables_pushed": len(self.tables),
             "restarts": self.restarts,
             "coordinator_restarted": self.restarted,
             "coordinator_restarts": self.coordinator_restarts,

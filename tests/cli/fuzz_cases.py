@@ -2,18 +2,25 @@
 
 A case is a scenario document (a valid small cluster, then mutated: extreme or ill-typed numbers,
 names that do not print, unknown keys, many events at one instant, deep nesting, YAML aliases)
-written as YAML or JSON, and a command line of one subcommand whose options are drawn from
-valid values and from hostile ones (out of range, NaN, infinities, 1e300, huge integers, text).
+written as YAML or JSON — or, for ``replay``, a job trace (the CSV of docs/jobs.md or a SWIM
+tsv, mutated likewise: hostile numbers, names, columns, quoting, line ends) — and a command line
+of one subcommand whose options are drawn from valid values and from hostile ones (out of range,
+NaN, infinities, 1e300, huge integers, text).
 :func:`run_case` runs ``psdsf-dist`` in this process (``main(argv)`` with its output captured) and
 :func:`verdict` accepts only:
 
 * exit 0 with output that parses (JSON for ``--json``) and, for ``solve --policy psdsf``, a
   certificate that holds; or
-* exit 2 with nothing on stdout and exactly one line on stderr, ``psdsf-dist: ...``.
+* exit 2 with nothing on stdout and exactly one line on stderr, ``psdsf-dist: ...``; or
+* for ``stop``, which only reaches out to a cluster, also exit 1 with one such line (no cluster
+  or no allocator there: not an input error).  Its addresses are ones where no Ray can answer,
+  never ``auto``, so a case cannot stop anything real.
 
 Anything else — an exception escaping ``main``, exit 1, a second line, a failed certificate, a
 case slower than its time bound — is a finding.  ``run`` is exercised up to the point where it
 would start Ray (its options and its scenario are checked before): that part runs here.
+``observe`` runs whole, at ``--pace 0`` on a free port of 127.0.0.1 (its wall-clock options are
+drawn from values that end: hostile or small).
 """
 
 from __future__ import annotations
@@ -45,12 +52,25 @@ PROTOCOL = ["--period", "--jitter", "--delay", "--loss", "--fanout", "--gossip-r
             "--rtol", "--hold"]
 OPTIONS = {
     "solve": ["--seed"],
+    "observe": ["--rounds", "--port", "--bind", *PROTOCOL],
+    "replay": ["--sites", "--slots", "--available", "--zipf", "--utilisation", "--seed",
+               "--pareto", "--order", "--scheduler"],
+    "stop": ["--name", "--address"],
     "compare": ["--trials", "--seed"],
     "properties": ["--trials", "--seed"],
     "simulate": ["--rounds", *PROTOCOL],
     "run": ["--time-scale", "--duration", "--servers-per-actor", "--num-cpus", "--metrics-port",
             "--event", *PROTOCOL],
 }
+WALL_CLOCK = ["0", "0.01", "-1", "nan", "inf", "1e300", "1e7", "abc", "", "\ud800"]
+"""Values of ``observe --pace/--keep-serving``: each either ends at once or is refused."""
+BINDS = ["127.0.0.1", "::1", "", "abc", "999.1.1.1", "127.0.0.1 ", "\ud800", "localhost:80"]
+UNREACHABLE = ["127.0.0.1:1", "[::1]:1", "abc", "host:99999", "no-such-host.invalid:6379",
+               "\ud800", "1e300", ":"]
+"""``stop --address`` values where no Ray can answer (``""`` would mean ``auto``)."""
+SCHEDULER_NAMES = ["ata", "ata-greedy", "scta", "btaaj", "btawj", "swag", "psdsf", "", "ATA"]
+TRACE_NUMBERS = ["0", "1", "2", "0.5", "-1", "-0", "1e-300", "1e15", "1e300", "1e309", "inf",
+                 "nan", "-inf", "10" * 30, "abc", "", " 1", "1_0", "0x10", "2e7", "\ud800"]
 EVENT_KINDS = ["user_leaves", "user_joins", "server_fails", "server_joins", "set_demand",
                "set_weight", "set_max_tasks"]
 
@@ -74,6 +94,8 @@ class Case:
     """Levels of nested lists written as ``description`` (0: none)."""
     command: str
     options: list[str]
+    trace: str | None = None
+    """``replay``: the trace text (``trace.csv``, or ``trace.tsv`` when ``as_json``)."""
 
 
 def _number(draw: Any, *, wild: bool) -> Any:
@@ -105,10 +127,33 @@ def cases(draw: Any, *, commands: tuple[str, ...] = tuple(OPTIONS), big: bool = 
             options += ["--mode", "tdm"]
     if command in ("compare", "properties"):
         options += ["--trials", draw(st.sampled_from(["0", "1", "2"]))]
-    if command == "simulate":
+    if command in ("simulate", "observe"):
         options += ["--rounds", draw(st.sampled_from(["1", "3", "8"]))]
+    if command == "observe":
+        options += ["--port", "0", "--pace", draw(st.sampled_from(["0", *WALL_CLOCK])),
+                    "--keep-serving", draw(st.sampled_from(["0", *WALL_CLOCK])), "--quiet"]
+    if command == "stop":
+        options += ["--address", draw(st.sampled_from(UNREACHABLE))]
     for opt in draw(st.lists(st.sampled_from(OPTIONS[command]), max_size=3)):
-        if opt == "--event":
+        if opt == "--bind":
+            value = draw(st.sampled_from(BINDS))
+        elif opt == "--port":
+            value = draw(st.sampled_from(["0", "-1", "65536", "1e3", "abc", "\ud800"]))
+        elif opt == "--address":
+            value = draw(st.sampled_from(UNREACHABLE))
+        elif opt == "--name":
+            value = draw(st.sampled_from(NAMES))
+        elif opt == "--order":
+            value = draw(st.sampled_from(["swag", "fifo", "lifo", ""]))
+        elif opt == "--scheduler":
+            options += [opt, *draw(st.lists(st.sampled_from(SCHEDULER_NAMES), min_size=1,
+                                            max_size=3))]
+            continue
+        elif opt == "--pareto":
+            options += [opt, *draw(st.lists(st.sampled_from(OPTION_VALUES), min_size=2,
+                                            max_size=2))]
+            continue
+        elif opt == "--event":
             value = draw(st.sampled_from(["{at: 1, set_weight: {user: u1, weight: 3}}",
                                           "[1, 2]", "{at: 1, user_leaves: zz}",
                                           "{a: &a [1, 1], b: [*a, *a]}", "x: \ud800"]))
@@ -116,8 +161,12 @@ def cases(draw: Any, *, commands: tuple[str, ...] = tuple(OPTIONS), big: bool = 
             pool = OPTION_VALUES + (["1000", "20000", "1000000"] if big else [])
             value = draw(st.sampled_from(pool))
         options += [opt, value]
-    if draw(st.booleans()):
+    if command != "stop" and draw(st.booleans()):
         options.append("--json")
+    if command == "replay":
+        tsv = draw(st.booleans())
+        return Case(document=None, as_json=tsv, aliases=0, nest=0, command=command,
+                    options=options, trace=_swim(draw) if tsv else _csv(draw))
     nest = draw(st.sampled_from([0, 0, 0, 0, 0, 5, 40, 3000]))
     return Case(document=doc, as_json=as_json, aliases=0 if nest else aliases, nest=nest,
                 command=command, options=options)
@@ -205,7 +254,69 @@ def _events(draw: Any, users: list[Any], servers: list[Any]) -> list[Any]:
     return out
 
 
+def _csv(draw: Any) -> str:
+    """The CSV trace of docs/jobs.md: Table 3.1's jobs, then mutated."""
+    header = ["job", "submit_s", "tasks", "sites", "duration_s", "user"]
+    rows = [["J1", "0", "8", "S1 S2", "1", "a"], ["J2", "1", "15", "S1 S2 S3", "1", "b"],
+            ["J3", "2", "6", "S2 S3", "1", "a"]]
+    for _ in range(draw(st.integers(0, 4))):
+        what = draw(st.sampled_from(["number", "number", "name", "column", "rows", "quote"]))
+        row = rows[draw(st.integers(0, len(rows) - 1))] if rows else None
+        if what == "number" and row:
+            row[draw(st.sampled_from([1, 2, 4]))] = draw(st.sampled_from(TRACE_NUMBERS))
+        elif what == "name" and row:
+            row[draw(st.sampled_from([0, 3, 5]))] = draw(st.sampled_from(NAMES))
+        elif what == "column":
+            col = draw(st.integers(0, len(header) - 1))
+            change = draw(st.sampled_from(["drop", "rename", "twice"]))
+            if change == "drop":
+                header.pop(col)
+                for r in rows:
+                    r.pop(col)
+            elif change == "rename":
+                header[col] = draw(st.sampled_from(NAMES))
+            else:
+                header.append(header[col])
+                for r in rows:
+                    r.append(r[col])
+        elif what == "rows":
+            n = draw(st.sampled_from([0, 1, 50, 3000]))
+            rows = [[f"J{k}", str(k % 7), "2", "S1 S2", "1", "u"][: len(header)]
+                    for k in range(n)] if draw(st.booleans()) else rows[:n]
+        elif what == "quote" and row:
+            row[0] = draw(st.sampled_from(['"J,1"', '"J\n1"', '"unterminated', "J\r1"]))
+    text = ",".join(header) + "\n" + "".join(",".join(r) + "\n" for r in rows)
+    if draw(st.integers(0, 5)) == 0:
+        text = draw(st.sampled_from(["\ufeff", "", "\x00", "sep=,\n"])) + text.replace(
+            "\n", draw(st.sampled_from(["\n", "\r\n", "\r"])))
+    return text
+
+
+def _swim(draw: Any) -> str:
+    """A SWIM tsv (name, submit s, gap s, input/shuffle/output bytes), then mutated."""
+    rows = [["job0", "0", "0", "3000000000", "0", "0"], ["job1", "5", "5", "1", "0", "0"],
+            ["job2", "9", "4", "0", "0", "0"]]
+    for _ in range(draw(st.integers(0, 4))):
+        row = rows[draw(st.integers(0, len(rows) - 1))]
+        what = draw(st.sampled_from(["number", "number", "name", "short", "rows"]))
+        if what == "number":
+            row[draw(st.integers(1, 5))] = draw(st.sampled_from(
+                [*TRACE_NUMBERS, "1000000000000000000", "20000000000000000"]))
+        elif what == "name":
+            row[0] = draw(st.sampled_from(NAMES))
+        elif what == "short":
+            del row[draw(st.integers(1, 5)):]
+        else:
+            rows = rows + [[f"j{k}", str(k), "1", "2000000000", "0", "0"]
+                           for k in range(draw(st.sampled_from([1, 100, 5000])))]
+    return "".join("\t".join(r) + "\n" for r in rows)
+
+
 def write_case(case: Case, directory: Path) -> Path:
+    if case.trace is not None:
+        path = directory / ("trace.tsv" if case.as_json else "trace.csv")
+        path.write_text(case.trace, encoding="utf-8", errors="surrogatepass", newline="")
+        return path
     path = directory / ("scenario.json" if case.as_json else "scenario.yaml")
     if case.as_json:
         text = json.dumps(case.document)  # NaN and infinities as JSON's extensions
@@ -238,7 +349,7 @@ class Outcome:
 def run_case(case: Case, directory: Path) -> Outcome:
     """Run the case's command in this process (``run`` up to where it would start Ray)."""
     path = write_case(case, directory)
-    argv = [case.command, str(path), *case.options]
+    argv = [case.command, *([] if case.command == "stop" else [str(path)]), *case.options]
     out, err = io.StringIO(), io.StringIO()
     began = time.perf_counter()
     try:
@@ -277,9 +388,14 @@ def verdict(case: Case, outcome: Outcome, seconds: float) -> str | None:
             return (f"exit 2 but not one line: stdout {outcome.out[:80]!r} "
                     f"stderr {outcome.err[:300]!r}")
         return None
+    if outcome.status == 1 and case.command == "stop":
+        lines = outcome.err.splitlines()
+        if outcome.out or len(lines) != 1 or not lines[0].startswith("psdsf-dist: "):
+            return f"stop: exit 1 but not one line: {outcome.err[:300]!r}"
+        return None
     if outcome.status != 0:
         return f"exit {outcome.status}: {outcome.err.strip()[:300]}"
-    if case.command == "run":
+    if case.command in ("run", "stop"):
         return None
     if "--json" in case.options:
         try:

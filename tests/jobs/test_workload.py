@@ -72,6 +72,15 @@ def test_a_trace_is_read_within_the_limits(tmp_path: Path) -> None:
         load_trace(big)
 
 
+def test_a_swim_job_of_more_input_than_the_tasks_limit_is_refused_by_its_line(
+        tmp_path: Path) -> None:
+    """10^36 bytes of input is 10^27 tasks: no int64 (it was an OverflowError traceback)."""
+    p = tmp_path / "t.tsv"
+    p.write_text("job0\t0\t0\t3000000000\t0\t0\njob1\t1\t1\t" + "1" * 37 + "\t0\t0\n")
+    with pytest.raises(ScenarioError, match=r"t.tsv: line 2 input bytes: 1.1+e\+27 tasks is more"):
+        load_trace(p)
+
+
 def test_bad_swim_line_names_it(tmp_path: Path) -> None:
     p = tmp_path / "t.tsv"
     p.write_text("job0\t9\t9\t1762\t0\t1\njob1\tx\t9\t970\t0\t1\n")

@@ -12,7 +12,7 @@
 #   (40 each, every server still with its own loop, gossip origin and state).  On 2 cores, 120
 #   actor processes (the default, one per server: drop this option) take minutes to start and
 #   several seconds per paced round; 3 start in seconds and run a round in about one.
-# For a real-time run drop --paced and --time-scale (event times then count in periods).
+# For a real-time run drop --paced and --time-scale (event times then count in seconds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh

@@ -17,11 +17,21 @@ from typing import Any
 
 from psdsf_dist.errors import PsdsfError, ScenarioError, ScenarioWarning, one_line
 from psdsf_dist.model import limits
-from psdsf_dist.model.scenario import Scenario, document_size, load_scenario, read_document
+from psdsf_dist.model.defaults import DEFAULT_MODE, DEFAULT_SEED
+from psdsf_dist.model.scenario import (
+    MODES,
+    Mode,
+    Scenario,
+    document_size,
+    load_scenario,
+    read_document,
+)
+from psdsf_dist.policies.registry import DEFAULT_POLICY, POLICIES, describe
 from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.protocol.convergence import CAP_EXCESS_RTOL, EventConvergence, Observation
 from psdsf_dist.protocol.distance import THRESHOLDS
 from psdsf_dist.protocol.update_rule import RULES
+from psdsf_dist.simulator.simulation import AUTO_SNAPSHOT_ABOVE
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -60,6 +70,7 @@ def int_in(low: int, high: int) -> Callable[[str], int]:
                 f"must be in {low:,}..{high:,}, got {_digits(value)}")
         return value
 
+    parse.__name__ = f"int_in({low}, {high})"  # what the option test compares across commands
     return parse
 
 
@@ -81,6 +92,7 @@ def float_in(low: float, high: float, *, low_open: bool = False,
             raise argparse.ArgumentTypeError(f"must be a number in {interval}, got {value:g}")
         return value
 
+    parse.__name__ = f"float_in{interval}"
     return parse
 
 
@@ -276,15 +288,51 @@ def add_protocol_options(p: argparse.ArgumentParser) -> None:
                    help=f"gossip rounds per period (default {d.gossip_rate})")
     g.add_argument("--rule", choices=RULES, default=d.rule,
                    help=f"update rule (default {d.rule})")
-    g.add_argument("--mode", choices=["rdm", "tdm"], default=d.mode,
-                   help="rdm: divisible resources (Theorem 1); tdm: time-shared servers")
-    g.add_argument("--seed", type=int_in(0, MAX_SEED), default=d.seed, metavar="S",
-                   help=f"random seed (default {d.seed})")
+    add_mode_option(g, d.mode)
+    add_seed_option(g, d.seed)
     g.add_argument("--rtol", type=float_in(0.0, 1.0, low_open=True, high_open=True), default=d.rtol,
                    help=f"certificate tolerance for convergence (default {d.rtol:g})")
     g.add_argument("--hold", type=int_in(1, MAX_ROUNDS), default=d.hold, metavar="H",
                    help="rounds in a row the certificate must hold for an event's convergence "
                         f"to count, unless the next event comes first (default {d.hold})")
+
+
+def add_mode_option(p: argparse.ArgumentParser | argparse._ArgumentGroup,
+                    default: Mode = DEFAULT_MODE) -> None:
+    """``--mode``: the same choices, meaning and default in every command."""
+    p.add_argument("--mode", choices=MODES, default=default,
+                   help="rdm: divisible resources (Theorem 1); tdm: time-shared servers "
+                        f"(Theorem 2) (default {default})")
+
+
+def add_seed_option(p: argparse.ArgumentParser | argparse._ArgumentGroup,
+                    default: int = DEFAULT_SEED) -> None:
+    """``--seed``: the same range, meaning and default in every command."""
+    p.add_argument("--seed", type=int_in(0, MAX_SEED), default=default, metavar="S",
+                   help="seed of every random choice the command makes; the same seed gives "
+                        f"the same output (default {default})")
+
+
+def add_gossip_option(p: argparse.ArgumentParser) -> None:
+    """``--gossip``: the simulator's gossip model (``simulate``, ``observe``)."""
+    p.add_argument("--gossip", choices=["auto", "scuttlebutt", "snapshot"], default="auto",
+                   help="scuttlebutt: the protocol itself, message by message; snapshot: a model "
+                        "for cluster scale (every server once per period, all on the true totals "
+                        "of 1 + delay/T rounds before); auto: snapshot above "
+                        f"{AUTO_SNAPSHOT_ABOVE} servers (default auto)")
+
+
+def add_policy_option(p: argparse.ArgumentParser) -> None:
+    """``--policy``: one of the registry's policies (``solve``, ``properties``)."""
+    p.add_argument("--policy", choices=POLICIES, default=DEFAULT_POLICY, metavar="POLICY",
+                   help=f"allocation policy (default {DEFAULT_POLICY}; each is described at "
+                        "the end of this help)")
+
+
+def policies_epilog() -> str:
+    """The policies and what each does, from the registry (the end of a command's help)."""
+    width = max(len(name) for name in POLICIES)
+    return "policies:\n" + "\n".join(f"  {name:<{width}}  {describe(name)}" for name in POLICIES)
 
 
 def parse_delay(text: str, period: float) -> float:

@@ -16,7 +16,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from psdsf_dist.cli.common import dumps, emit, failed, load_within_work
+from psdsf_dist.cli.common import (
+    add_mode_option,
+    dumps,
+    emit,
+    failed,
+    load_within_work,
+    policies_epilog,
+)
 from psdsf_dist.cli.properties import add_probe_arguments, verdict
 from psdsf_dist.errors import PsdsfError
 from psdsf_dist.model.scenario import Mode, Scenario
@@ -26,19 +33,19 @@ from psdsf_dist.policies.properties import PROPERTY_NAMES, PropertyReport, check
 
 FloatArray = npt.NDArray[np.float64]
 
-COMPARE_TRIALS = 10
 PROPERTY_ROWS = ("si", "ef", "po", "bf", "srf", "sp")
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("compare", help="compare PS-DSF with the baseline policies on a scenario")
+    p = sub.add_parser("compare", help="compare PS-DSF with the baseline policies on a scenario",
+                       epilog=policies_epilog(),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("scenario", help="scenario file (YAML or JSON)")
     p.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES),
                    metavar="POLICY",
                    help=f"policies to compare (default all: {' '.join(POLICIES)})")
-    p.add_argument("--mode", choices=["rdm", "tdm"], default="rdm",
-                   help="rdm: divisible resources; tdm: time-shared servers")
-    add_probe_arguments(p, COMPARE_TRIALS)
+    add_mode_option(p)
+    add_probe_arguments(p)
     p.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     p.set_defaults(run=run)

@@ -32,6 +32,7 @@ from psdsf_dist.cli.common import (
     MAX_ROUNDS,
     SECONDS,
     CommandError,
+    add_gossip_option,
     add_protocol_options,
     emit,
     int_in,
@@ -70,8 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--keep-serving", type=SECONDS, default=0.0, metavar="S",
                    help="keep serving the final state for S seconds after the run (default 0)")
     add_protocol_options(p)
-    p.add_argument("--gossip", choices=["auto", "scuttlebutt", "snapshot"], default="auto",
-                   help="gossip model of the simulator (default auto)")
+    add_gossip_option(p)
     p.add_argument("--no-per-pair", dest="per_pair", action="store_false",
                    help="no per-(user, server) task series (large clusters); per-user and "
                         "per-server aggregates stay")

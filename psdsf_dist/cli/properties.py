@@ -5,19 +5,20 @@ from __future__ import annotations
 import argparse
 
 from psdsf_dist.cli.common import (
-    MAX_SEED,
     MAX_TRIALS,
+    add_mode_option,
+    add_policy_option,
+    add_seed_option,
     dumps,
     emit,
     failed,
     int_in,
     load_within_work,
+    policies_epilog,
 )
 from psdsf_dist.errors import PsdsfError
 from psdsf_dist.model.scenario import Scenario
-from psdsf_dist.policies import POLICIES
 from psdsf_dist.policies.properties import DEFAULT_TRIALS, PropertyReport, check_properties
-from psdsf_dist.policies.whole_task_policies import DEFAULT_SEED
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -25,28 +26,23 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "properties",
         help="check sharing incentive, envy-freeness, Pareto optimality, bottleneck and "
              "single-resource fairness, and probe strategy-proofness",
+        epilog=policies_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("scenario", help="scenario file (YAML or JSON)")
-    p.add_argument("--policy", choices=POLICIES, default="psdsf", help="policy (default psdsf)")
-    p.add_argument("--mode", choices=["rdm", "tdm"], default="rdm",
-                   help="rdm: divisible resources; tdm: time-shared servers")
-    add_probe_arguments(p, DEFAULT_TRIALS)
+    add_policy_option(p)
+    add_mode_option(p)
+    add_probe_arguments(p)
     p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     p.set_defaults(run=run)
 
 
-def add_probe_arguments(p: argparse.ArgumentParser, trials: int) -> None:
-    p.add_argument("--trials", type=int_in(0, MAX_TRIALS), default=trials, metavar="N",
-                   help=f"random misreports probing strategy-proofness (default {trials}; 0 skips)")
-    add_seed_argument(p, "and of the misreports")
-
-
-def add_seed_argument(p: argparse.ArgumentParser, also: str = "") -> None:
-    """``--seed``: the same option, meaning and default in solve, compare and properties."""
-    p.add_argument("--seed", type=int_in(0, MAX_SEED), default=DEFAULT_SEED, metavar="S",
-                   help="seed of every random choice: rrr-psdsf's server draws"
-                        f"{' ' + also if also else ''} (default {DEFAULT_SEED})")
+def add_probe_arguments(p: argparse.ArgumentParser) -> None:
+    """``--trials`` and ``--seed`` of the strategy-proofness probe (properties, compare)."""
+    p.add_argument("--trials", type=int_in(0, MAX_TRIALS), default=DEFAULT_TRIALS, metavar="N",
+                   help="random misreports probing strategy-proofness "
+                        f"(default {DEFAULT_TRIALS}; 0 skips)")
+    add_seed_option(p)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -16,8 +16,8 @@ from typing import Any
 
 from psdsf_dist.cli.common import (
     MAX_SECONDS,
-    MAX_SEED,
     CommandError,
+    add_seed_option,
     dumps,
     emit,
     float_in,
@@ -38,7 +38,6 @@ from psdsf_dist.jobs.workload import (
     build_workload,
     load_trace,
 )
-from psdsf_dist.policies.whole_task_policies import DEFAULT_SEED
 
 MAX_SITES = 1_000
 """Sites (and available sites): the placement draws a jobs x sites matrix."""
@@ -71,8 +70,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    metavar=("SHAPE", "MEAN"),
                    help=f"task durations' Pareto shape and mean in seconds (default "
                         f"{PARETO_SHAPE:g} {PARETO_MEAN_S:g})")
-    p.add_argument("--seed", type=int_in(0, MAX_SEED), default=DEFAULT_SEED, metavar="S",
-                   help=f"seed of the placement and the durations (default {DEFAULT_SEED})")
+    add_seed_option(p)
     p.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     p.set_defaults(run=run)

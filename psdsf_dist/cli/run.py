@@ -67,10 +67,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--detach", action="store_true",
                    help="with --address: start the allocator, print its name and return; it "
                         "serves until `psdsf-dist stop --name NAME`")
+    d = RunConfig()
     p.add_argument("--time-scale", type=float_in(0.0, MAX_TIME_SCALE, low_open=True),
-                   default=None, metavar="F",
+                   default=d.time_scale, metavar="F",
                    help="wall-clock seconds per second of the scenario's event times "
-                        "(default: the period, i.e. event times count in rounds)")
+                        f"(default {d.time_scale:g}: event times are seconds, as in simulate; "
+                        "set it to the period to count them in rounds)")
     p.add_argument("--duration", type=float_in(0.0, MAX_SECONDS, low_open=True),
                    metavar="S",
                    help="stop after S seconds (default: once converged after the last event, "
@@ -86,9 +88,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="time moves one period on as soon as every server has done its part "
                         "(a compressed replay whose rounds do not depend on the machine's "
                         "speed; --duration then counts run time)")
-    p.add_argument("--servers-per-actor", type=int_in(1, 1_000_000), default=1, metavar="P",
-                   help="servers hosted by one actor process (default 1: one actor per server; "
-                        "more saves memory and start-up on a small machine)")
+    p.add_argument("--servers-per-actor", type=int_in(1, 1_000_000), default=d.servers_per_actor,
+                   metavar="P",
+                   help="servers hosted by one actor process (default "
+                        f"{d.servers_per_actor}: one actor per server; more saves memory and "
+                        "start-up on a small machine)")
     p.add_argument("--num-cpus", type=int_in(1, 4096), metavar="C",
                    help="CPUs of the embedded local Ray (default: all)")
     p.add_argument("--metrics-port", type=int_in(0, 65535), metavar="P",
@@ -111,7 +115,7 @@ def config_from(args: argparse.Namespace) -> RunConfig:
     protocol = protocol_config(args)
     cfg = RunConfig(protocol=protocol, servers_per_actor=args.servers_per_actor,
                     clock="manual" if args.paced else "real",
-                    time_scale=protocol.period if args.time_scale is None else args.time_scale)
+                    time_scale=args.time_scale)
     try:
         cfg.check()
     except ValueError as err:

@@ -10,6 +10,7 @@ from psdsf_dist.cli.common import (
     EXIT_FAILURE,
     MAX_ROUNDS,
     CommandError,
+    add_gossip_option,
     add_protocol_options,
     cap_line,
     convergence_lines,
@@ -38,10 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--rounds", type=int_in(1, MAX_ROUNDS), default=SimConfig.rounds, metavar="R",
                    help=f"rounds (periods) to simulate (default {SimConfig.rounds})")
     add_protocol_options(p)
-    p.add_argument("--gossip", choices=["auto", "scuttlebutt", "snapshot"], default="auto",
-                   help="scuttlebutt: the protocol itself, message by message; snapshot: a model "
-                        "for cluster scale (every server once per period, all on the true totals "
-                        "of 1 + delay/T rounds before); auto: snapshot above 2000 servers")
+    add_gossip_option(p)
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--json", action="store_true",
                    help="print a JSON object: trace, events, final allocation (solve format)")

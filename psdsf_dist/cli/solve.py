@@ -16,29 +16,37 @@ from __future__ import annotations
 
 import argparse
 
-from psdsf_dist.cli.common import CommandError, dumps, emit, failed, load
-from psdsf_dist.cli.properties import add_seed_argument
+from psdsf_dist.cli.common import (
+    CommandError,
+    add_mode_option,
+    add_policy_option,
+    add_seed_option,
+    dumps,
+    emit,
+    failed,
+    load,
+    policies_epilog,
+)
 from psdsf_dist.core.certificate import Certificate, certificate
 from psdsf_dist.core.report import allocation_json, allocation_table
 from psdsf_dist.core.solver import solve
 from psdsf_dist.errors import PsdsfError
 from psdsf_dist.model.scenario import Scenario
-from psdsf_dist.policies import POLICIES, Allocation, allocate
+from psdsf_dist.policies import Allocation, allocate
 from psdsf_dist.policies.psdsf_rounding import RoundedAllocation, round_psdsf
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("solve", help="compute the allocation of a scenario (PS-DSF: certified)")
+    p = sub.add_parser("solve", help="compute the allocation of a scenario (PS-DSF: certified)",
+                       epilog=policies_epilog(),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("scenario", help="scenario file (YAML or JSON)")
-    p.add_argument("--mode", choices=["rdm", "tdm"], default="rdm",
-                   help="rdm: divisible resources (Theorem 1); "
-                        "tdm: time-shared servers (Theorem 2)")
-    p.add_argument("--policy", choices=POLICIES, default="psdsf",
-                   help="allocation policy (default psdsf); the others are the baselines")
+    add_mode_option(p)
+    add_policy_option(p)
     p.add_argument("--whole-tasks", action="store_true",
                    help="round the PS-DSF allocation to whole tasks (a stated loss bound per "
                         "user); only with --policy psdsf")
-    add_seed_argument(p)
+    add_seed_option(p)
     p.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     p.set_defaults(run=run)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from psdsf_dist.model.defaults import DEFAULT_MODE
 from psdsf_dist.model.scenario import Mode, Scenario
 
 FloatArray = npt.NDArray[np.float64]
@@ -63,7 +64,7 @@ def certificate(
     scenario: Scenario,
     allocation: FloatArray,
     *,
-    mode: Mode = "rdm",
+    mode: Mode = DEFAULT_MODE,
     rtol: float = DEFAULT_RTOL,
     totals: FloatArray | None = None,
     explain: bool = True,

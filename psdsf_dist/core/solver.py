@@ -53,6 +53,7 @@ from psdsf_dist.core.eisenberg_gale import FisherEquilibrium, eisenberg_gale, ex
 from psdsf_dist.core.server_procedure import server_water_fill
 from psdsf_dist.core.water_fill import WaterFill
 from psdsf_dist.errors import SolverError
+from psdsf_dist.model.defaults import DEFAULT_MODE
 from psdsf_dist.model.scenario import Mode, Scenario, demand_gamma
 
 FloatArray = npt.NDArray[np.float64]
@@ -113,7 +114,7 @@ class Solution:
 
 def solve(
     scenario: Scenario,
-    mode: Mode = "rdm",
+    mode: Mode = DEFAULT_MODE,
     *,
     rtol: float = DEFAULT_RTOL,
     max_sweeps: int = 20000,

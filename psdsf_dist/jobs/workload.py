@@ -27,9 +27,9 @@ import numpy as np
 import numpy.typing as npt
 
 from psdsf_dist.errors import ScenarioError
+from psdsf_dist.model.defaults import DEFAULT_SEED
 from psdsf_dist.model.limits import current_limits
 from psdsf_dist.model.scenario import read_text
-from psdsf_dist.policies.whole_task_policies import DEFAULT_SEED
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]

@@ -42,6 +42,7 @@ import numpy.typing as npt
 
 from psdsf_dist.core.solver import ServerClasses
 from psdsf_dist.errors import PsdsfError
+from psdsf_dist.model.defaults import DEFAULT_MODE
 from psdsf_dist.model.scenario import Mode, Scenario
 from psdsf_dist.policies.registry import Allocation, allocate
 
@@ -95,7 +96,7 @@ def expand(classes: ServerClasses, merged_allocation: FloatArray) -> FloatArray:
     return np.asarray(per_member[:, classes.member_class])
 
 
-def allocate_by_class(scenario: Scenario, policy: str, mode: Mode = "rdm") -> Allocation:
+def allocate_by_class(scenario: Scenario, policy: str, mode: Mode = DEFAULT_MODE) -> Allocation:
     """:func:`~psdsf_dist.policies.registry.allocate` on the merged cluster, expanded to the
     scenario's servers.  ``seconds`` includes the merging.  PS-DSF's certificate is the merged
     allocation's (the same condition, see the module docstring)."""

@@ -65,6 +65,7 @@ import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 
 from psdsf_dist.errors import PsdsfError
+from psdsf_dist.model.defaults import DEFAULT_MODE, DEFAULT_SEED
 from psdsf_dist.model.scenario import Mode, Scenario
 from psdsf_dist.model.task_groups import TaskGroups
 from psdsf_dist.policies import Allocation, allocate, policy_view
@@ -140,10 +141,10 @@ PROPERTY_NAMES: dict[str, str] = {
 def check_properties(
     scenario: Scenario,
     policy: str,
-    mode: Mode = "rdm",
+    mode: Mode = DEFAULT_MODE,
     *,
     trials: int = DEFAULT_TRIALS,
-    seed: int = 0,
+    seed: int = DEFAULT_SEED,
     allocation: Allocation | None = None,
 ) -> PropertyReport:
     """Run the policy (unless given its allocation) and check every property."""
@@ -583,7 +584,7 @@ def strategy_proofness(
     X: FloatArray,
     *,
     trials: int = DEFAULT_TRIALS,
-    seed: int = 0,
+    seed: int = DEFAULT_SEED,
 ) -> PropertyCheck:
     key, name = "sp", PROPERTY_NAMES["sp"]
     if trials <= 0:

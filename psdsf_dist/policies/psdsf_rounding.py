@@ -43,6 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from psdsf_dist.core.solver import solve
+from psdsf_dist.model.defaults import DEFAULT_MODE
 from psdsf_dist.model.scenario import Mode, Scenario
 from psdsf_dist.policies.whole_task_policies import whole_task_allocation
 from psdsf_dist.policies.whole_tasks import whole_caps
@@ -86,7 +87,7 @@ def floor_allocation(fractional: FloatArray, max_tasks: FloatArray) -> IntArray:
 
 
 def round_psdsf(
-    scenario: Scenario, mode: Mode = "rdm", fractional: FloatArray | None = None
+    scenario: Scenario, mode: Mode = DEFAULT_MODE, fractional: FloatArray | None = None
 ) -> RoundedAllocation:
     """Whole tasks from the PS-DSF allocation (solved here unless ``fractional`` is given)."""
     mode = scenario.check_mode(mode)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from psdsf_dist.model.defaults import DEFAULT_MODE
 from psdsf_dist.model.scenario import Mode, Scenario
 from psdsf_dist.policies.registry import Allocation, allocate
 from psdsf_dist.protocol.membership import ChurnState
@@ -81,7 +82,7 @@ def _changes(names: Sequence[str], before: npt.NDArray[np.bool_],
     return ", ".join(words) if words else f"events at t={at:g}"
 
 
-def policy_timeline(scenario: Scenario, policy: str, mode: Mode = "rdm", *,
+def policy_timeline(scenario: Scenario, policy: str, mode: Mode = DEFAULT_MODE, *,
                     allocator: Allocator = allocate) -> tuple[PhaseAllocation, ...]:
     """The policy's exact allocation in every phase (one solve per phase).  ``allocator`` is
     :func:`~psdsf_dist.policies.registry.allocate` or a drop-in such as

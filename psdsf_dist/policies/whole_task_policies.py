@@ -44,6 +44,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from psdsf_dist.model.defaults import DEFAULT_SEED
 from psdsf_dist.model.scenario import Mode, Scenario
 from psdsf_dist.policies.drfh import global_dominant_share
 from psdsf_dist.policies.tsf import task_share_scale
@@ -68,7 +69,6 @@ WHOLE_TASK_POLICIES: tuple[str, ...] = (
     "bf-drf",
 )
 SEEDED_POLICIES: tuple[str, ...] = ("rrr-psdsf",)
-DEFAULT_SEED = 0
 
 ServerOrder = Literal["round-robin", "each-step"]
 SERVER_ORDERS: tuple[ServerOrder, ...] = ("round-robin", "each-step")

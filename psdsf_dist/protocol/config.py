@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from psdsf_dist.model.defaults import DEFAULT_MODE, DEFAULT_SEED
 from psdsf_dist.model.scenario import Mode
 from psdsf_dist.protocol.update_rule import DEFAULT_RULE, UpdateRule, make_rule
 
@@ -53,8 +54,8 @@ class ProtocolConfig:
     rule: str = DEFAULT_RULE
     rule_params: tuple[tuple[str, float], ...] = ()
     """Numeric parameters of the rule, e.g. ``(("a", 0.5),)`` for ``damped``."""
-    mode: Mode = "rdm"
-    seed: int = 0
+    mode: Mode = DEFAULT_MODE
+    seed: int = DEFAULT_SEED
     """Seeds every server's own random stream (phases, jitter, peers) and the transport's."""
     rtol: float = CONVERGENCE_RTOL
     hold: int = DEFAULT_HOLD

@@ -859,6 +859,10 @@ class Coordinator:
             self.failure = str(err)
 
     # -- answers ------------------------------------------------------------------------------
+    async def run_config(self) -> RunConfig:
+        """The settings this run was launched with (what ``attach`` gives its handle)."""
+        return self.config
+
     async def status(self) -> dict[str, Any]:
         await self._ensure()
         assert self.churn is not None

@@ -2,8 +2,9 @@
 
 ::
 
+    from psdsf_dist.protocol.config import ProtocolConfig
     from psdsf_dist.runtime.launcher import launch, RunConfig
-    run = launch("psdsf_dist/examples/paper_cluster.yaml", RunConfig(period=0.5))
+    run = launch("psdsf_dist/examples/paper_cluster.yaml", RunConfig(ProtocolConfig(period=0.5)))
     run.wait(duration=60, until_converged=True)
     run.apply({"set_weight": {"user": "u1", "weight": 3}})
     result = run.result()
@@ -31,7 +32,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -294,9 +295,13 @@ def launch(source: str | Path | Mapping[str, Any] | Scenario, config: RunConfig 
 def attach(run_id: str = DEFAULT_RUN_ID, config: RunConfig | None = None,
            secret: str | None = None) -> Run:
     """A handle on a run started elsewhere (e.g. a detached coordinator); ``secret`` (the
-    launching handle's ``Run.secret``) to steer it, none to only read it."""
+    launching handle's ``Run.secret``) to steer it, none to only read it.  Without ``config``
+    the handle takes the run's own from its coordinator, so ``Run.wait`` paces and judges
+    convergence by the run's period and hold, not by defaults."""
     handle = ray.get_actor(coordinator_name(run_id), namespace=NAMESPACE)
-    return Run(handle, run_id, config or RunConfig(), secret)
+    if config is None:
+        config = cast(RunConfig, ray.get(handle.run_config.remote(), timeout=LIVE_CHECK_TIMEOUT))
+    return Run(handle, run_id, config, secret)
 
 
 def clear_leftovers(run_id: str) -> int:

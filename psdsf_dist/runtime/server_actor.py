@@ -45,7 +45,8 @@ from psdsf_dist.admission.server_admission import ServerAdmission
 from psdsf_dist.protocol.convergence import Observation
 from psdsf_dist.protocol.gossip import server_of
 from psdsf_dist.protocol.membership import Table
-from psdsf_dist.protocol.node import Message, ServerNode, server_seed
+from psdsf_dist.protocol.node import Message, ServerNode
+from psdsf_dist.protocol.transport import Transport
 from psdsf_dist.protocol.update_rule import UpdateRule
 from psdsf_dist.runtime.clock import Clock, ManualClock, WallClock
 from psdsf_dist.runtime.names import NAMESPACE, actor_key, coordinator_name, server_actor_name
@@ -58,7 +59,6 @@ FloatArray = npt.NDArray[np.float64]
 # (even 2 ms) costs a scheduling quantum on a loaded machine: 4x slower rounds were measured.
 BATCH_SECONDS = 0.0
 PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
-TRANSPORT_STREAM = "transport"  # seeds the transport's random stream (as in the simulator)
 ORPHAN_CHECK_PERIODS = 4.0
 ORPHAN_CHECK_MIN_SECONDS = 1.0
 ORPHAN_CHECKS = 2
@@ -117,8 +117,7 @@ class ServerActor:
         self.handles: dict[str, Any] = {}
         self.started_at = 0.0
         # one transport stream per actor: with one actor it is the simulator's exactly
-        self.transport_rng = np.random.default_rng(
-            server_seed(config.protocol.seed, TRANSPORT_STREAM, 0))
+        self.transport = Transport(config.protocol)
         self.outbox: dict[str, tuple[Any, list[tuple[str, Message, asyncio.Future[Any]]]]] = {}
         self.notes: dict[str, Any] = {}
         self.journal: list[Observation] = []
@@ -332,12 +331,11 @@ class ServerActor:
 
     async def _transit(self) -> bool:
         """A message in flight: dropped with probability ``loss``, else held ``delay``."""
-        cfg = self.config.protocol
-        if cfg.loss > 0 and self.transport_rng.random() < cfg.loss:
+        if self.transport.lost():
             return False
-        if cfg.delay > 0:
+        if self.transport.delay > 0:
             assert self.clock is not None
-            await self.clock.sleep(cfg.delay)
+            await self.clock.sleep(self.transport.delay)
         return True
 
     async def _send(self, to: str, message: Message) -> Message | None:

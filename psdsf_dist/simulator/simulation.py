@@ -70,6 +70,7 @@ from psdsf_dist.protocol.node import (
     seed_peers,
     server_seed,
 )
+from psdsf_dist.protocol.transport import Transport
 from psdsf_dist.protocol.update_rule import RuleState, UpdateRule, uses_classes
 from psdsf_dist.simulator.clock import SimClock
 
@@ -78,7 +79,6 @@ GossipModel = Literal["auto", "scuttlebutt", "snapshot"]
 
 AUTO_SNAPSHOT_ABOVE = 2000
 HELD = 1e-12  # a change above this counts its server as moving a user (snapshot model)
-TRANSPORT_STREAM = "transport"  # the transport's random stream is seeded like a server's
 
 # same-instant order: scenario events, then server wake-ups, then message deliveries
 _EVENT, _WAKE, _DELIVERY = 0, 1, 2
@@ -150,7 +150,7 @@ class Simulator:
             model = "snapshot" if full.num_servers > AUTO_SNAPSHOT_ABOVE else "scuttlebutt"
         self.model: str = model
         self.clock = SimClock()
-        self.transport_rng = np.random.default_rng(server_seed(cfg.seed, TRANSPORT_STREAM, 0))
+        self.transport = Transport(cfg)
         self.table = self.churn.table()
         self.nodes: dict[str, ServerNode] = {}
         """The live servers by name."""
@@ -202,11 +202,11 @@ class Simulator:
 
     # -- transport ----------------------------------------------------------------------------
     def _send(self, to: str, message: Message, now: float) -> None:
-        cfg = self.config.protocol
-        if cfg.loss > 0 and self.transport_rng.random() < cfg.loss:
+        if self.transport.lost():
             return
-        if cfg.delay > 0:
-            self.clock.at(now + cfg.delay, _DELIVERY, partial(self._deliver, to, message))
+        if self.transport.delay > 0:
+            self.clock.at(now + self.transport.delay, _DELIVERY,
+                          partial(self._deliver, to, message))
         else:
             self._deliver(to, message)
 

@@ -22,7 +22,7 @@ from tests.conftest import EXAMPLES
 def test_run_prints_the_solve_json_with_event_times(capsys: pytest.CaptureFixture[str]) -> None:
     # two servers, three users; one extra event from the command line at round 10
     status = main(["run", str(EXAMPLES / "paper_fig1.yaml"), "--period", "0.3", "--json",
-                   "--seed", "4", "--until-converged", "--duration", "120",
+                   "--time-scale", "0.3", "--seed", "4", "--until-converged", "--duration", "120",
                    "--event", "{at: 10, set_weight: {user: u1, weight: 3}}"])
     out, err = capsys.readouterr()
     assert status == 0, err

@@ -109,6 +109,9 @@ def test_only_a_handle_with_the_run_secret_steers_the_run(manual_run: Run) -> No
     assert "u1" in manual_run.status()["present_users"]  # nothing changed
     steerer = attach(manual_run.run_id, manual_run.config, secret=manual_run.secret)
     assert steerer.set_weight("u1", 2) == "user u1 weight set to 2"
+    # without a config, the run's own (manual clock, jitter, seed), not RunConfig()'s
+    assert manual_run.config != RunConfig()
+    assert attach(manual_run.run_id).config == manual_run.config
 
 
 def test_a_crashed_server_restarts_as_a_new_incarnation_and_rejoins(manual_run: Run) -> None:

@@ -35,16 +35,22 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from scipy.optimize import linprog
 
+from psdsf_dist.errors import SolverError
 from psdsf_dist.jobs.simulator import DEFAULT_SAMPLES, JobRun
 from psdsf_dist.jobs.workload import Workload
 from psdsf_dist.model.scenario import Scenario
+from psdsf_dist.policies.amf import AMF_POLICIES, pair_floors, task_group_view
+from psdsf_dist.policies.progressive import HIGHS_OPTIONS
 from psdsf_dist.policies.registry import POLICIES, UnknownPolicyError, allocate
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 RECOMPUTE = ("subjob", "task")
+TOTAL_TOL = 1e-7
+"""Relative slack on the AMF totals kept by :func:`optimize_completion`."""
 ZERO = 1e-6
 """An allocation at or below this many slots counts as none (solver round-off)."""
 IMF = "imf"
@@ -112,21 +118,102 @@ def job_scenario(names: list[str], running: IntArray, groups: list[list[tuple[li
     })
 
 
-def allocation(policy: str, sc: Scenario) -> FloatArray:
-    """(jobs, sites) slots per job and site under ``policy`` (:data:`JOB_POLICIES`)."""
+def allocation(policy: str, sc: Scenario, *, optimized: bool = False) -> FloatArray:
+    """(jobs, sites) slots per job and site under ``policy`` (:data:`JOB_POLICIES`);
+    ``optimized``: then refined by :func:`optimize_completion` (the AMF family only)."""
     if policy == IMF:
         groups = sc.task_groups
         assert groups is not None
         return imf(groups.first_server_only().per_server_tasks(sc.num_servers),
                    sc.capacity[:, 0])
-    return np.asarray(allocate(sc, policy, "rdm").allocation, dtype=float)
+    a = np.asarray(allocate(sc, policy, "rdm").allocation, dtype=float)
+    if optimized:
+        if policy not in AMF_POLICIES:
+            raise ValueError(f"only the AMF family is optimized (Algorithms 6 and 8), "
+                             f"not {policy!r}")
+        a = optimize_completion(sc, policy, a.sum(axis=1))
+    return a
+
+
+def optimize_completion(sc: Scenario, policy: str, totals: FloatArray) -> FloatArray:
+    """Algorithms 6 (AMF) and 8 (GAMF): another allocation with the same job-wise totals,
+    chosen job by job in increasing order of unfinished tasks (ties: the earlier job) to
+    minimise each one's estimated completion ``max_k d[k] / (slots of group k)``, the jobs
+    optimized before it fixed.  Each step is the thesis's LP: maximise ``y`` subject to the
+    sites' capacities, every group's slots within its tasks, every later job's total equal to
+    its AMF total (so the result is still AMF), and the target's group k given at least
+    ``d[k] y`` slots (``a = d y + z``, ``z >= 0``); ``amf-si`` keeps its per-site
+    sharing-incentive floors (4.3)-(4.4), ``gamf-si``'s aggregate floor (5.24) holds with the
+    totals.  Totals are kept to a relative 1e-7 (the progressive filling's round-off)."""
+    view = task_group_view(sc, policy)
+    groups = view.task_groups
+    assert groups is not None
+    m, N = view.num_servers, view.num_users
+    g_of = groups.group_of_entry()  # one variable per (group, site it may use)
+    site = groups.server
+    user = groups.user[g_of]
+    V = len(site)
+    cap = view.capacity[:, 0].astype(float)
+    floors = pair_floors(view)[0] if policy == "amf-si" else np.zeros((N, m))
+    fixed = np.zeros(V)
+    done = np.zeros(N, dtype=bool)
+    size = groups.tasks @ (groups.user[:, None] == np.arange(N)).astype(float)
+    for n in sorted(range(N), key=lambda n: (size[n], n)):
+        free = ~done[user]
+        cols = np.flatnonzero(free)
+        k = len(cols)
+        mine = np.flatnonzero(groups.user == n)
+        # variables: a over cols, then y
+        rows: list[FloatArray] = []
+        rhs: list[float] = []
+        used = np.bincount(site[~free], weights=fixed[~free], minlength=m)
+        for j in range(m):  # capacity
+            rows.append(np.append((site[cols] == j).astype(float), 0.0))
+            rhs.append(cap[j] - used[j])
+        for g in np.unique(g_of[cols]):  # each group within its tasks
+            rows.append(np.append((g_of[cols] == g).astype(float), 0.0))
+            rhs.append(float(groups.tasks[g]))
+        for g in mine:  # the target: d[g] y - (slots of g) <= 0
+            rows.append(np.append(-(g_of[cols] == g).astype(float), float(groups.tasks[g])))
+            rhs.append(0.0)
+        eq_rows: list[FloatArray] = []
+        eq_lo: list[float] = []
+        for u in np.unique(user[cols]):  # totals kept (two inequalities, within round-off)
+            row = np.append((user[cols] == u).astype(float), 0.0)
+            rows.append(row)
+            rhs.append(float(totals[u]))
+            eq_rows.append(-row)
+            eq_lo.append(-float(totals[u]) * (1.0 - TOTAL_TOL))
+            for s in np.flatnonzero(floors[u] > 0).tolist():
+                eq_rows.append(-np.append(((user[cols] == u) & (site[cols] == s))
+                                          .astype(float), 0.0))
+                eq_lo.append(-float(floors[u, s]) * (1.0 - TOTAL_TOL))
+        A = np.array(rows + eq_rows)
+        b = np.array(rhs + eq_lo)
+        c = np.zeros(k + 1)
+        c[-1] = -1.0
+        res = linprog(c, A_ub=A, b_ub=b, bounds=(0.0, None), method="highs",
+                      options=HIGHS_OPTIONS)
+        if res.status != 0:
+            raise SolverError(f"Algorithm 6/8 LP for job {view.user_names[n]}: {res.message}")
+        x = np.asarray(res.x)[:k]
+        fixed[cols[user[cols] == n]] = x[user[cols] == n]
+        done[n] = True
+    out = np.zeros((N, m))
+    np.add.at(out, (user, site), fixed)
+    return out
 
 
 def simulate_allocated(w: Workload, policy: str, *, recompute: str = "subjob",
+                       optimized: bool = False,
                        samples: int = DEFAULT_SAMPLES) -> AllocatedRun:
-    """Run the workload with the slots shared by ``policy`` (see the module docstring)."""
+    """Run the workload with the slots shared by ``policy`` (see the module docstring);
+    ``optimized``: the AMF family's allocation refined by Algorithm 6/8 at every solve."""
     if policy not in JOB_POLICIES:
         raise UnknownPolicyError(policy)
+    if optimized and policy not in AMF_POLICIES:
+        raise ValueError(f"only the AMF family is optimized (Algorithms 6 and 8), "
+                         f"not {policy!r}")
     if recompute not in RECOMPUTE:
         raise ValueError(f"unknown recompute {recompute!r} (expected one of {RECOMPUTE})")
     t_wall = time.perf_counter()
@@ -181,7 +268,7 @@ def simulate_allocated(w: Workload, policy: str, *, recompute: str = "subjob",
             sc = job_scenario([f"j{i}" for i in active],
                               np.array([running[i] for i in active]), groups, slots,
                               w.site_names)
-            share = allocation(policy, sc)
+            share = allocation(policy, sc, optimized=optimized)
         else:
             share = np.zeros((0, m))
         solves += 1

@@ -133,7 +133,8 @@ def run(quick: bool) -> Section:
     md = "\n".join([
         f"{servers} servers in Table I's proportions, {horizon / 3600:g} h, seeds "
         f"{', '.join(map(str, seeds))} (medians over seeds); the {CAPTION}.  Utilisation is the "
-        f"mean after the first {WARMUP_FRACTION:.0%} of the run.  Data: `{csv}`.",
+        f"mean after the first {WARMUP_FRACTION:.0%} of the run; the figures show seed "
+        f"{seeds[0]}.  Data: `{csv}`.",
         "",
         "**Table II** — Slots utilisation by slot size (cell: paper / ours):",
         "",

@@ -19,10 +19,12 @@ from typing import Any
 
 import numpy as np
 from repro_common import Section, figure, pct, save, save_csv, section_main
+from repro_drfh import paper_draw
 from sim_common import table
 
 from psdsf_dist.jobs.slots import (
     JOB_CLASSES,
+    SCHEDULERS,
     MultiRun,
     MultiWorkload,
     google_servers,
@@ -62,8 +64,81 @@ def job_class(tasks: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return np.searchsorted([hi for _, hi in JOB_CLASSES], tasks)
 
 
+FIG4_USERS = ((0.0, 3570, 0.2, 0.3), (200.0, 6000, 0.5, 0.1), (500.0, 6000, 0.1, 0.3))
+"""Fig. 4's users (submit s, tasks, CPU, memory); u1's task count makes it run out near the
+paper's 1,080 s with 20 s tasks."""
+FIG4_PAPER = (("u1 alone", 100.0, 200.0, "u1 62% (40% CPU, 62% mem)"),
+              ("u1 + u2", 300.0, 500.0, "44% each"), ("u1 + u2 + u3", 700.0, 1000.0, "26% each"))
+FIG4_TASK_S = 20.0
+
+
+def fig4_dynamic() -> tuple[str, str]:
+    """Fig. 4 with whole tasks that come and go: Best-Fit DRFH on the paper's 100-server draw
+    (``repro_drfh.paper_draw``), tasks exponential of mean 20 s (the paper gives none)."""
+    from psdsf_dist.model.random_scenarios import GOOGLE_2011_MACHINES
+
+    rng = np.random.default_rng(0)
+    cap = np.repeat(np.array([[c, m] for _, c, m in GOOGLE_2011_MACHINES]), paper_draw(),
+                    axis=0)
+    cap = cap[rng.permutation(len(cap))].astype(float)
+    tasks = np.array([u[1] for u in FIG4_USERS], dtype=np.int64)
+    w = MultiWorkload(cap, np.array([u[0] for u in FIG4_USERS]), np.arange(3, dtype=np.int64),
+                      tasks, np.array([[u[2], u[3]] for u in FIG4_USERS]),
+                      rng.exponential(FIG4_TASK_S, int(tasks.sum())) + 1e-3)
+    horizon = 1400.0
+    r = simulate_multi(w, SCHEDULERS[1], horizon)
+    user = np.repeat(np.arange(3), tasks)
+    dom = (w.demand / cap.sum(axis=0)).max(axis=1)[user]
+    ts = np.arange(0.0, horizon, 5.0)
+    share = np.array([[dom[(user == u) & (r.task_start <= t) & ~(r.task_end <= t)].sum()
+                       for u in range(3)] for t in ts])
+    rows = []
+    for name, a, b, paper in FIG4_PAPER:
+        keep = (ts >= a) & (ts < b)
+        m = share[keep].mean(axis=0)
+        rows.append([name, paper, "; ".join(f"u{u + 1} {pct(float(m[u]))}" for u in range(3)
+                                            if m[u] > 0.01)])
+    fig, ax = figure(1, 1)
+    for u in range(3):
+        ax[0][0].plot(ts, 100 * share[:, u], label=f"u{u + 1}")
+    for _, a, b, _ in FIG4_PAPER:
+        ax[0][0].axvspan(a, b, color="grey", alpha=0.1)
+    ax[0][0].set_xlabel("time (s)")
+    ax[0][0].set_ylabel("global dominant share (%)")
+    ax[0][0].set_title("Fig. 4c, Best-Fit DRFH with 20 s tasks (paper's 100-server totals); "
+                       "shaded: averaged", fontsize=8)
+    ax[0][0].legend()
+    path = save(fig, "drfh_fig4_dynamic.png")
+    md = "\n".join([
+        "**Fig. 4, phases 2-4 with tasks that come and go** (section 2 computes each phase's "
+        "allocation at once; here Best-Fit DRFH schedules whole tasks of exponential 20 s "
+        f"durations as they end, on the same 100-server draw; u1 runs out at "
+        f"{float(r.finish[0]):.0f} s, the paper's user 1 leaves at 1,080 s):",
+        "",
+        table(["phase (averaged over)", "paper", "ours: global dominant share"],
+              [[f"{n} ({a:g}-{b:g} s)", p, o] for (n, a, b, _), (_, p, o)
+               in zip(FIG4_PAPER, rows, strict=True)]),
+        "",
+        f"![Fig. 4 with task churn]({path})",
+        "",
+        "The churn run lands where section 2's whole-task Best-Fit rows do, so scheduling "
+        "over time is not what separates us from the paper: phase 1 agrees (62.5 % against "
+        "62 %), phase 2 is 2 points above (46 % against 44 %), and in phase 3 the three users "
+        "stop at about 30 % (paper 26 %) while neither resource is full (at 30 % each their "
+        "tasks take 59 % of the CPU and 66 % of the memory).  What stops them is "
+        "fragmentation of whole tasks: user 2's 0.5-CPU task needs a server with half a CPU "
+        "free, and 0.3-memory tasks leave 0.2 of a 0.5-memory server that only user 2 can use.  "
+        "That level depends on which machines make up the pool; the paper publishes only its "
+        "draw's totals (ours is the most likely composition with those totals), so the likely "
+        "cause of its lower 26 % is a composition that packs worse.  Other compositions with "
+        "the same totals were not tried here.",
+    ])
+    return md, path
+
+
 def run(quick: bool) -> Section:
     t0 = time.perf_counter()
+    fig4_md, _ = fig4_dynamic()
     servers, horizon, seeds = sizes(quick)
     warm = WARMUP_FRACTION * horizon
     rows: list[dict[str, Any]] = []
@@ -169,7 +244,9 @@ def run(quick: bool) -> Section:
         "multi-slot tasks to the big ones.  Where the band's exact values differ from Table "
         "II, the cause is the job stream: the paper's is the Google trace's, ours is the "
         "synthetic one above (its demand law sets where the slot-size optimum lies: here "
-        f"utilisation still grows at k = {SLOT_SIZES[-1]}, the paper's peaks at 14-16)."
+        f"utilisation still grows at k = {SLOT_SIZES[-1]}, the paper's peaks at 14-16).",
+        "",
+        fig4_md,
     ])
     return Section("DRFH paper, section VI: Slots against DRFH on a Google-shaped job stream",
                    md, time.perf_counter() - t0)

@@ -14,8 +14,8 @@ submit times scaled to an offered load of ``--utilisation``.  The same workload 
 
 A second prediction states the one constant cost modelled: every task holds its slot for its
 duration plus the launch latency measured in the same run (single 10 ms tasks, submit to
-value, less 10 ms).  Writes ``experiments/results/replay_ray.{md,csv,png}``.  Ray starts a private cluster
-(``Cluster``), never another engineer's.
+value, less 10 ms).  Writes ``experiments/results/replay_ray.{md,csv,png}``.  The Ray cluster
+is a private one (``Cluster``): it never joins another Ray on the machine.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ Sections (each its own module, ``run(quick) -> Section``):
 4. ``repro_google``: the Google 2011 mix at K = 1,000 and 12,583 with 100 users;
 5. ``repro_tsfer``: TSF-ER paper Table 2 (six rules' properties) and section 6.2 (Tables 3-4,
    Figs. 3-4; Algorithm 2 for indivisible tasks);
-6. ``repro_guan_jobs``: Guan thesis chapter 3, job schedulers on the Facebook 2010 trace.
+6. ``repro_guan_jobs``: Guan thesis chapter 3, job schedulers on the Facebook 2010 trace;
+7. ``repro_drfh_jobs``: DRFH paper section VI, Table II and Figs. 5-7 (Slots against DRFH).
 
 Figures and CSV files go to ``experiments/report/``.  ``--quick`` (a few minutes) runs the
 simulator in lock-step only, fewer rounds, no Ray (the last full run's Ray trace of the paper
@@ -28,6 +29,7 @@ import time
 from collections.abc import Callable
 
 import repro_drfh
+import repro_drfh_jobs
 import repro_figures
 import repro_google
 import repro_guan_jobs
@@ -53,7 +55,8 @@ def main(argv: list[str] | None = None) -> None:
         ("figures", lambda: repro_figures.run(args.quick)),
         ("google", lambda: repro_google.run(args.quick)),
         ("tsfer", lambda: repro_tsfer.run(args.quick)),
-        ("guan-jobs", lambda: repro_guan_jobs.run(args.quick)))
+        ("guan-jobs", lambda: repro_guan_jobs.run(args.quick)),
+        ("drfh-jobs", lambda: repro_drfh_jobs.run(args.quick)))
     for name, fn in steps:
         print(f"[{time.perf_counter() - t0:6.0f} s] {name} ...", flush=True)
         sections.append(fn())

@@ -40,6 +40,7 @@ import numpy as np
 import numpy.typing as npt
 import ray
 
+from psdsf_dist.admission.identity import token_ok
 from psdsf_dist.admission.leases import Lease
 from psdsf_dist.admission.server_admission import ServerAdmission
 from psdsf_dist.protocol.convergence import Observation
@@ -108,8 +109,12 @@ class _Slot:
 
 
 class ServerActor:
-    def __init__(self, run_id: str, names: list[str], config: RunConfig) -> None:
+    def __init__(self, run_id: str, names: list[str], config: RunConfig,
+                 tenant_secret: str | None = None) -> None:
         self.run_id = run_id
+        self.tenant_secret = tenant_secret
+        """A run with a tenant policy: a lease or release is answered only for the token of
+        the user it names (:mod:`psdsf_dist.admission.identity`; None: an open run)."""
         self.config = config
         self.rule: UpdateRule = config.protocol.make_rule()
         self.slots = {n: _Slot(n) for n in names}
@@ -185,13 +190,17 @@ class ServerActor:
         return await self.clock.advance_to(t)
 
     # -- admission (tenant runs) ----------------------------------------------------------------
-    async def lease(self, server: str, user: str, running: int, queued: int = 0) -> Lease:
+    async def lease(self, server: str, user: str, running: int, queued: int = 0,
+                    token: str | None = None) -> Lease:
         """A tenant's queue runs ``running`` of ``user``'s tasks on ``server``'s node, has
         ``queued`` more waiting, and asks how many it may run (the server's
         :class:`~psdsf_dist.admission.server_admission.ServerAdmission`, from its own column).
-        A server not running here answers with no slots."""
+        A server not running here, or a call without ``user``'s token in a run with a tenant
+        policy, is answered with no slots (and records no claim)."""
         slot = self.slots.get(server)
         ttl = ServerAdmission.ttl_of(self.config.period)
+        if not token_ok(self.tenant_secret, user, token):
+            return Lease(server, user, 0, ttl, 0)
         if slot is None or slot.node is None or self.clock is None or not slot.running:
             return Lease(server, user, 0, ttl, 0)
         node = slot.node
@@ -206,8 +215,11 @@ class ServerActor:
             self.admissions[server] = admission
         return admission.ask(user, running, now, node.column, scenario, queued)
 
-    async def release(self, server: str, user: str) -> None:
-        """``user``'s queue runs nothing more on ``server``'s node: its claim goes at once."""
+    async def release(self, server: str, user: str, token: str | None = None) -> None:
+        """``user``'s queue runs nothing more on ``server``'s node: its claim goes at once
+        (with a tenant policy, only when the call carries ``user``'s token)."""
+        if not token_ok(self.tenant_secret, user, token):
+            return
         admission = self.admissions.get(server)
         if admission is not None:
             admission.book.release(user)

@@ -47,6 +47,7 @@ import contextvars
 import functools
 import inspect
 import itertools
+import os
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any, overload
@@ -55,6 +56,7 @@ import numpy as np
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from psdsf_dist.admission.identity import TOKEN_ENV, TenantAuthError
 from psdsf_dist.admission.shapes import (
     ACTOR_PASSED_OPTIONS,
     DEFAULT_MAX_RETRIES,
@@ -278,9 +280,14 @@ class Tenant:
 
     @classmethod
     def connect(cls, user: str, *, weight: float | None = None,
-                run_id: str = DEFAULT_RUN_ID) -> Tenant:
+                run_id: str = DEFAULT_RUN_ID, token: str | None = None) -> Tenant:
         """Connect to the allocator of ``run_id`` in the Ray cluster the driver is connected to
-        (``ray.init`` first).  Raises :class:`AllocatorGoneError` when no such run answers."""
+        (``ray.init`` first).  Raises :class:`AllocatorGoneError` when no such run answers.
+
+        ``token``: the user's token from the operator (default: ``$PSDSF_TENANT_TOKEN``),
+        needed in a run with a tenant policy for a tenant it declares; raises
+        :class:`TenantAuthError` (one line) when the run refuses the connection.  ``weight``
+        may lower the weight the operator gives the user, never raise it."""
         check_user(user)
         weight = check_weight(weight)
         try:
@@ -293,10 +300,14 @@ class Tenant:
             raise AllocatorGoneError(f"no allocator run {run_id!r} in this Ray cluster (start one "
                                 "with `psdsf-dist run <tenants scenario>`)") from None
         try:
-            answer: Any = ray.get(coordinator.tenant_info.remote(user), timeout=CONNECT_TIMEOUT)
+            answer: Any = ray.get(coordinator.tenant_connect.remote(
+                user, token if token is not None else os.environ.get(TOKEN_ENV)),
+                timeout=CONNECT_TIMEOUT)
         except ray.exceptions.GetTimeoutError:
             raise AllocatorGoneError(f"the allocator of run {run_id!r} did not answer within "
                                 f"{CONNECT_TIMEOUT:g} s") from None
+        if isinstance(answer, str):
+            raise TenantAuthError(answer)
         info: TenantInfo = answer
         return cls(user, run_id, info, weight, coordinator)
 
@@ -362,7 +373,7 @@ class Tenant:
         self.queue = RemoteTenantQueue.options(
             num_cpus=0, max_concurrency=100_000,
             scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
-        ).remote(self.run_id, self.user, demand, weight, self.info.period)
+        ).remote(self.run_id, self.user, demand, weight, self.info.period, self.info.token)
         ray.get(self.queue.start.remote(), timeout=CONNECT_TIMEOUT)
 
     def cancel(self, ref: Any, *, force: bool = False) -> bool:

@@ -53,6 +53,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from psdsf_dist.admission.identity import tenant_token, token_ok
 from psdsf_dist.admission.tenants import TenantBook, UserInTable
+from psdsf_dist.admission.unmanaged import is_unmanaged_user, unmanaged_events, unmanaged_user
 from psdsf_dist.errors import PsdsfError, ScenarioError
 from psdsf_dist.model.events import Event, ServerFails, ServerJoins
 from psdsf_dist.model.scenario import Scenario
@@ -216,6 +217,8 @@ class Coordinator:
         """What tenants' tokens are checked against (None: an open run checks none)."""
         self.policy_changes: list[tuple[str, float]] = []
         """The operator's policy changes as events of the run (description, run time)."""
+        self.unmanaged: dict[str, dict[str, float]] = {}
+        """Tenant runs: server -> its node's usage by work the allocator did not admit."""
         self.metrics = RunMetrics(AllocatorMetrics())
         """Always kept: exported through Ray's metrics pipeline after every observation, and on
         an HTTP endpoint of its own once :meth:`serve_metrics` is asked for."""
@@ -419,6 +422,7 @@ class Coordinator:
             try:
                 await self._due_events()
                 await self._expire_tenants()
+                await self._count_unmanaged()
                 await self._observe()
                 if self.node_spec is not None and len(self.observations) % NODE_CHECK_PERIODS == 0:
                     await self._check_nodes()
@@ -539,6 +543,8 @@ class Coordinator:
         declared tenant only with its token, an unknown one only if the policy lets unknown
         tenants join and no live queue holds the name (it is then issued the name's token)."""
         info = await self.tenant_info(user)
+        if is_unmanaged_user(user):
+            return f"run {self.run_id!r}: {user!r} names a node's unmanaged work, not a tenant"
         if self.policy is None:
             return info
         try:
@@ -587,6 +593,8 @@ class Coordinator:
         assert self.churn is not None and self.lock is not None
         if not token_ok(self.tenant_secret, user, token):
             return TenantReply({}, f"refused: no valid token for tenant {user!r}")
+        if is_unmanaged_user(user):
+            return TenantReply({}, f"refused: {user!r} names a node's unmanaged work")
         error = None
         if self.policy is not None:
             try:
@@ -655,6 +663,32 @@ class Coordinator:
         for user in silent:
             if user not in self.tenants.tenants:
                 self.tenant_queues.pop(user, None)
+
+    async def _count_unmanaged(self) -> None:
+        """Tenant runs: each server's unmanaged usage (work on its node the allocator did not
+        admit) becomes the ``unmanaged@server`` user of the table, so that the tenants share
+        only what is left (:mod:`psdsf_dist.admission.unmanaged`)."""
+        assert self.churn is not None and self.lock is not None
+        if not self.churn.full.raw.get("tenants") or self.node_spec is None:
+            return
+        members = [m for m in self.members.values() if self._present(m.name)]
+        answers = await asyncio.gather(*(self._call(m.handle.unmanaged.remote(m.name))
+                                         for m in members), return_exceptions=True)
+        async with self.lock:
+            for m, usage in zip(members, answers, strict=True):
+                if usage is None or isinstance(usage, BaseException):
+                    continue
+                self.unmanaged[m.name] = usage
+                table = self._user_in_table(unmanaged_user(m.name))
+                for item in unmanaged_events(m.name, usage, known=table.known,
+                                             present=table.present, demand=table.demand):
+                    ok, why = await self._change(item)
+                    if not ok:
+                        self.failure = f"unmanaged usage of server {m.name}: {why}"
+                        break
+            for name in [n for n in self.unmanaged if n not in self.members]:
+                del self.unmanaged[name]
+        self.metrics.metrics.set_unmanaged(self.unmanaged)
 
     async def _queue_lives(self, queue: Any) -> bool:
         """Whether Ray still has a tenant's queue actor (one slow to answer counts)."""
@@ -984,6 +1018,8 @@ class Coordinator:
             "failure": self.failure,
             "tenant_policy": None if self.policy is None else self.policy.to_raw(),
             "policy_changes": [list(c) for c in self.policy_changes],
+            "unmanaged": {n: dict(u) for n, u in self.unmanaged.items()
+                          if any(v > 0 for v in u.values())},
         }
 
     async def observations_json(self, since: int = 0) -> list[dict[str, Any]]:

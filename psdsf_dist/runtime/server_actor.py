@@ -43,14 +43,17 @@ import ray
 from psdsf_dist.admission.identity import token_ok
 from psdsf_dist.admission.leases import Lease
 from psdsf_dist.admission.server_admission import ServerAdmission
+from psdsf_dist.admission.unmanaged import UnmanagedEstimate, unmanaged_sample
 from psdsf_dist.protocol.convergence import Observation
 from psdsf_dist.protocol.gossip import server_of
 from psdsf_dist.protocol.membership import Table
 from psdsf_dist.protocol.node import Message, ServerNode, server_seed
 from psdsf_dist.protocol.update_rule import UpdateRule
 from psdsf_dist.runtime.clock import Clock, ManualClock, WallClock
+from psdsf_dist.runtime.from_ray import node_capacity
 from psdsf_dist.runtime.names import NAMESPACE, actor_key, coordinator_name, server_actor_name
 from psdsf_dist.runtime.observation import ServerReport
+from psdsf_dist.runtime.running_marks import running_per_user
 from psdsf_dist.runtime.settings import RunConfig
 
 FloatArray = npt.NDArray[np.float64]
@@ -128,6 +131,8 @@ class ServerActor:
         self.notes: dict[str, Any] = {}
         self.journal: list[Observation] = []
         self.admissions: dict[str, ServerAdmission] = {}
+        self.unmanaged_estimates: dict[str, UnmanagedEstimate] = {}
+        """Per hosted server: its node's usage by work it did not admit (tenant runs)."""
         """Per hosted server: the leases of task slots on its node (tenant runs)."""
         self.reconstructed = bool(ray.get_runtime_context().was_current_actor_reconstructed)
         self.watchdog: asyncio.Task[None] | None = None
@@ -214,6 +219,36 @@ class ServerActor:
                                               now, restarted=self.reconstructed)
             self.admissions[server] = admission
         return admission.ask(user, running, now, node.column, scenario, queued)
+
+    async def unmanaged(self, server: str) -> dict[str, float] | None:
+        """The usage of ``server``'s node by work it did not admit, per resource (once it
+        persisted: :class:`~psdsf_dist.admission.unmanaged.UnmanagedEstimate`): what Ray
+        reports available there, against what the tenants' tasks running there hold.
+        None when the server does not run here or Ray does not know the node."""
+        slot = self.slots.get(server)
+        if slot is None or slot.node is None or self.clock is None or not slot.running:
+            return None
+        scenario = slot.node.table.scenario
+        node_id = ray.get_runtime_context().get_node_id()
+        per_node: Any = ray._private.state.available_resources_per_node
+        available = per_node().get(node_id)
+        if available is None:
+            return None
+        i = scenario.server_names.index(server)
+        capacity = np.asarray(scenario.capacity[i], dtype=float)
+        free = node_capacity({"Resources": available}, scenario.resources)
+        # the tenants' tasks Ray runs here (a queue's count includes those waiting for room)
+        own = np.zeros_like(capacity)
+        index = scenario.user_index
+        for user, running in running_per_user(node_id).items():
+            if user in index:
+                own += running * np.asarray(scenario.demand[index[user]], dtype=float)
+        estimate = self.unmanaged_estimates.get(server)
+        if estimate is None:
+            estimate = self.unmanaged_estimates[server] = UnmanagedEstimate(capacity)
+        usage = estimate.observe(unmanaged_sample(
+            capacity, np.array([free[r] for r in scenario.resources]), own))
+        return {r: float(v) for r, v in zip(scenario.resources, usage, strict=True)}
 
     async def release(self, server: str, user: str, token: str | None = None) -> None:
         """``user``'s queue runs nothing more on ``server``'s node: its claim goes at once

@@ -49,6 +49,7 @@ import inspect
 import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from types import TracebackType
 from typing import Any, overload
 
@@ -79,6 +80,7 @@ from psdsf_dist.runtime.names import (
     check_run_name,
     coordinator_name,
 )
+from psdsf_dist.runtime.running_marks import mark_end, mark_start
 from psdsf_dist.runtime.tenant_queue import AllocatorGoneError, QueueStatus, RemoteTenantQueue
 
 CONNECT_TIMEOUT = 30.0
@@ -94,7 +96,8 @@ _RUNNING: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVa
 """In a worker running a tenant's task: (its queue's actor id, its node id)."""
 
 
-def tenant_task(function: Callable[..., Any], queue_id: str) -> Callable[..., Any]:
+def tenant_task(function: Callable[..., Any], queue_id: str,
+                user: str = "") -> Callable[..., Any]:
     """``function`` as the Ray task body of a tenant's task: the same name, signature and
     result, run with :data:`_RUNNING` set, so that a task it submits through the same
     tenant is known as its child (it borrows its slot: ``tenant_queue``, "Nested tasks")."""
@@ -103,29 +106,34 @@ def tenant_task(function: Callable[..., Any], queue_id: str) -> Callable[..., An
     if inspect.iscoroutinefunction(function):
         @functools.wraps(function)
         async def tenant_task_async(*args: Any, **kwargs: Any) -> Any:
-            token = _enter(queue_id)
+            token, mark = _enter(queue_id, user)
             try:
                 return await function(*args, **kwargs)
             finally:
-                _leave(token)
+                _leave(token, mark)
         return tenant_task_async
 
     @functools.wraps(function)
     def tenant_task_body(*args: Any, **kwargs: Any) -> Any:
-        token = _enter(queue_id)
+        token, mark = _enter(queue_id, user)
         try:
             return function(*args, **kwargs)
         finally:
-            _leave(token)
+            _leave(token, mark)
     return tenant_task_body
 
 
-def _enter(queue_id: str) -> contextvars.Token[tuple[str, str] | None]:
-    return _RUNNING.set((queue_id, ray.get_runtime_context().get_node_id()))
+def _enter(queue_id: str, user: str) -> tuple[contextvars.Token[tuple[str, str] | None],
+                                               Path | None]:
+    """Entering a task's body: it is known as running, to its children (``_RUNNING``) and to
+    its node's server (a mark: :mod:`psdsf_dist.runtime.running_marks`)."""
+    node = ray.get_runtime_context().get_node_id()
+    return _RUNNING.set((queue_id, node)), (mark_start(node, user) if user else None)
 
 
-def _leave(token: contextvars.Token[tuple[str, str] | None]) -> None:
+def _leave(token: contextvars.Token[tuple[str, str] | None], mark: Path | None) -> None:
     _RUNNING.reset(token)
+    mark_end(mark)
 
 
 def by_reference(value: Any) -> Any:
@@ -149,7 +157,7 @@ class TenantFunction:
         passed = {k: v for k, v in options.items() if k in PASSED_OPTIONS}
         self._queue = tenant.queue
         self._queue_id = actor_key(tenant.queue)
-        body = tenant_task(function, self._queue_id)
+        body = tenant_task(function, self._queue_id, tenant.user)
         self._box = [ray.put((ray.remote(body), {**shape.ray_options(), **passed}))]
         self._retries = int(options.get("max_retries", DEFAULT_MAX_RETRIES))
         self._num_returns = int(options.get("num_returns", 1))

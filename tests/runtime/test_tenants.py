@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from psdsf_dist.admission.identity import TenantAuthError
 from psdsf_dist.admission.shapes import GIB, ShapeError
@@ -241,6 +242,53 @@ def test_the_operators_policy_holds_against_greedy_and_forging_drivers(cluster: 
         for t in tenants:
             t.close()
         r.stop()
+
+
+def test_work_outside_the_allocator_is_counted_out_of_the_tenants_allocation(
+        run: Run) -> None:
+    """A plain-Ray actor holding 2 CPUs of a node: within a few periods the tenants'
+    allocation leaves them out (the node's unmanaged usage, in ``status``), the tenant runs
+    what it is allocated, and gets them back once the intruder ends."""
+    t = Tenant.connect("etl", run_id=RUN)
+    work = t.remote(num_cpus=1)(lambda: time.sleep(0.3))
+    for _ in range(600):
+        work.remote()
+
+    def runs() -> int:  # a pipelined task waits at its node: it holds nothing yet
+        st = t.status()
+        return sum(k - st.pipelined.get(n, 0) for n, k in st.running.items())
+
+    assert wait_for(lambda: runs() == 5, 10.0), (t.status(), run.user_totals())
+    nodes: Any = ray.nodes
+    node = next(n for n in nodes() if n["Alive"] and n["Resources"].get("CPU") == 2
+                and "node:__internal_head__" not in n["Resources"])
+
+    class Hog:
+        def ready(self) -> bool:
+            return True
+
+    hog: Any = ray.remote(num_cpus=2)(Hog).options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote()
+    ray.get(hog.ready.remote(), timeout=30)  # placed: it holds 2 CPUs of the node
+    placed = time.monotonic()
+
+    def excluded() -> bool:
+        unmanaged = run.status()["unmanaged"]
+        return any(u.get("CPU") == 2 for u in unmanaged.values()) \
+            and abs(run.user_totals().get("etl", 0) - 3) < 0.05
+
+    assert wait_for(excluded, 20 * PERIOD), (run.status()["unmanaged"], run.user_totals())
+    took = time.monotonic() - placed
+    ratios = []
+    for _ in range(10):
+        ratios.append(runs() / run.user_totals()["etl"])
+        time.sleep(PERIOD / 2)
+    assert np.median(ratios) >= 0.9, ratios
+    ray.kill(hog)
+    assert wait_for(lambda: not run.status()["unmanaged"]
+                    and abs(run.user_totals().get("etl", 0) - 5) < 0.05, 20 * PERIOD)
+    t.close()
+    print(f"unmanaged work left out after {took:.1f} s ({took / PERIOD:.1f} periods)")
 
 
 def test_one_user_is_one_queue(run: Run) -> None:

@@ -11,8 +11,9 @@ so PS-DSF gives it its whole task first and the tenants share what is left, cert
 allocation (:func:`unmanaged_events`).
 
 Hysteresis.  A tenant's task that Ray has started but whose mark is not written yet, or whose
-mark is gone while Ray has not freed its resources, looks for a moment like unmanaged work.  Such transients last less
-than a report interval, so the estimate is the element-wise minimum of the last
+mark is gone while Ray has not freed its resources, looks for a moment like unmanaged work.
+Such transients last less than a period, so the estimate is the element-wise minimum of the
+last
 :data:`UNMANAGED_WINDOW` samples (:class:`UnmanagedEstimate`): usage counts only once it has
 persisted that long, and it is released as soon as one sample shows it gone.  Changes smaller
 than :data:`UNMANAGED_TOLERANCE` of a resource's capacity do not reach the table (each change

@@ -255,6 +255,22 @@ class TaskResults(Iterator[Any]):
         self.close()
 
 
+def marked_actor(cls: type, user: str) -> type:
+    """``cls`` whose actors mark themselves running on their node when constructed
+    (:mod:`psdsf_dist.runtime.running_marks`; the mark goes with the actor's process), so that
+    its node's server does not count them as unmanaged work."""
+
+    class Marked(cls):  # type: ignore[misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            mark_start(ray.get_runtime_context().get_node_id(), user)
+            super().__init__(*args, **kwargs)
+
+    Marked.__name__ = cls.__name__
+    Marked.__qualname__ = cls.__qualname__
+    Marked.__doc__ = cls.__doc__
+    return Marked
+
+
 class TenantActorClass:
     """An actor class whose actors are admitted by the tenant's share (``@tenant.actor``)."""
 
@@ -262,7 +278,8 @@ class TenantActorClass:
         passed = {k: v for k, v in options.items() if k in ACTOR_PASSED_OPTIONS}
         shape = task_shape(options)
         self._queue = tenant.queue
-        self._box: list[Any] = [ray.put((ray.remote(cls), {**shape.ray_options(), **passed}))]
+        self._box: list[Any] = [ray.put((ray.remote(marked_actor(cls, tenant.user)),
+                                         {**shape.ray_options(), **passed}))]
         self.__name__ = getattr(cls, "__name__", "actor")
         self.__doc__ = cls.__doc__
 

@@ -10,14 +10,21 @@ whose demand is the unmanaged usage, with a weight no tenant reaches (:data:`UNM
 so PS-DSF gives it its whole task first and the tenants share what is left, certified like any
 allocation (:func:`unmanaged_events`).
 
-Hysteresis.  A tenant's task that Ray has started but whose mark is not written yet, or whose
-mark is gone while Ray has not freed its resources, looks for a moment like unmanaged work.
-Such transients last less than a period, so the estimate is the element-wise minimum of the
-last
-:data:`UNMANAGED_WINDOW` samples (:class:`UnmanagedEstimate`): usage counts only once it has
-persisted that long, and it is released as soon as one sample shows it gone.  Changes smaller
-than :data:`UNMANAGED_TOLERANCE` of a resource's capacity do not reach the table (each change
-is an event that restarts the protocol's convergence).
+Two bounds.  The server knows two counts of the tenants' tasks on its node: those its queues
+report running (an upper bound: it includes tasks handed to Ray that wait at the node for
+room) and those marked running (a lower bound: a task holds its resources from when Ray
+leases it a worker, a little before its body marks it; longer while a worker starts).  So the
+unmanaged usage lies between ``used - reported`` (certain) and ``used - marked``
+(:func:`unmanaged_sample` of each).
+
+Hysteresis.  The certain part counts once it has persisted :data:`UNMANAGED_WINDOW` samples
+(one per period: a queue's count lags its tasks by less than a period); the rest — an
+intruder holding the node while the tenants' tasks wait for it, or the tenants' own workers
+starting — only once it has persisted :data:`UNMANAGED_SLOW_WINDOW` samples, longer than
+a worker takes to start.  Each is the element-wise minimum over its window, so usage is
+released as soon as one sample shows it gone (:class:`UnmanagedEstimate`).  Amounts, and
+changes, smaller than :data:`UNMANAGED_TOLERANCE` of a resource's capacity do not reach the
+table (each change is an event that restarts the protocol's convergence).
 """
 
 from __future__ import annotations
@@ -35,7 +42,9 @@ FloatArray = npt.NDArray[np.float64]
 UNMANAGED_PREFIX = "unmanaged@"
 """Names of the users standing for unmanaged work (tenants may not take them)."""
 UNMANAGED_WINDOW = 2
-"""Samples (one per period) unmanaged usage must persist before it counts."""
+"""Samples (one per period) the certain part of unmanaged usage must persist to count."""
+UNMANAGED_SLOW_WINDOW = 6
+"""Samples the uncertain part must persist (module docstring: two bounds)."""
 UNMANAGED_TOLERANCE = 0.05
 """Fraction of a resource's capacity below which unmanaged usage, or a change of it, is
 ignored."""
@@ -63,18 +72,28 @@ class UnmanagedEstimate:
 
     capacity: FloatArray
     window: int = UNMANAGED_WINDOW
-    samples: deque[FloatArray] = field(default_factory=deque)
+    slow_window: int = UNMANAGED_SLOW_WINDOW
+    samples: deque[tuple[FloatArray, FloatArray]] = field(default_factory=deque)
 
-    def observe(self, sample: FloatArray) -> FloatArray:
-        """Add one sample; the usage that persisted over the whole window (zero until the
-        window is full), with amounts below the tolerance as zero."""
-        self.samples.append(np.asarray(sample, dtype=float))
-        while len(self.samples) > self.window:
+    def observe(self, certain: FloatArray, possible: FloatArray | None = None) -> FloatArray:
+        """Add one sample — ``certain``: usage beyond every task the queues report running;
+        ``possible``: beyond the tasks marked running (default: ``certain``) — and return the
+        usage that persisted: the certain part over :attr:`window` samples, the possible over
+        :attr:`slow_window` (zero until a window is full), amounts below the tolerance as
+        zero."""
+        low = np.asarray(certain, dtype=float)
+        high = np.maximum(low, low if possible is None else np.asarray(possible, dtype=float))
+        self.samples.append((low, high))
+        while len(self.samples) > max(self.window, self.slow_window):
             self.samples.popleft()
-        if len(self.samples) < self.window:
-            return np.zeros_like(self.capacity, dtype=float)
-        low = np.min(np.stack(list(self.samples)), axis=0)
-        return np.where(low >= UNMANAGED_TOLERANCE * self.capacity, low, 0.0)
+        out = np.zeros_like(self.capacity, dtype=float)
+        recent = list(self.samples)
+        if len(recent) >= self.window:
+            out = np.min(np.stack([c for c, _ in recent[-self.window:]]), axis=0)
+        if len(recent) >= self.slow_window:
+            out = np.maximum(out, np.min(np.stack([p for _, p in recent[-self.slow_window:]]),
+                                         axis=0))
+        return np.where(out >= UNMANAGED_TOLERANCE * self.capacity, out, 0.0)
 
 
 def unmanaged_events(server: str, usage: Mapping[str, float], *, known: bool, present: bool,

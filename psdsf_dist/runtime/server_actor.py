@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pickle
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -223,7 +224,7 @@ class ServerActor:
     async def unmanaged(self, server: str) -> dict[str, float] | None:
         """The usage of ``server``'s node by work it did not admit, per resource (once it
         persisted: :class:`~psdsf_dist.admission.unmanaged.UnmanagedEstimate`): what Ray
-        reports available there, against what the tenants' tasks running there hold.
+        reports available there, against what the tenants' tasks there hold.
         None when the server does not run here or Ray does not know the node."""
         slot = self.slots.get(server)
         if slot is None or slot.node is None or self.clock is None or not slot.running:
@@ -237,17 +238,26 @@ class ServerActor:
         i = scenario.server_names.index(server)
         capacity = np.asarray(scenario.capacity[i], dtype=float)
         free = node_capacity({"Resources": available}, scenario.resources)
-        # the tenants' tasks Ray runs here (a queue's count includes those waiting for room)
-        own = np.zeros_like(capacity)
+        # the tenants' tasks here: those their queues report running (including any that wait
+        # at the node for room) and those marked running (their bodies started)
         index = scenario.user_index
-        for user, running in running_per_user(node_id).items():
-            if user in index:
-                own += running * np.asarray(scenario.demand[index[user]], dtype=float)
+
+        def held(counts: Mapping[str, int]) -> FloatArray:
+            own = np.zeros_like(capacity)
+            for user, running in counts.items():
+                if user in index:
+                    own += running * np.asarray(scenario.demand[index[user]], dtype=float)
+            return own
+
+        admission = self.admissions.get(server)
+        reported = held(admission.book.running() if admission is not None else {})
+        marked = held(running_per_user(node_id))
+        free_now = np.array([free[r] for r in scenario.resources])
         estimate = self.unmanaged_estimates.get(server)
         if estimate is None:
             estimate = self.unmanaged_estimates[server] = UnmanagedEstimate(capacity)
-        usage = estimate.observe(unmanaged_sample(
-            capacity, np.array([free[r] for r in scenario.resources]), own))
+        usage = estimate.observe(unmanaged_sample(capacity, free_now, np.maximum(reported, marked)),
+                                 unmanaged_sample(capacity, free_now, marked))
         return {r: float(v) for r, v in zip(scenario.resources, usage, strict=True)}
 
     async def release(self, server: str, user: str, token: str | None = None) -> None:

@@ -65,3 +65,20 @@ def test_events_make_the_table_follow_the_usage() -> None:
         {"user_leaves": user}]
     assert unmanaged_events("s1", {"CPU": 4.0}, known=True, present=False, demand=same) == [
         {"user_joins": user}]
+
+
+def test_usage_the_tenants_tasks_may_hold_counts_only_after_the_slow_window() -> None:
+    """Between the two bounds (tasks reported running but not marked: waiting at the node,
+    or their workers starting) usage counts only once it outlasts a worker's start."""
+    e = UnmanagedEstimate(CAP, window=2, slow_window=4)
+    certain, possible = np.zeros(2), np.array([2.0, 0.0])
+    got = [e.observe(certain, possible).tolist() for _ in range(4)]
+    assert got == [[0.0, 0.0]] * 3 + [[2.0, 0.0]]
+    # a worker start shorter than the slow window never counts
+    e = UnmanagedEstimate(CAP, window=2, slow_window=4)
+    for k in range(8):
+        assert e.observe(certain, possible if k % 4 < 3 else certain).tolist() == [0.0, 0.0]
+    # the certain part counts after the short window, whatever the possible part does
+    e = UnmanagedEstimate(CAP, window=2, slow_window=4)
+    e.observe(np.array([1.0, 0.0]), np.array([3.0, 0.0]))
+    assert e.observe(np.array([1.0, 0.0]), np.array([3.0, 0.0])).tolist() == [1.0, 0.0]

@@ -343,9 +343,18 @@ def _progress(quiet: bool, cfg: RunConfig) -> Any:
         print(f"psdsf-dist: run: round {st['round']} t={st['time']:.1f}s certificate {verdict} "
               f"residual {st['residual']:.2e} util {100 * st['utilization']:.1f}% "
               f"{st['servers']} servers, {st['users']} users, "
-              f"{st['since_last_event']:.1f}s since last event", file=sys.stderr, flush=True)
+              f"{st['since_last_event']:.1f}s since last event{_unmanaged_note(st)}",
+              file=sys.stderr, flush=True)
 
     return show
+
+
+def _unmanaged_note(st: dict[str, Any]) -> str:
+    """Tenant runs: the nodes' usage by work the allocator did not admit, if any."""
+    unmanaged = st.get("unmanaged") or {}
+    parts = [f"{server} " + " ".join(f"{r} {v:g}" for r, v in usage.items() if v > 0)
+             for server, usage in sorted(unmanaged.items())]
+    return f", unmanaged: {'; '.join(parts)}" if parts else ""
 
 
 def render(result: RunResult, *, json_output: bool, seconds: float) -> str:

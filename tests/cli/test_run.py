@@ -179,3 +179,12 @@ def test_tenant_tokens_are_written_for_the_declared_tenants_owner_only(tmp_path:
     assert [n for n, _ in lines] == ["etl", "adhoc"]
     assert all(token_ok("the-secret", n, t) for n, t in lines)
     assert target.stat().st_mode & 0o777 == 0o600
+
+
+def test_the_progress_line_names_unmanaged_usage() -> None:
+    from psdsf_dist.cli.run import _unmanaged_note
+
+    assert _unmanaged_note({"unmanaged": {"node-b": {"CPU": 4.0, "memory": 0.0},
+                                          "node-a": {"CPU": 1.5}}}) == \
+        ", unmanaged: node-a CPU 1.5; node-b CPU 4"
+    assert _unmanaged_note({"unmanaged": {}}) == _unmanaged_note({}) == ""

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import os
 import statistics
 import subprocess
@@ -61,7 +62,7 @@ SCENARIO = {"servers": "from-ray", "tenants": True, "resources": ["CPU"],
             "tenant_policy": POLICY}
 
 
-def sleep_task() -> None:
+def sleep_task(_: int = 0) -> None:
     time.sleep(TASK_SECONDS)
 
 
@@ -83,6 +84,7 @@ class Sampler:
     def __init__(self, run: Run, tenants: dict[str, Tenant]) -> None:
         self.run, self.tenants = run, tenants
         self.samples: list[tuple[float, dict[str, float], dict[str, int]]] = []
+        self.errors: list[str] = []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.thread.start()
@@ -92,7 +94,9 @@ class Sampler:
             try:
                 totals = self.run.user_totals()
                 running = {u: runs_now(t) for u, t in self.tenants.items()}
-            except Exception:  # a slow answer: skip the sample
+            except Exception as err:  # a slow answer: skip the sample
+                self.errors.append(f"{type(err).__name__}: {err}"[:200])
+                time.sleep(0.25)
                 continue
             self.samples.append((time.monotonic(), totals, running))
             time.sleep(0.25)
@@ -104,6 +108,10 @@ class Sampler:
     def means(self, since: float) -> dict[str, tuple[float, float]]:
         """user -> (mean allocated, mean running) over the samples since ``since``."""
         got = [s for s in self.samples if s[0] >= since]
+        if not got:
+            print(f"no sample since {since:.1f} ({len(self.errors)} failed: "
+                  f"{self.errors[-1:]})", flush=True)
+            return {u: (math.nan, math.nan) for u in self.tenants}
         return {u: (statistics.fmean(s[1].get(u, 0.0) for s in got),
                     statistics.fmean(s[2].get(u, 0) for s in got)) for u in self.tenants}
 
@@ -111,9 +119,7 @@ class Sampler:
 def connect(run: Run, user: str, weight: float | None = None) -> tuple[Tenant, Any]:
     t = Tenant.connect(user, weight=weight, run_id=RUN_ID, token=run.tenant_token(user))
     work = t.remote(num_cpus=1)(sleep_task)
-    for _ in range(3000):
-        work.remote()
-    return t, work
+    return t, work.map_unordered(range(3000))  # one message; closing the tenant drops the rest
 
 
 def wait_for(what: Any, seconds: float) -> float | None:
@@ -195,18 +201,21 @@ def intruder_node() -> str:
                     and "node:__internal_head__" not in n["Resources"]))
 
 
-def hog_on(node: str) -> Any:
-    hog: Any = ray.remote(num_cpus=4)(Hog).options(
+def hog_on(node: str, cpus: int = 4) -> list[Any]:
+    """``cpus`` 1-CPU plain-Ray actors on ``node``, once placed (one 4-CPU actor would wait
+    for 4 CPUs free at once, which a busy node rarely has: Ray does not reserve them)."""
+    hogs: list[Any] = [ray.remote(num_cpus=1)(Hog).options(
         scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
-    ray.get(hog.ready.remote(), timeout=120)
-    return hog
+        for _ in range(cpus)]
+    ray.get([h.ready.remote() for h in hogs], timeout=300)
+    return hogs
 
 
 def intruder_phase(run: Run, window: float) -> dict[str, float]:
     honest, _ = connect(run, "honest")
     etl, _ = connect(run, "etl")
     sampler = Sampler(run, {"honest": honest, "etl": etl})
-    hog = None
+    hog: list[Any] = []
     try:
         time.sleep(6 * PERIOD)
         hog = hog_on(intruder_node())
@@ -223,8 +232,8 @@ def intruder_phase(run: Run, window: float) -> dict[str, float]:
         unmanaged = sum(u.get("CPU", 0.0) for u in run.status()["unmanaged"].values())
     finally:
         sampler.close()
-        if hog is not None:
-            ray.kill(hog)
+        for h in hog:
+            ray.kill(h)
         honest.close()
         etl.close()
     out = {"exclude_periods": float("nan") if took is None else took / PERIOD,
@@ -256,7 +265,8 @@ def plain_phase(window: float) -> dict[str, float]:
     a = time.time()
     time.sleep(window)
     b = time.time()
-    ray.kill(hog)
+    for h in hog:
+        ray.kill(h)
     time.sleep(2 * TASK_SECONDS)  # the tasks running at the window's end have ended
     out: dict[str, float] = {}
     for u, rs in refs.items():

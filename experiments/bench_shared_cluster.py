@@ -55,6 +55,8 @@ RESULTS = Path(__file__).parent / "results"
 RUN_ID = "shared-bench"
 PERIOD = 0.5
 TASK_SECONDS = 0.2
+TASKS = 800
+"""Tasks each tenant submits in a phase (more than it runs in one)."""
 POLICY = {"unknown": "refuse", "tenants": [{"name": "honest", "weight": 1},
                                            {"name": "greedy", "weight": 1},
                                            {"name": "etl", "weight": 1}]}
@@ -128,10 +130,15 @@ class Sampler:
         return out
 
 
-def connect(run: Run, user: str, weight: float | None = None) -> tuple[Tenant, Any]:
-    t = Tenant.connect(user, weight=weight, run_id=RUN_ID, token=run.tenant_token(user))
-    work = t.remote(num_cpus=1)(sleep_task)
-    return t, work.map_unordered(range(3000))  # one message; closing the tenant drops the rest
+def connect(run: Run, *users: tuple[str, float | None]) -> list[Tenant]:
+    """Connect the tenants (their queues up), then submit each one's tasks: one message
+    each (closing a tenant drops what is left)."""
+    tenants = [Tenant.connect(u, weight=w, run_id=RUN_ID, token=run.tenant_token(u))
+               for u, w in users]
+    works = [t.remote(num_cpus=1)(sleep_task) for t in tenants]
+    for work in works:
+        work.map_unordered(range(TASKS))
+    return tenants
 
 
 def wait_for(what: Any, seconds: float) -> float | None:
@@ -144,8 +151,7 @@ def wait_for(what: Any, seconds: float) -> float | None:
 
 
 def greedy_phase(run: Run, window: float) -> dict[str, float]:
-    honest, _ = connect(run, "honest")
-    greedy, _ = connect(run, "greedy", weight=1000.0)
+    honest, greedy = connect(run, ("honest", None), ("greedy", 1000.0))
     sampler = Sampler(run, {"honest": honest, "greedy": greedy})
     try:
         time.sleep(4 * PERIOD)  # both in
@@ -180,8 +186,7 @@ print("forged", sent, refused, flush=True)
 
 
 def forged_phase(run: Run, address: str, window: float) -> dict[str, float]:
-    honest, _ = connect(run, "honest")
-    greedy, _ = connect(run, "greedy")
+    honest, greedy = connect(run, ("honest", None), ("greedy", None))
     sampler = Sampler(run, {"honest": honest, "greedy": greedy})
     try:
         time.sleep(4 * PERIOD)
@@ -224,8 +229,7 @@ def hog_on(node: str, cpus: int = 4) -> list[Any]:
 
 
 def intruder_phase(run: Run, window: float) -> dict[str, float]:
-    honest, _ = connect(run, "honest")
-    etl, _ = connect(run, "etl")
+    honest, etl = connect(run, ("honest", None), ("etl", None))
     sampler = Sampler(run, {"honest": honest, "etl": etl})
     hog: list[Any] = []
     try:

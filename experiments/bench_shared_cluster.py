@@ -56,6 +56,7 @@ RUN_ID = "shared-bench"
 PERIOD = 0.5
 TASK_SECONDS = 0.2
 TASKS = 800
+KEPT: list[Any] = []
 """Tasks each tenant submits in a phase (more than it runs in one)."""
 POLICY = {"unknown": "refuse", "tenants": [{"name": "honest", "weight": 1},
                                            {"name": "greedy", "weight": 1},
@@ -136,8 +137,8 @@ def connect(run: Run, *users: tuple[str, float | None]) -> list[Tenant]:
     tenants = [Tenant.connect(u, weight=w, run_id=RUN_ID, token=run.tenant_token(u))
                for u, w in users]
     works = [t.remote(num_cpus=1)(sleep_task) for t in tenants]
-    for work in works:
-        work.map_unordered(range(TASKS))
+    # the streams are kept (a dropped one may end its submission)
+    KEPT[:] = [work.map_unordered(range(TASKS)) for work in works]
     return tenants
 
 

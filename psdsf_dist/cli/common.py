@@ -208,8 +208,9 @@ def _file_mode(target: Path) -> int:
         return 0o666 & ~umask
 
 
-def emit(text: str, output: str | None) -> None:
-    """Print ``text`` or write it to ``output`` atomically (never a half-written file)."""
+def emit(text: str, output: str | None, *, private: bool = False) -> None:
+    """Print ``text`` or write it to ``output`` atomically (never a half-written file);
+    ``private``: the file is readable by its owner only (0600, e.g. secrets)."""
     if output is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return
@@ -236,7 +237,7 @@ def emit(text: str, output: str | None) -> None:
     try:
         # the mode a plain open() would give: an existing file's, else 0666 less the umask
         # (mkstemp makes its file 0600)
-        os.fchmod(fd, _file_mode(target))
+        os.fchmod(fd, 0o600 if private else _file_mode(target))
         with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as fh:
             fh.write(text if text.endswith("\n") else text + "\n")
         os.replace(tmp, target)

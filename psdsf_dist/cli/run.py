@@ -67,6 +67,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--detach", action="store_true",
                    help="with --address: start the allocator, print its name and return; it "
                         "serves until `psdsf-dist stop --name NAME`")
+    p.add_argument("--tenant-tokens", metavar="FILE",
+                   help="a tenants scenario with a tenant_policy: write each declared tenant's "
+                        "token to FILE (lines `name token`, mode 0600) once the run is up; "
+                        "give each tenant its own (Tenant.connect(..., token=) or "
+                        "$PSDSF_TENANT_TOKEN)")
     d = RunConfig()
     p.add_argument("--time-scale", type=float_in(0.0, MAX_TIME_SCALE, low_open=True),
                    default=d.time_scale, metavar="F",
@@ -174,6 +179,9 @@ def run(args: argparse.Namespace) -> int:
                                f"{last * cfg.time_scale:g} s of wall-clock time into the run, "
                                f"more than {MAX_SECONDS:g} s (give --duration, or a smaller "
                                "--time-scale)")
+    if args.tenant_tokens is not None and _policy_tenants(source) is None:
+        raise CommandError(f"--tenant-tokens: {args.scenario} has no tenant_policy (tokens are "
+                           "checked only in a run with one)")
     began = time.monotonic()
     if args.detach:
         with results_only_on_stdout():
@@ -219,6 +227,7 @@ def _detach(args: argparse.Namespace, cfg: RunConfig, source: Any) -> int:
     """Start a detached allocator and return (it serves until ``psdsf-dist stop``)."""
     _connect(args)
     the_run = _launch(args, cfg, source, detached=True)
+    _write_tokens(args, source, the_run)
     if args.metrics_port is not None:
         url = serve_metrics(the_run, args.metrics_port, args.metrics_bind, args.per_pair_metrics)
         print(f"psdsf-dist: run: serving metrics on {url}", file=sys.stderr, flush=True)
@@ -237,6 +246,7 @@ def _run_on_ray(args: argparse.Namespace, cfg: RunConfig, source: Any,
     the_run = None
     try:
         the_run = _launch(args, cfg, source, detached=False)
+        _write_tokens(args, source, the_run)
         say = _progress(args.quiet, cfg)
         say(None, f"{the_run.status()['servers']} servers started in "
                   f"{time.monotonic() - began:.1f} s")
@@ -268,6 +278,28 @@ def _run_on_ray(args: argparse.Namespace, cfg: RunConfig, source: Any,
         if started_ray:
             ray.shutdown()
     return result, final, converge
+
+
+def _policy_tenants(source: Any) -> list[str] | None:
+    """The tenants the scenario's tenant_policy declares (None: no policy)."""
+    if isinstance(source, Scenario):
+        policy = source.tenant_policy
+        return None if policy is None else list(policy.tenants)
+    raw = source.get("tenant_policy", None) if isinstance(source, Mapping) else None
+    if raw is None or not isinstance(raw, Mapping):
+        return None
+    entries = raw.get("tenants") or []
+    return [str(t["name"]) for t in (entries if isinstance(entries, list) else [])
+            if isinstance(t, Mapping) and "name" in t]
+
+
+def _write_tokens(args: argparse.Namespace, source: Any, the_run: Any) -> None:
+    """``--tenant-tokens``: each declared tenant's token, for the operator to hand out."""
+    if args.tenant_tokens is None:
+        return
+    names = _policy_tenants(source) or []
+    emit("".join(f"{n}\t{the_run.tenant_token(n)}\n" for n in names), args.tenant_tokens,
+         private=True)
 
 
 def _takes_tenants(source: Any) -> bool:
@@ -315,9 +347,18 @@ def _progress(quiet: bool, cfg: RunConfig) -> Any:
         print(f"psdsf-dist: run: round {st['round']} t={st['time']:.1f}s certificate {verdict} "
               f"residual {st['residual']:.2e} util {100 * st['utilization']:.1f}% "
               f"{st['servers']} servers, {st['users']} users, "
-              f"{st['since_last_event']:.1f}s since last event", file=sys.stderr, flush=True)
+              f"{st['since_last_event']:.1f}s since last event{_unmanaged_note(st)}",
+              file=sys.stderr, flush=True)
 
     return show
+
+
+def _unmanaged_note(st: dict[str, Any]) -> str:
+    """Tenant runs: the nodes' usage by work the allocator did not admit, if any."""
+    unmanaged = st.get("unmanaged") or {}
+    parts = [f"{server} " + " ".join(f"{r} {v:g}" for r, v in usage.items() if v > 0)
+             for server, usage in sorted(unmanaged.items())]
+    return f", unmanaged: {'; '.join(parts)}" if parts else ""
 
 
 def render(result: RunResult, *, json_output: bool, seconds: float) -> str:

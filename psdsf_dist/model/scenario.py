@@ -57,6 +57,7 @@ from psdsf_dist.model.limits import (
     nesting_depth,
 )
 from psdsf_dist.model.task_groups import TaskGroups, build_task_groups
+from psdsf_dist.model.tenant_policy import TenantPolicy, parse_tenant_policy
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -64,7 +65,7 @@ Mode = Literal["rdm", "tdm"]
 MODES: tuple[Mode, ...] = ("rdm", "tdm")
 
 TOP_KEYS = {"resources", "servers", "users", "external", "events", "name", "description",
-            "tenants"}
+            "tenants", "tenant_policy"}
 SERVER_KEYS = {"name", "capacity", "count", "labels"}
 
 
@@ -91,6 +92,8 @@ class Scenario:
     events: tuple[Mapping[str, Any], ...] = ()
     raw: Mapping[str, Any] = field(default_factory=dict)
     task_groups: TaskGroups | None = None
+    tenant_policy: TenantPolicy | None = None
+    """A tenants run's operator policy (:mod:`~psdsf_dist.model.tenant_policy`; None: open)."""
 
     # -- sizes -------------------------------------------------------------------------------
     @property
@@ -227,6 +230,7 @@ class Scenario:
             events=self.events,
             raw=self.raw,
             task_groups=self.task_groups if task_groups is None else task_groups,
+            tenant_policy=self.tenant_policy,
         )
 
 
@@ -619,6 +623,11 @@ def _build(data: Any) -> Scenario:
         raise ScenarioError("tenants", f"expected true or false, got {tenants!r}")
     if "users" not in top and not tenants:
         raise ScenarioError("users", "missing")
+    policy = None
+    if "tenant_policy" in top:
+        if not tenants:
+            raise ScenarioError("tenant_policy", "needs `tenants: true`")
+        policy = parse_tenant_policy(top["tenant_policy"], resources)
     users_in = _sequence(top.get("users") or [], "users")
     limits.check("users", len(users_in), "users")
     limits.check("cells", len(users_in) * len(names), "users")
@@ -743,6 +752,7 @@ def _build(data: Any) -> Scenario:
         events=tuple(events),
         raw=dict(top),
         task_groups=task_groups,
+        tenant_policy=policy,
     )
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import bisect
 import math
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Literal
@@ -123,6 +123,9 @@ METRICS: tuple[MetricSpec, ...] = (
                "Restarts of a server (a server coming back after failing)"),
     MetricSpec("psdsf_members", "gauge", ("role",),
                "Current membership size: live servers and present users"),
+    MetricSpec("psdsf_unmanaged_usage", "gauge", ("server", "resource"),
+               "Usage of a server's node by work the allocator did not admit (tenant runs; "
+               "left out of the tenants' allocation)"),
     MetricSpec("psdsf_distance_to_fair_ratio", "gauge", (),
                "Largest relative gap of a user's task total to its PS-DSF total (0: every "
                "user has its fair total)"),
@@ -263,6 +266,7 @@ class AllocatorMetrics:
         self._lock = threading.RLock()  # re-entrant: atomically() holds it around updates
         self._allocation: _Allocation | None = None
         self._levels: dict[str, float] = {}
+        self._unmanaged: dict[tuple[str, str], float] = {}
         self._staleness: dict[str, float] = {}
         self._counters: dict[str, dict[str, float]] = {name: {} for name in _SERVER_COUNTERS}
         self._events: dict[str, float] = dict.fromkeys(EVENT_KINDS, 0.0)
@@ -324,6 +328,13 @@ class AllocatorMetrics:
                  if not math.isnan(v)}
         with self._lock:
             self._levels = fresh
+
+    def set_unmanaged(self, usage: Mapping[str, Mapping[str, float]]) -> None:
+        """Per server and resource, its node's usage by work the allocator did not admit,
+        replacing the previous values."""
+        fresh = {(str(s), str(r)): float(v) for s, per in usage.items() for r, v in per.items()}
+        with self._lock:
+            self._unmanaged = fresh
 
     # -- protocol -----------------------------------------------------------------------------
     def observe_server_round(self, server: str, seconds: float) -> None:
@@ -409,6 +420,7 @@ class AllocatorMetrics:
             if self._allocation is not None:
                 self._allocation = self._allocation.without_server(name)
             self._levels.pop(name, None)
+            self._unmanaged = {k: v for k, v in self._unmanaged.items() if k[0] != name}
             self._staleness.pop(name, None)
             for counter, values in self._counters.items():
                 if restarts or counter != "psdsf_server_restarts_total":
@@ -431,6 +443,7 @@ class AllocatorMetrics:
         with self._lock:  # one consistent snapshot; the formatting happens outside the lock
             alloc = self._allocation
             levels = dict(self._levels)
+            unmanaged = dict(self._unmanaged)
             staleness = dict(self._staleness)
             counters = {name: dict(values) for name, values in self._counters.items()}
             events = dict(self._events)
@@ -442,6 +455,8 @@ class AllocatorMetrics:
             _add_allocation(families, alloc, per_pair=self.per_pair)
         for server, level in levels.items():
             families.gauge("psdsf_server_min_vds").add_metric([server], level)
+        for (server, resource), amount in unmanaged.items():
+            families.gauge("psdsf_unmanaged_usage").add_metric([server, resource], amount)
         for server, seconds in staleness.items():
             families.gauge("psdsf_gossip_staleness_seconds").add_metric([server], seconds)
         for name, values in counters.items():

@@ -51,10 +51,17 @@ import numpy.typing as npt
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from psdsf_dist.admission.identity import tenant_token, token_ok
 from psdsf_dist.admission.tenants import TenantBook, UserInTable
+from psdsf_dist.admission.unmanaged import is_unmanaged_user, unmanaged_events, unmanaged_user
 from psdsf_dist.errors import PsdsfError, ScenarioError
 from psdsf_dist.model.events import Event, ServerFails, ServerJoins
 from psdsf_dist.model.scenario import Scenario
+from psdsf_dist.model.tenant_policy import (
+    TenantPolicy,
+    UnknownTenantError,
+    parse_tenant_policy,
+)
 from psdsf_dist.observability.metrics import AllocatorMetrics, RunMetrics, ServerCounts
 from psdsf_dist.observability.metrics_server import MetricsEndpointError, MetricsServer
 from psdsf_dist.observability.ray_export import RayMetricsExport
@@ -142,6 +149,9 @@ class TenantInfo:
     weight: float | None
     """The user's weight in the cluster's configuration (None: not declared)."""
     period: float
+    token: str | None = None
+    """The token the tenant's calls carry (a run with a tenant policy: the one it proved, or
+    the one issued to an unknown tenant the policy lets join)."""
 
 
 @dataclass(frozen=True)
@@ -201,6 +211,14 @@ class Coordinator:
         """Tenant runs: the queues' latest backlog reports."""
         self.tenant_queues: dict[str, Any] = {}
         """user -> its queue actor (to tell a silent queue from a gone one)."""
+        self.policy: TenantPolicy | None = scenario.tenant_policy
+        """The operator's tenant policy (None: an open run, as before policies)."""
+        self.tenant_secret = secret if self.policy is not None else None
+        """What tenants' tokens are checked against (None: an open run checks none)."""
+        self.policy_changes: list[tuple[str, float]] = []
+        """The operator's policy changes as events of the run (description, run time)."""
+        self.unmanaged: dict[str, dict[str, float]] = {}
+        """Tenant runs: server -> its node's usage by work the allocator did not admit."""
         self.metrics = RunMetrics(AllocatorMetrics())
         """Always kept: exported through Ray's metrics pipeline after every observation, and on
         an HTTP endpoint of its own once :meth:`serve_metrics` is asked for."""
@@ -306,6 +324,11 @@ class Coordinator:
         self.restarts = int(self.notes.get("restarts", 0))
         self.coordinator_restarts = int(self.notes.get("coordinator_restarts", 0)) + 1
         self.faults = [(str(d), float(t)) for d, t in self.notes.get("faults", [])]
+        if self.policy is not None and "tenant_policy" in self.notes:
+            self.policy = parse_tenant_policy(self.notes["tenant_policy"],
+                                              self.scenario.resources)
+            self.policy_changes = [(str(d), float(t))
+                                   for d, t in self.notes.get("policy_changes", [])]
         self.restarts += len(restart)
         await self._faults("coordinator restarted",
                            *(f"server {s} restarted (no actor hosted it)" for s in restart))
@@ -399,6 +422,7 @@ class Coordinator:
             try:
                 await self._due_events()
                 await self._expire_tenants()
+                await self._count_unmanaged()
                 await self._observe()
                 if self.node_spec is not None and len(self.observations) % NODE_CHECK_PERIODS == 0:
                     await self._check_nodes()
@@ -418,7 +442,49 @@ class Coordinator:
         if not self._authorised(secret):
             return False, (f"run {self.run_id!r} refused the change: wrong or missing run "
                            "secret (the launching Run's .secret)")
+        if isinstance(item, Mapping) and "tenant_policy" in item:
+            return await self._change_policy(item["tenant_policy"])
+        if self.policy is not None and isinstance(item, Mapping) \
+                and isinstance(item.get("set_weight"), Mapping):
+            # the operator's weight is the tenant's ceiling from now on
+            user = item["set_weight"].get("user")
+            if isinstance(user, str):
+                ok, text = await self._change(item)
+                if ok:
+                    entry = (self.policy.entry(user).to_raw(user) if self._known(user)
+                             else {"name": user})
+                    await self._change_policy({"tenants": [
+                        {**entry, "weight": item["set_weight"].get("weight")}]})
+                return ok, text
         return await self._change(item)
+
+    def _known(self, user: str) -> bool:
+        try:
+            assert self.policy is not None
+            self.policy.entry(user)
+        except UnknownTenantError:
+            return False
+        return True
+
+    async def _change_policy(self, change: Any) -> tuple[bool, str]:
+        """The operator's change of the tenant policy: merged in, kept in the notes (a
+        restarted coordinator applies it too) and recorded as an event of the run.  Present
+        tenants get their new weight and quota at their next report (within a period)."""
+        await self._ensure()
+        if self.policy is None:
+            return False, (f"run {self.run_id!r} has no tenant_policy (declare one in the "
+                           "scenario to change it)")
+        try:
+            policy = self.policy.changed(change, self.scenario.resources)
+        except ScenarioError as err:
+            return False, str(err)
+        self.policy = policy
+        names = ", ".join(str(t.get("name")) for t in change.get("tenants", [])
+                          if isinstance(t, Mapping)) if isinstance(change, Mapping) else ""
+        text = "tenant policy changed" + (f" ({names})" if names else "")
+        self.policy_changes.append((text, self.now()))
+        await self._note(tenant_policy=policy.to_raw(), policy_changes=list(self.policy_changes))
+        return True, text
 
     async def _change(self, item: Mapping[str, Any]) -> tuple[bool, str]:
         """:meth:`apply` for the coordinator's own changes (tenants' queues)."""
@@ -480,6 +546,34 @@ class Coordinator:
                                if actors is None or a in actors), return_exceptions=True)
 
     # -- tenants ------------------------------------------------------------------------------
+    async def tenant_connect(self, user: str, token: str | None = None) -> TenantInfo | str:
+        """A tenant connects as ``user``: what its client checks its task shapes against, or
+        (as a value: one line) why it is refused (:class:`TenantRunError` if the run takes
+        no tenants).  A run with a tenant policy admits a
+        declared tenant only with its token, an unknown one only if the policy lets unknown
+        tenants join and no live queue holds the name (it is then issued the name's token)."""
+        info = await self.tenant_info(user)
+        if is_unmanaged_user(user):
+            return f"run {self.run_id!r}: {user!r} names a node's unmanaged work, not a tenant"
+        if self.policy is None:
+            return info
+        try:
+            entry = self.policy.entry(user)
+        except UnknownTenantError as err:
+            return f"run {self.run_id!r}: {err.message}"
+        assert self.tenant_secret is not None
+        if self.policy.declared(user):
+            if not token_ok(self.tenant_secret, user, token):
+                return (f"run {self.run_id!r}: tenant {user!r} needs its token (from the "
+                        "operator; Tenant.connect(..., token=) or $PSDSF_TENANT_TOKEN)")
+        elif not token_ok(self.tenant_secret, user, token):
+            held = self.tenant_queues.get(user)
+            if held is not None and await self._queue_lives(held):
+                return (f"run {self.run_id!r}: user {user!r} is already connected from "
+                        "another driver (connect under another name)")
+        return TenantInfo(info.resources, info.servers, info.capacity, entry.weight,
+                          info.period, tenant_token(self.tenant_secret, user))
+
     async def tenant_info(self, user: str) -> TenantInfo:
         """What a tenant's client checks its task shapes against."""
         await self._ensure()
@@ -497,13 +591,28 @@ class Coordinator:
                           self.config.period)
 
     async def tenant_report(self, user: str, demand: dict[str, float], weight: float | None,
-                            backlog: int, queue: Any = None) -> TenantReply:
+                            backlog: int, queue: Any = None,
+                            token: str | None = None) -> TenantReply:
         """One queue's periodic report: its backlog (queued + running) becomes the user's
         presence and ``max_tasks`` (:class:`~psdsf_dist.admission.tenants.TenantBook`).
-        Returns where its tasks may go: every present server's actor and Ray node."""
+        Returns where its tasks may go: every present server's actor and Ray node.  With a
+        tenant policy the report must carry ``user``'s token; the weight is the policy's
+        for the asked one (never more than the operator's) and the backlog is bounded by
+        the tenant's quota."""
         await self._ensure()
         assert self.churn is not None and self.lock is not None
+        if not token_ok(self.tenant_secret, user, token):
+            return TenantReply({}, f"refused: no valid token for tenant {user!r}")
+        if is_unmanaged_user(user):
+            return TenantReply({}, f"refused: {user!r} names a node's unmanaged work")
         error = None
+        if self.policy is not None:
+            try:
+                weight = self.policy.weight(user, weight)
+                backlog = self.policy.max_tasks(user, demand, backlog)
+            except UnknownTenantError as err:  # the operator refused unknown tenants since
+                await self._tenant_gone(user)
+                return TenantReply({}, err.message)
         if queue is not None:
             held = self.tenant_queues.get(user)
             if held is not None and actor_key(held) != actor_key(queue) \
@@ -524,14 +633,19 @@ class Coordinator:
                    if m.node is not None and self._present(n)}
         return TenantReply(servers, error)
 
-    async def tenant_leave(self, user: str, queue: Any = None) -> None:
+    async def tenant_leave(self, user: str, queue: Any = None, token: str | None = None) -> None:
         """A queue closed: its user leaves now (it rejoins when it reports work again).  A
         queue that is not the user's registered one (refused as a second connection) is
-        ignored."""
+        ignored, and so is a call without ``user``'s token in a run with a tenant policy."""
         assert self.churn is not None
         held = self.tenant_queues.get(user)
         if queue is not None and held is not None and actor_key(held) != actor_key(queue):
             return
+        if not token_ok(self.tenant_secret, user, token):
+            return
+        await self._tenant_gone(user)
+
+    async def _tenant_gone(self, user: str) -> None:
         self.tenants.tenants.pop(user, None)
         self.tenant_queues.pop(user, None)
         if self._user_in_table(user).present:
@@ -559,6 +673,32 @@ class Coordinator:
         for user in silent:
             if user not in self.tenants.tenants:
                 self.tenant_queues.pop(user, None)
+
+    async def _count_unmanaged(self) -> None:
+        """Tenant runs: each server's unmanaged usage (work on its node the allocator did not
+        admit) becomes the ``unmanaged@server`` user of the table, so that the tenants share
+        only what is left (:mod:`psdsf_dist.admission.unmanaged`)."""
+        assert self.churn is not None and self.lock is not None
+        if not self.churn.full.raw.get("tenants") or self.node_spec is None:
+            return
+        members = [m for m in self.members.values() if self._present(m.name)]
+        answers = await asyncio.gather(*(self._call(m.handle.unmanaged.remote(m.name))
+                                         for m in members), return_exceptions=True)
+        async with self.lock:
+            for m, usage in zip(members, answers, strict=True):
+                if usage is None or isinstance(usage, BaseException):
+                    continue
+                self.unmanaged[m.name] = usage
+                table = self._user_in_table(unmanaged_user(m.name))
+                for item in unmanaged_events(m.name, usage, known=table.known,
+                                             present=table.present, demand=table.demand):
+                    ok, why = await self._change(item)
+                    if not ok:
+                        self.failure = f"unmanaged usage of server {m.name}: {why}"
+                        break
+            for name in [n for n in self.unmanaged if n not in self.members]:
+                del self.unmanaged[name]
+        self.metrics.metrics.set_unmanaged(self.unmanaged)
 
     async def _queue_lives(self, queue: Any) -> bool:
         """Whether Ray still has a tenant's queue actor (one slow to answer counts)."""
@@ -615,7 +755,8 @@ class Coordinator:
                 options["lifetime"] = "detached"  # outlives a coordinator restart
             if node is not None:  # hard: Ray ignores a soft affinity here (placement.py)
                 options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
-            handle = RemoteServerActor.options(**options).remote(self.run_id, group, self.config)
+            handle = RemoteServerActor.options(**options).remote(self.run_id, group, self.config,
+                                                                 self.tenant_secret)
             self.actors[actor] = handle
             for name in group:
                 self.members[name] = Member(name, handle, actor, incarnation[name], node, pinned)
@@ -890,6 +1031,10 @@ class Coordinator:
             "coordinator_restarted": self.restarted,
             "coordinator_restarts": self.coordinator_restarts,
             "failure": self.failure,
+            "tenant_policy": None if self.policy is None else self.policy.to_raw(),
+            "policy_changes": [list(c) for c in self.policy_changes],
+            "unmanaged": {n: dict(u) for n, u in self.unmanaged.items()
+                          if any(v > 0 for v in u.values())},
         }
 
     async def observations_json(self, since: int = 0) -> list[dict[str, Any]]:

@@ -37,6 +37,7 @@ from typing import Any, cast
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from psdsf_dist.admission.identity import tenant_token
 from psdsf_dist.errors import PsdsfError, ScenarioError, ScenarioWarning
 from psdsf_dist.model.scenario import Scenario, read_document
 from psdsf_dist.runtime.coordinator import FloatArray, RemoteCoordinator, RunResult
@@ -184,6 +185,14 @@ class Run:
 
     def set_weight(self, user: str, weight: float) -> str:
         return self.apply({"set_weight": {"user": user, "weight": weight}})
+
+    def tenant_token(self, user: str) -> str:
+        """``user``'s token for this run (a run with a tenant policy checks it on every
+        call the tenant makes): give it to the tenant, e.g. as ``$PSDSF_TENANT_TOKEN``."""
+        if self.secret is None:
+            raise ChurnError(f"run {self.run_id!r}: issuing a tenant token needs the run's "
+                             "secret (the launching Run's .secret)")
+        return tenant_token(self.secret, user)
 
     def advance(self, periods: int = 1) -> list[dict[str, Any]]:
         """Manual clock only: move the run on by whole periods (observing after each)."""

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pickle
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,8 +41,10 @@ import numpy as np
 import numpy.typing as npt
 import ray
 
+from psdsf_dist.admission.identity import token_ok
 from psdsf_dist.admission.leases import Lease
 from psdsf_dist.admission.server_admission import ServerAdmission
+from psdsf_dist.admission.unmanaged import UnmanagedEstimate, unmanaged_sample
 from psdsf_dist.protocol.convergence import Observation
 from psdsf_dist.protocol.gossip import server_of
 from psdsf_dist.protocol.membership import Table
@@ -49,8 +52,10 @@ from psdsf_dist.protocol.node import Message, ServerNode
 from psdsf_dist.protocol.transport import Transport
 from psdsf_dist.protocol.update_rule import UpdateRule
 from psdsf_dist.runtime.clock import Clock, ManualClock, WallClock
+from psdsf_dist.runtime.from_ray import node_capacity
 from psdsf_dist.runtime.names import NAMESPACE, actor_key, coordinator_name, server_actor_name
 from psdsf_dist.runtime.observation import ServerReport
+from psdsf_dist.runtime.running_marks import running_per_user
 from psdsf_dist.runtime.settings import RunConfig
 
 FloatArray = npt.NDArray[np.float64]
@@ -108,8 +113,12 @@ class _Slot:
 
 
 class ServerActor:
-    def __init__(self, run_id: str, names: list[str], config: RunConfig) -> None:
+    def __init__(self, run_id: str, names: list[str], config: RunConfig,
+                 tenant_secret: str | None = None) -> None:
         self.run_id = run_id
+        self.tenant_secret = tenant_secret
+        """A run with a tenant policy: a lease or release is answered only for the token of
+        the user it names (:mod:`psdsf_dist.admission.identity`; None: an open run)."""
         self.config = config
         self.rule: UpdateRule = config.protocol.make_rule()
         self.slots = {n: _Slot(n) for n in names}
@@ -122,6 +131,8 @@ class ServerActor:
         self.notes: dict[str, Any] = {}
         self.journal: list[Observation] = []
         self.admissions: dict[str, ServerAdmission] = {}
+        self.unmanaged_estimates: dict[str, UnmanagedEstimate] = {}
+        """Per hosted server: its node's usage by work it did not admit (tenant runs)."""
         """Per hosted server: the leases of task slots on its node (tenant runs)."""
         self.reconstructed = bool(ray.get_runtime_context().was_current_actor_reconstructed)
         self.watchdog: asyncio.Task[None] | None = None
@@ -184,13 +195,17 @@ class ServerActor:
         return await self.clock.advance_to(t)
 
     # -- admission (tenant runs) ----------------------------------------------------------------
-    async def lease(self, server: str, user: str, running: int, queued: int = 0) -> Lease:
+    async def lease(self, server: str, user: str, running: int, queued: int = 0,
+                    token: str | None = None) -> Lease:
         """A tenant's queue runs ``running`` of ``user``'s tasks on ``server``'s node, has
         ``queued`` more waiting, and asks how many it may run (the server's
         :class:`~psdsf_dist.admission.server_admission.ServerAdmission`, from its own column).
-        A server not running here answers with no slots."""
+        A server not running here, or a call without ``user``'s token in a run with a tenant
+        policy, is answered with no slots (and records no claim)."""
         slot = self.slots.get(server)
         ttl = ServerAdmission.ttl_of(self.config.period)
+        if not token_ok(self.tenant_secret, user, token):
+            return Lease(server, user, 0, ttl, 0)
         if slot is None or slot.node is None or self.clock is None or not slot.running:
             return Lease(server, user, 0, ttl, 0)
         node = slot.node
@@ -205,8 +220,50 @@ class ServerActor:
             self.admissions[server] = admission
         return admission.ask(user, running, now, node.column, scenario, queued)
 
-    async def release(self, server: str, user: str) -> None:
-        """``user``'s queue runs nothing more on ``server``'s node: its claim goes at once."""
+    async def unmanaged(self, server: str) -> dict[str, float] | None:
+        """The usage of ``server``'s node by work it did not admit, per resource (once it
+        persisted: :class:`~psdsf_dist.admission.unmanaged.UnmanagedEstimate`): what Ray
+        reports available there, against what the tenants' tasks there hold.
+        None when the server does not run here or Ray does not know the node."""
+        slot = self.slots.get(server)
+        if slot is None or slot.node is None or self.clock is None or not slot.running:
+            return None
+        scenario = slot.node.table.scenario
+        node_id = ray.get_runtime_context().get_node_id()
+        per_node: Any = ray._private.state.available_resources_per_node
+        available = per_node().get(node_id)
+        if available is None:
+            return None
+        i = scenario.server_names.index(server)
+        capacity = np.asarray(scenario.capacity[i], dtype=float)
+        free = node_capacity({"Resources": available}, scenario.resources)
+        # the tenants' tasks here: those their queues report running (including any that wait
+        # at the node for room) and those marked running (their bodies started)
+        index = scenario.user_index
+
+        def held(counts: Mapping[str, int]) -> FloatArray:
+            own = np.zeros_like(capacity)
+            for user, running in counts.items():
+                if user in index:
+                    own += running * np.asarray(scenario.demand[index[user]], dtype=float)
+            return own
+
+        admission = self.admissions.get(server)
+        reported = held(admission.book.running() if admission is not None else {})
+        marked = held(running_per_user(node_id))
+        free_now = np.array([free[r] for r in scenario.resources])
+        estimate = self.unmanaged_estimates.get(server)
+        if estimate is None:
+            estimate = self.unmanaged_estimates[server] = UnmanagedEstimate(capacity)
+        usage = estimate.observe(unmanaged_sample(capacity, free_now, np.maximum(reported, marked)),
+                                 unmanaged_sample(capacity, free_now, marked))
+        return {r: float(v) for r, v in zip(scenario.resources, usage, strict=True)}
+
+    async def release(self, server: str, user: str, token: str | None = None) -> None:
+        """``user``'s queue runs nothing more on ``server``'s node: its claim goes at once
+        (with a tenant policy, only when the call carries ``user``'s token)."""
+        if not token_ok(self.tenant_secret, user, token):
+            return
         admission = self.admissions.get(server)
         if admission is not None:
             admission.book.release(user)

@@ -47,7 +47,9 @@ import contextvars
 import functools
 import inspect
 import itertools
+import os
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from types import TracebackType
 from typing import Any, overload
 
@@ -55,6 +57,7 @@ import numpy as np
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from psdsf_dist.admission.identity import TOKEN_ENV, TenantAuthError
 from psdsf_dist.admission.shapes import (
     ACTOR_PASSED_OPTIONS,
     DEFAULT_MAX_RETRIES,
@@ -77,6 +80,7 @@ from psdsf_dist.runtime.names import (
     check_run_name,
     coordinator_name,
 )
+from psdsf_dist.runtime.running_marks import mark_end, mark_start
 from psdsf_dist.runtime.tenant_queue import AllocatorGoneError, QueueStatus, RemoteTenantQueue
 
 CONNECT_TIMEOUT = 30.0
@@ -92,7 +96,8 @@ _RUNNING: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVa
 """In a worker running a tenant's task: (its queue's actor id, its node id)."""
 
 
-def tenant_task(function: Callable[..., Any], queue_id: str) -> Callable[..., Any]:
+def tenant_task(function: Callable[..., Any], queue_id: str,
+                user: str = "") -> Callable[..., Any]:
     """``function`` as the Ray task body of a tenant's task: the same name, signature and
     result, run with :data:`_RUNNING` set, so that a task it submits through the same
     tenant is known as its child (it borrows its slot: ``tenant_queue``, "Nested tasks")."""
@@ -101,29 +106,34 @@ def tenant_task(function: Callable[..., Any], queue_id: str) -> Callable[..., An
     if inspect.iscoroutinefunction(function):
         @functools.wraps(function)
         async def tenant_task_async(*args: Any, **kwargs: Any) -> Any:
-            token = _enter(queue_id)
+            token, mark = _enter(queue_id, user)
             try:
                 return await function(*args, **kwargs)
             finally:
-                _leave(token)
+                _leave(token, mark)
         return tenant_task_async
 
     @functools.wraps(function)
     def tenant_task_body(*args: Any, **kwargs: Any) -> Any:
-        token = _enter(queue_id)
+        token, mark = _enter(queue_id, user)
         try:
             return function(*args, **kwargs)
         finally:
-            _leave(token)
+            _leave(token, mark)
     return tenant_task_body
 
 
-def _enter(queue_id: str) -> contextvars.Token[tuple[str, str] | None]:
-    return _RUNNING.set((queue_id, ray.get_runtime_context().get_node_id()))
+def _enter(queue_id: str, user: str) -> tuple[contextvars.Token[tuple[str, str] | None],
+                                               Path | None]:
+    """Entering a task's body: it is known as running, to its children (``_RUNNING``) and to
+    its node's server (a mark: :mod:`psdsf_dist.runtime.running_marks`)."""
+    node = ray.get_runtime_context().get_node_id()
+    return _RUNNING.set((queue_id, node)), (mark_start(node, user) if user else None)
 
 
-def _leave(token: contextvars.Token[tuple[str, str] | None]) -> None:
+def _leave(token: contextvars.Token[tuple[str, str] | None], mark: Path | None) -> None:
     _RUNNING.reset(token)
+    mark_end(mark)
 
 
 def by_reference(value: Any) -> Any:
@@ -147,7 +157,7 @@ class TenantFunction:
         passed = {k: v for k, v in options.items() if k in PASSED_OPTIONS}
         self._queue = tenant.queue
         self._queue_id = actor_key(tenant.queue)
-        body = tenant_task(function, self._queue_id)
+        body = tenant_task(function, self._queue_id, tenant.user)
         self._box = [ray.put((ray.remote(body), {**shape.ray_options(), **passed}))]
         self._retries = int(options.get("max_retries", DEFAULT_MAX_RETRIES))
         self._num_returns = int(options.get("num_returns", 1))
@@ -245,6 +255,22 @@ class TaskResults(Iterator[Any]):
         self.close()
 
 
+def marked_actor(cls: type, user: str) -> type:
+    """``cls`` whose actors mark themselves running on their node when constructed
+    (:mod:`psdsf_dist.runtime.running_marks`; the mark goes with the actor's process), so that
+    its node's server does not count them as unmanaged work."""
+
+    class Marked(cls):  # type: ignore[misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            mark_start(ray.get_runtime_context().get_node_id(), user)
+            super().__init__(*args, **kwargs)
+
+    Marked.__name__ = cls.__name__
+    Marked.__qualname__ = cls.__qualname__
+    Marked.__doc__ = cls.__doc__
+    return Marked
+
+
 class TenantActorClass:
     """An actor class whose actors are admitted by the tenant's share (``@tenant.actor``)."""
 
@@ -252,7 +278,8 @@ class TenantActorClass:
         passed = {k: v for k, v in options.items() if k in ACTOR_PASSED_OPTIONS}
         shape = task_shape(options)
         self._queue = tenant.queue
-        self._box: list[Any] = [ray.put((ray.remote(cls), {**shape.ray_options(), **passed}))]
+        self._box: list[Any] = [ray.put((ray.remote(marked_actor(cls, tenant.user)),
+                                         {**shape.ray_options(), **passed}))]
         self.__name__ = getattr(cls, "__name__", "actor")
         self.__doc__ = cls.__doc__
 
@@ -278,9 +305,14 @@ class Tenant:
 
     @classmethod
     def connect(cls, user: str, *, weight: float | None = None,
-                run_id: str = DEFAULT_RUN_ID) -> Tenant:
+                run_id: str = DEFAULT_RUN_ID, token: str | None = None) -> Tenant:
         """Connect to the allocator of ``run_id`` in the Ray cluster the driver is connected to
-        (``ray.init`` first).  Raises :class:`AllocatorGoneError` when no such run answers."""
+        (``ray.init`` first).  Raises :class:`AllocatorGoneError` when no such run answers.
+
+        ``token``: the user's token from the operator (default: ``$PSDSF_TENANT_TOKEN``),
+        needed in a run with a tenant policy for a tenant it declares; raises
+        :class:`TenantAuthError` (one line) when the run refuses the connection.  ``weight``
+        may lower the weight the operator gives the user, never raise it."""
         check_user(user)
         weight = check_weight(weight)
         try:
@@ -293,10 +325,14 @@ class Tenant:
             raise AllocatorGoneError(f"no allocator run {run_id!r} in this Ray cluster (start one "
                                 "with `psdsf-dist run <tenants scenario>`)") from None
         try:
-            answer: Any = ray.get(coordinator.tenant_info.remote(user), timeout=CONNECT_TIMEOUT)
+            answer: Any = ray.get(coordinator.tenant_connect.remote(
+                user, token if token is not None else os.environ.get(TOKEN_ENV)),
+                timeout=CONNECT_TIMEOUT)
         except ray.exceptions.GetTimeoutError:
             raise AllocatorGoneError(f"the allocator of run {run_id!r} did not answer within "
                                 f"{CONNECT_TIMEOUT:g} s") from None
+        if isinstance(answer, str):
+            raise TenantAuthError(answer)
         info: TenantInfo = answer
         return cls(user, run_id, info, weight, coordinator)
 
@@ -362,7 +398,7 @@ class Tenant:
         self.queue = RemoteTenantQueue.options(
             num_cpus=0, max_concurrency=100_000,
             scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
-        ).remote(self.run_id, self.user, demand, weight, self.info.period)
+        ).remote(self.run_id, self.user, demand, weight, self.info.period, self.info.token)
         ray.get(self.queue.start.remote(), timeout=CONNECT_TIMEOUT)
 
     def cancel(self, ref: Any, *, force: bool = False) -> bool:

@@ -228,9 +228,11 @@ class TenantQueue:
     """See the module docstring."""
 
     def __init__(self, run_id: str, user: str, demand: dict[str, float],
-                 weight: float | None, period: float) -> None:
+                 weight: float | None, period: float, token: str | None = None) -> None:
         self.run_id = run_id
         self.user = user
+        self.token = token
+        """The user's token, carried by every call in its name (a run with a tenant policy)."""
         self.demand = dict(demand)
         self.weight = weight
         self.period = period
@@ -402,8 +404,9 @@ class TenantQueue:
         self.metrics.flush()
         for handle in self.actors.values():  # ours: they end with the tenant
             ray.kill(handle, no_restart=True)
-        calls = [s.handle.release.remote(s.name, self.user) for s in self.servers.values()]
-        calls.append(self.coordinator.tenant_leave.remote(self.user, self.handle))
+        calls = [s.handle.release.remote(s.name, self.user, self.token)
+                 for s in self.servers.values()]
+        calls.append(self.coordinator.tenant_leave.remote(self.user, self.handle, self.token))
         await asyncio.gather(*(asyncio.wait_for(c, self.period) for c in calls),
                              return_exceptions=True)
 
@@ -602,7 +605,7 @@ class TenantQueue:
         try:
             reply: TenantReply = await asyncio.wait_for(
                 self.coordinator.tenant_report.remote(self.user, self.demand, self.weight,
-                                                      backlog, self.handle),
+                                                      backlog, self.handle, self.token),
                 silence)
         except (TimeoutError, ray.exceptions.RayError) as err:
             dead = isinstance(err, ray.exceptions.ActorDiedError)
@@ -651,7 +654,7 @@ class TenantQueue:
             # starts: the server's claim counts what runs, not what waits
             lease = await asyncio.wait_for(s.handle.lease.remote(s.name, self.user,
                                                                  s.running - s.waiting,
-                                                                 len(self.queue)),
+                                                                 len(self.queue), self.token),
                                            ASK_TIMEOUT_INTERVALS * self.interval)
         except (TimeoutError, ray.exceptions.RayError):
             return  # the old lease runs out on its own

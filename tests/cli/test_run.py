@@ -153,3 +153,38 @@ def test_run_reads_a_file_as_solve_does(tmp_path: Path,
         assert main(["run", path]) == 2
         out, err = capsys.readouterr()
         assert out == "" and err == solve_err and err.count("\n") == 1, err
+
+
+def test_tenant_tokens_need_a_policy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "open.yaml"
+    f.write_text("tenants: true\nresources: [CPU]\nservers: [{name: a, capacity: {CPU: 2}}]\n")
+    assert main(["run", str(f), "--tenant-tokens", str(tmp_path / "t")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "has no tenant_policy" in err
+    assert not (tmp_path / "t").exists()
+
+
+def test_tenant_tokens_are_written_for_the_declared_tenants_owner_only(tmp_path: Path) -> None:
+    from psdsf_dist.admission.identity import token_ok
+    from psdsf_dist.cli.run import _write_tokens
+    from psdsf_dist.runtime.launcher import Run
+    from psdsf_dist.runtime.settings import RunConfig
+
+    doc = {"servers": "from-ray", "tenants": True, "resources": ["CPU"],
+           "tenant_policy": {"tenants": [{"name": "etl"}, {"name": "adhoc", "weight": 2}]}}
+    target = tmp_path / "tokens"
+    args = build_parser().parse_args(["run", "x.yaml", "--tenant-tokens", str(target)])
+    _write_tokens(args, doc, Run(None, "r", RunConfig(), "the-secret"))
+    lines = [line.split("\t") for line in target.read_text().splitlines()]
+    assert [n for n, _ in lines] == ["etl", "adhoc"]
+    assert all(token_ok("the-secret", n, t) for n, t in lines)
+    assert target.stat().st_mode & 0o777 == 0o600
+
+
+def test_the_progress_line_names_unmanaged_usage() -> None:
+    from psdsf_dist.cli.run import _unmanaged_note
+
+    assert _unmanaged_note({"unmanaged": {"node-b": {"CPU": 4.0, "memory": 0.0},
+                                          "node-a": {"CPU": 1.5}}}) == \
+        ", unmanaged: node-a CPU 1.5; node-b CPU 4"
+    assert _unmanaged_note({"unmanaged": {}}) == _unmanaged_note({}) == ""

@@ -47,6 +47,7 @@ PINNED = (
     ("psdsf_churn_events_total", "counter", ("kind",)),
     ("psdsf_server_restarts_total", "counter", ("server",)),
     ("psdsf_members", "gauge", ("role",)),
+    ("psdsf_unmanaged_usage", "gauge", ("server", "resource")),
     ("psdsf_distance_to_fair_ratio", "gauge", ()),
 )
 
@@ -75,6 +76,7 @@ def fed(scenario: Scenario, *, per_pair: bool = True) -> tuple[AllocatorMetrics,
     m.observe_reconvergence(4.0)
     m.observe_restart(scenario.server_names[-1])
     m.set_membership(scenario.num_servers, scenario.num_users)
+    m.set_unmanaged({scenario.server_names[0]: {scenario.resources[0]: 0.5}})
     return m, X
 
 
@@ -300,6 +302,17 @@ def test_min_vds_is_the_lowest_holder(fig1: Scenario) -> None:
     state = allocation_state(fig1, X)
     assert state.min_vds[0] == pytest.approx(1 / 6)
     assert np.isnan(state.min_vds[1])
+
+
+def test_unmanaged_usage_per_server_and_resource() -> None:
+    m = AllocatorMetrics()
+    assert value(m, "psdsf_unmanaged_usage", server="s1", resource="CPU") is None
+    m.set_unmanaged({"s1": {"CPU": 4.0, "memory": 0.0}, "s2": {"CPU": 1.0}})
+    assert value(m, "psdsf_unmanaged_usage", server="s1", resource="CPU") == 4.0
+    assert value(m, "psdsf_unmanaged_usage", server="s2", resource="CPU") == 1.0
+    m.forget_server("s1")
+    assert value(m, "psdsf_unmanaged_usage", server="s1", resource="CPU") is None
+    assert value(m, "psdsf_unmanaged_usage", server="s2", resource="CPU") == 1.0
 
 
 def test_nothing_is_claimed_before_it_is_known() -> None:

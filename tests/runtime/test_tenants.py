@@ -18,7 +18,9 @@ from typing import Any
 import numpy as np
 import pytest
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from psdsf_dist.admission.identity import TenantAuthError
 from psdsf_dist.admission.shapes import GIB, ShapeError
 from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.runtime.coordinator import TenantRunError
@@ -169,6 +171,130 @@ def test_a_late_user_gets_its_share_and_a_leaving_one_releases_it(run: Run) -> N
     assert wait_for(lambda: "alice" not in present(run), 4.0)
     assert ray.get(small.remote(7)) == 7
     a.close()
+
+
+POLICY_RUN = "tenants-policy"
+POLICY = {"unknown": "refuse",
+          "tenants": [{"name": "alice", "weight": 1}, {"name": "greedy", "weight": 1},
+                      {"name": "capped", "cap": {"CPU": 1}}]}
+
+
+def test_the_operators_policy_holds_against_greedy_and_forging_drivers(cluster: Any) -> None:
+    """A tenant asking for weight 1000 keeps the operator's 1; a quota caps a tenant; a driver
+    without the tokens cannot report, leave or lease in another tenant's name, nor join as
+    an unknown tenant; the operator's policy change reaches the allocation."""
+    r = launch({**SCENARIO, "tenant_policy": POLICY}, RunConfig(ProtocolConfig(period=PERIOD)),
+               run_id=POLICY_RUN)
+    tenants: list[Tenant] = []
+    try:
+        with pytest.raises(TenantAuthError, match="'alice' needs its token"):
+            Tenant.connect("alice", run_id=POLICY_RUN)
+        with pytest.raises(TenantAuthError, match="'alice' needs its token"):
+            Tenant.connect("alice", run_id=POLICY_RUN, token=r.tenant_token("greedy"))
+        with pytest.raises(TenantAuthError, match="refuses unknown tenants"):
+            Tenant.connect("mallory", run_id=POLICY_RUN, token=r.tenant_token("mallory"))
+        for user, weight in (("alice", None), ("greedy", 1000.0), ("capped", None)):
+            t = Tenant.connect(user, weight=weight, run_id=POLICY_RUN,
+                               token=r.tenant_token(user))
+            tenants.append(t)
+            work = t.remote(num_cpus=1)(lambda: time.sleep(0.3))
+            for _ in range(200):
+                work.remote()
+
+        def totals_near(greedy_per_alice: float) -> bool:
+            got = r.user_totals()
+            if not {"alice", "greedy", "capped"} <= set(got):
+                return False
+            ratio = got["greedy"] / max(got["alice"], 1e-9)
+            return abs(ratio - greedy_per_alice) <= 0.05 * greedy_per_alice \
+                and got["capped"] <= 1 + 1e-9
+
+        assert wait_for(lambda: totals_near(1.0), 10.0), r.user_totals()
+        script = textwrap.dedent(f"""
+            import ray
+            from psdsf_dist.runtime.names import NAMESPACE, coordinator_name
+            ray.init(address={cluster.address!r}, log_to_driver=False)
+            c = ray.get_actor(coordinator_name({POLICY_RUN!r}), namespace=NAMESPACE)
+            print("report", ray.get(c.tenant_report.remote("alice", {{"CPU": 1.0}}, 1e-15,
+                                                          50)).error)
+            print("phantom", ray.get(c.tenant_report.remote("mallory", {{"CPU": 1.0}}, 1e15,
+                                                           10**9)).error)
+            ray.get(c.tenant_leave.remote("alice"))
+            for name, h in ray.get(c.handles.remote()).items():
+                print("lease", ray.get(h.lease.remote(name, "alice", 10**6, 10**6)).slots)
+        """)
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                             timeout=120, env=os.environ.copy())
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert "report refused: no valid token for tenant 'alice'" in out.stdout
+        assert "phantom refused: no valid token for tenant 'mallory'" in out.stdout
+        assert "lease 0" in out.stdout and "lease 1" not in out.stdout
+        # the victim is unaffected: present, at its share, running
+        assert "alice" in present(r) and "mallory" not in present(r)
+        assert totals_near(1.0), r.user_totals()
+        assert sum(tenants[0].status().running.values()) >= 1
+        # the operator raises greedy's ceiling to 2: it now gets twice alice's share
+        assert "tenant policy changed (greedy)" in r.apply(
+            {"tenant_policy": {"tenants": [{"name": "greedy", "weight": 2}]}})
+        assert wait_for(lambda: totals_near(2.0), 10.0), r.user_totals()
+        assert [c[0] for c in r.status()["policy_changes"]] == ["tenant policy changed (greedy)"]
+    finally:
+        for t in tenants:
+            t.close()
+        r.stop()
+
+
+def test_work_outside_the_allocator_is_counted_out_of_the_tenants_allocation(
+        run: Run) -> None:
+    """Plain-Ray actors holding 2 CPUs of a node: within a few periods the tenants'
+    allocation leaves them out (the node's unmanaged usage, in ``status``), the tenant runs
+    what it is allocated, and gets them back once the intruder ends."""
+    t = Tenant.connect("etl", run_id=RUN)
+    work = t.remote(num_cpus=1)(lambda: time.sleep(0.3))
+    for _ in range(600):
+        work.remote()
+
+    def runs() -> int:  # a pipelined task waits at its node: it holds nothing yet
+        st = t.status()
+        return sum(k - st.pipelined.get(n, 0) for n, k in st.running.items())
+
+    assert wait_for(lambda: runs() == 5, 10.0), (t.status(), run.user_totals())
+    nodes: Any = ray.nodes
+    node = next(n for n in nodes() if n["Alive"] and n["Resources"].get("CPU") == 2
+                and "node:__internal_head__" not in n["Resources"])
+
+    class Hog:
+        def ready(self) -> bool:
+            return True
+
+    # two 1-CPU actors: a 2-CPU one would wait for 2 CPUs free at once, which Ray does not
+    # reserve while the tenant's 1-CPU tasks keep taking each CPU freed
+    hogs: list[Any] = [ray.remote(num_cpus=1)(Hog).options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote()
+        for _ in range(2)]
+    ray.get([h.ready.remote() for h in hogs], timeout=60)  # placed: they hold 2 CPUs
+    placed = time.monotonic()
+
+    def excluded() -> bool:
+        unmanaged = run.status()["unmanaged"]
+        return any(u.get("CPU") == 2 for u in unmanaged.values()) \
+            and abs(run.user_totals().get("etl", 0) - 3) < 0.05
+
+    assert wait_for(excluded, 40.0), (run.status()["unmanaged"], run.user_totals())
+    took = time.monotonic() - placed
+    ratios = []
+    for _ in range(10):
+        ratios.append(runs() / run.user_totals()["etl"])
+        time.sleep(PERIOD / 2)
+    assert np.median(ratios) >= 0.9, ratios
+    for h in hogs:
+        ray.kill(h)
+    # released once the tenant's tasks run in the freed CPUs (new workers start first)
+    assert wait_for(lambda: not run.status()["unmanaged"]
+                    and abs(run.user_totals().get("etl", 0) - 5) < 0.05, 40.0), \
+        (run.status()["unmanaged"], run.user_totals())
+    t.close()
+    print(f"unmanaged work left out after {took:.1f} s ({took / PERIOD:.1f} periods)")
 
 
 def test_one_user_is_one_queue(run: Run) -> None:

@@ -1,0 +1,84 @@
+"""Unmanaged usage: sampled, filtered with hysteresis, and turned into the table's events."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from psdsf_dist.admission.unmanaged import (
+    UNMANAGED_WEIGHT,
+    UnmanagedEstimate,
+    is_unmanaged_user,
+    unmanaged_events,
+    unmanaged_sample,
+    unmanaged_user,
+)
+
+CAP = np.array([8.0, 16.0])
+
+
+def test_the_sample_is_what_neither_ray_nor_the_leases_account_for() -> None:
+    # 8 CPUs: 1 free, our tenants run 3 => 4 taken by someone else
+    got = unmanaged_sample(CAP, np.array([1.0, 16.0]), np.array([3.0, 0.0]))
+    assert got.tolist() == [4.0, 0.0]
+    # our own tasks not yet freed by Ray never make it negative
+    assert unmanaged_sample(CAP, CAP, np.array([2.0, 1.0])).tolist() == [0.0, 0.0]
+
+
+def test_a_transient_is_ignored_and_persistent_usage_counts_after_the_window() -> None:
+    e = UnmanagedEstimate(CAP)
+    intruder = np.array([4.0, 0.0])
+    assert e.observe(np.array([2.0, 0.0])).tolist() == [0.0, 0.0]  # window not full
+    assert e.observe(np.zeros(2)).tolist() == [0.0, 0.0]  # the 2 was one sample only
+    assert e.observe(intruder).tolist() == [0.0, 0.0]  # first sample of it
+    assert e.observe(intruder).tolist() == [4.0, 0.0]  # persisted a window: counted
+    assert e.observe(np.array([5.0, 0.0])).tolist() == [4.0, 0.0]  # a spike above: ignored
+    assert e.observe(np.zeros(2)).tolist() == [0.0, 0.0]  # gone: released at once
+
+
+@given(st.lists(st.lists(st.floats(0, 8), min_size=2, max_size=2), min_size=1, max_size=12))
+def test_the_estimate_never_exceeds_any_recent_sample(samples: list[list[float]]) -> None:
+    e = UnmanagedEstimate(CAP)
+    seen: list[np.ndarray] = []
+    for s in samples:
+        got = e.observe(np.array(s))
+        seen.append(np.array(s))
+        assert np.all(got >= 0)
+        assert np.all(got <= np.min(np.stack(seen[-e.window:]), axis=0) + 1e-12)
+        assert np.all((got == 0) | (got >= 0.05 * CAP))
+
+
+def test_events_make_the_table_follow_the_usage() -> None:
+    user = unmanaged_user("s1")
+    assert is_unmanaged_user(user) and not is_unmanaged_user("alice")
+    assert unmanaged_events("s1", {"CPU": 0.0}, known=False, present=False, demand=None) == []
+    joins = unmanaged_events("s1", {"CPU": 4.0, "memory": 0.0}, known=False, present=False,
+                             demand=None)
+    assert joins == [{"user_joins": {"name": user, "demand": {"CPU": 4.0}, "servers": ["s1"],
+                                     "weight": UNMANAGED_WEIGHT, "max_tasks": 1}}]
+    same = {"CPU": 4.0}
+    assert unmanaged_events("s1", {"CPU": 4.1}, known=True, present=True, demand=same) == []
+    assert unmanaged_events("s1", {"CPU": 2.0}, known=True, present=True, demand=same) == [
+        {"set_demand": {"user": user, "demand": {"CPU": 2.0}}}]
+    assert unmanaged_events("s1", {"CPU": 0.0}, known=True, present=True, demand=same) == [
+        {"user_leaves": user}]
+    assert unmanaged_events("s1", {"CPU": 4.0}, known=True, present=False, demand=same) == [
+        {"user_joins": user}]
+
+
+def test_usage_the_tenants_tasks_may_hold_counts_only_after_the_slow_window() -> None:
+    """Between the two bounds (tasks reported running but not marked: waiting at the node,
+    or their workers starting) usage counts only once it outlasts a worker's start."""
+    e = UnmanagedEstimate(CAP, window=2, slow_window=4)
+    certain, possible = np.zeros(2), np.array([2.0, 0.0])
+    got = [e.observe(certain, possible).tolist() for _ in range(4)]
+    assert got == [[0.0, 0.0]] * 3 + [[2.0, 0.0]]
+    # a worker start shorter than the slow window never counts
+    e = UnmanagedEstimate(CAP, window=2, slow_window=4)
+    for k in range(8):
+        assert e.observe(certain, possible if k % 4 < 3 else certain).tolist() == [0.0, 0.0]
+    # the certain part counts after the short window, whatever the possible part does
+    e = UnmanagedEstimate(CAP, window=2, slow_window=4)
+    e.observe(np.array([1.0, 0.0]), np.array([3.0, 0.0]))
+    assert e.observe(np.array([1.0, 0.0]), np.array([3.0, 0.0])).tolist() == [1.0, 0.0]

@@ -374,6 +374,14 @@ class TenantQueueState:
         return [s.name for s in self.servers.values()
                 if (self.queue or s.running) and not s.asking]
 
+    def asks_urgent(self, now: float) -> list[str]:
+        """Servers to ask at once, not at the next round of asks: work is queued and their
+        lease has run out (a queue idle for a lease's lifetime has none left; its next task
+        would otherwise wait up to an interval for its first slot)."""
+        if not self.queue:
+            return []
+        return [s.name for s in self.servers.values() if not s.asking and now >= s.expires]
+
     def ask_sent(self, name: str) -> tuple[int, int]:
         """An ask leaves for ``name``: the claim to send (tasks running there, not those
         waiting at the node: a waiting one takes the place of one of ours when it starts)

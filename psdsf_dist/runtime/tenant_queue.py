@@ -25,7 +25,8 @@ What it does
       present with that ``max_tasks``, or absent once idle for ``IDLE_LINGER_PERIODS``; the
       answer says which servers exist and on which node.
     * Every lease interval (T/4) it asks each server where it has work to place or tasks
-      running (:meth:`~psdsf_dist.runtime.server_actor.ServerActor.lease`): the answer is how
+      running — and at once where work arrives and the server's lease has run out
+      (:meth:`~psdsf_dist.runtime.server_actor.ServerActor.lease`): the answer is how
       many of its tasks may run there for the lease's lifetime, counted from when the ask was
       sent.  While an ask is in flight it only replaces tasks that finish (never more than ran
       when the ask was sent, which the server counts as claimed), and otherwise launches as
@@ -358,10 +359,18 @@ class TenantQueue:
         return function
 
     def _submit(self, ids: list[int]) -> None:
-        launches, woke = self.state.submit(ids, time.monotonic())
+        now = time.monotonic()
+        launches, woke = self.state.submit(ids, now)
         if woke:
             self.work.set()  # report at once: a late user should not wait a period to join
         _outside_any_call(functools.partial(self._launch_all, launches))
+        for name in self.state.asks_urgent(now):
+            self._send_ask(name)
+
+    def _hold(self, task: asyncio.Task[None]) -> None:
+        """Keep a reference to ``task`` until it ends (the loop keeps only weak ones)."""
+        self.watchers.add(task)
+        task.add_done_callback(self.watchers.discard)
 
     def _settle(self, ended: list[Ended]) -> None:
         """Give the callers of tasks the queue ended their errors."""
@@ -419,9 +428,7 @@ class TenantQueue:
                 self._launch_all(decision.launches)
                 continue
             self.metrics.admitted(launch.server, launch.waited)
-            watcher = loop.create_task(watch, context=contextvars.Context())
-            self.watchers.add(watcher)  # held: the loop keeps only weak references to tasks
-            watcher.add_done_callback(self.watchers.discard)
+            self._hold(loop.create_task(watch, context=contextvars.Context()))
 
     async def _watch_actor(self, launch: Launch, handle: Any) -> None:
         """Hand the actor out once constructed, then hold its slot until it ends (its
@@ -517,13 +524,18 @@ class TenantQueue:
     async def _ask_loop(self) -> None:
         while True:
             for name in self.state.asks_due():
-                if name in self.handles:
-                    asyncio.get_running_loop().create_task(self._ask(name))
+                self._send_ask(name)
             await asyncio.sleep(self.interval)
 
-    async def _ask(self, name: str) -> None:
+    def _send_ask(self, name: str) -> None:
+        """Ask ``name`` for a lease (marked in flight at once: one ask per server at a time)."""
+        if name not in self.handles:
+            return
         running, queued = self.state.ask_sent(name)
-        sent = time.monotonic()
+        self._hold(asyncio.get_running_loop().create_task(
+            self._ask(name, running, queued, time.monotonic()), context=contextvars.Context()))
+
+    async def _ask(self, name: str, running: int, queued: int, sent: float) -> None:
         answer: tuple[int, int, float] | None = None
         try:
             lease = await asyncio.wait_for(

@@ -57,6 +57,16 @@ def test_no_lease_no_launch_and_an_expired_lease_stops_launching() -> None:
     assert s.pump(TTL + 1.0) == []
 
 
+def test_work_after_a_lease_ran_out_asks_at_once() -> None:
+    s = state_with({"a": 1, "b": 1})
+    assert s.asks_urgent(TTL + 1.0) == []  # nothing queued: nothing to ask for
+    assert submit(s, 1, now=TTL + 1.0) == [] and s.asks_urgent(TTL + 1.0) == ["a", "b"]
+    s.ask_sent("a")
+    assert s.asks_urgent(TTL + 1.0) == ["b"]  # one ask in flight per server
+    (launch,) = s.ask_answered("a", TTL + 1.0, (1, 0, TTL), TTL + 1.0)
+    assert launch.server == "a" and s.asks_urgent(TTL + 1.0) == []
+
+
 def test_a_pipelined_task_waits_at_the_node_and_an_actor_never_takes_it() -> None:
     s = state_with({"a": 1}, pipeline=1)
     assert len(submit(s, 1)) == 1

@@ -470,8 +470,9 @@ def test_nested_tasks_borrow_their_parents_slot(run: Run) -> None:
         done, _ = ray.wait([inner.remote(x)], timeout=60)
         return int(ray.get(done[0])) + int(ray.get(inner.remote(0)))
 
-    assert ray.get([outer.remote(i) for i in range(7)], timeout=90) == [2 * i for i in
-                                                                        range(7)]
+    # 6 parents on 5 CPUs: one more than fit (each parent's workers cost seconds to start)
+    assert ray.get([outer.remote(i) for i in range(6)], timeout=90) == [2 * i for i in
+                                                                        range(6)]
     assert t.status().borrowed == 0 and t.status().failed == 0
     t.close()
 

@@ -1,0 +1,466 @@
+"""A tenant queue's decisions, without Ray: events in, decisions out (pure).
+
+The tenant's queue actor (:mod:`psdsf_dist.runtime.tenant_queue`) does the Ray calls — it
+launches tasks and actors, watches their refs, asks the servers for leases and reports to the
+coordinator — and tells a :class:`TenantQueueState` what happened.  The state decides
+everything else and answers with what to do:
+
+* which queued task to launch next, and where (:meth:`TenantQueueState.pump`): in order, into
+  the server with the most free slots; only when every lease is full, to wait at a node whose
+  lease allows it (pipelining), so no task waits at a node while a later one starts
+  elsewhere; an actor only into a free slot (it holds the slot while it lives);
+* a nested task (submitted from inside a running task of the same user, on ``parent_node``)
+  borrows its parent's slot: it is launched at once on that node, outside the lease, counted
+  in ``borrowed`` (not ``running``); if no server is on that node it is an ordinary task;
+* how a task ended (:meth:`TenantQueueState.ended`): its value or its own error is
+  *completed*; a system failure re-queues it at the head up to its ``max_retries`` (and takes
+  the lease's slots away until the next answer), else it *failed*; a cancelled one is
+  *cancelled*, whatever its ref then says;
+* cancelling (:meth:`TenantQueueState.cancel`): a queued task is withdrawn at once and never
+  launched; a running one is to be interrupted by the caller of this method;
+* withdrawal of what is queued (:meth:`TenantQueueState.withdraw`) — a bulk submission's
+  caller stopped reading, the coordinator refused the user, the allocator is gone, the queue
+  closed — each with its error;
+* the backlog to report (lingering once idle), and when the allocator counts as gone.
+
+No task is lost: every submitted task is, at any time, queued, running (in a slot or
+borrowed) or has ended exactly once with one :class:`Outcome` — ``completed``, ``cancelled``,
+``withdrawn`` or ``failed`` (with the error saying why) — and the counters add up
+(:meth:`TenantQueueState.accounted`).  Never more tasks run on a server than were launched
+into its open slots, each server's ``running`` counts exactly the live tasks launched into
+its lease, and ``borrowed`` exactly the live children.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass, field
+
+from psdsf_dist.admission.tenants import IDLE_LINGER_PERIODS
+from psdsf_dist.errors import PsdsfError
+
+ALLOCATOR_SILENCE_PERIODS = 30.0
+"""A coordinator that has not answered a report for this long is taken for gone (one that
+Ray reports dead is taken for gone at once).  Long: a loaded coordinator answers late."""
+
+
+class AllocatorGoneError(PsdsfError, RuntimeError):
+    """The allocator's coordinator stopped answering: queued tasks cannot be placed."""
+
+
+class TenantRefusedError(PsdsfError, RuntimeError):
+    """The coordinator refused the tenant's demand or weight (one line saying why)."""
+
+
+class TaskWithdrawnError(PsdsfError, RuntimeError):
+    """A task of a bulk submission withdrawn before it started (its caller closed the results)."""
+
+
+class TaskCancelledError(PsdsfError, RuntimeError):
+    """A task cancelled by its caller (``ray.cancel`` or :meth:`Tenant.cancel`): withdrawn
+    from the queue if it had not started, else interrupted as Ray cancels a task."""
+
+
+class Outcome(enum.Enum):
+    """How a task ended (exactly one per task)."""
+
+    COMPLETED = "completed"
+    """Its value or its own code's error is the caller's result."""
+    CANCELLED = "cancelled"
+    WITHDRAWN = "withdrawn"
+    FAILED = "failed"
+
+
+class Signal(enum.Enum):
+    """What the watcher of a launched task saw."""
+
+    DONE = "done"
+    """A value, or an error raised by the task's own code (an actor: it ended after its
+    constructor returned)."""
+    LOST = "lost"
+    """A system failure (node or worker died, node gone before it started) or Ray's
+    cancellation: retried up to the task's ``max_retries`` unless cancelled."""
+    FAILED = "failed"
+    """An error that no retry mends (an actor whose constructor raised or that died before
+    it was constructed): failed, the lease untouched."""
+    LAUNCH_FAILED = "launch_failed"
+    """Ray refused the launch (e.g. arguments it cannot serialize)."""
+
+
+class CancelAction(enum.Enum):
+    NONE = "none"
+    """Not the queue's any more, or cancelled already: nothing to do."""
+    WITHDRAWN = "withdrawn"
+    """It was queued: taken out, it never starts (its error is in :class:`Ended`)."""
+    INTERRUPT = "interrupt"
+    """It runs: the caller cancels its Ray task."""
+
+
+@dataclass
+class ServerSlots:
+    """One server's lease as the queue sees it, and the user's tasks launched there."""
+
+    name: str
+    node: str
+    slots: int = 0
+    pipeline: int = 0
+    """Tasks the lease lets wait at the node beyond ``slots`` (Ray starts them as ours end)."""
+    expires: float = -1.0
+    asking: bool = False
+    running: int = 0
+    """Tasks launched here and not yet ended (those waiting at the node included)."""
+    running_at_ask: int = 0
+    """Tasks running here when the ask in flight was sent."""
+    waiting: int = 0
+    """Of ``running``, tasks launched beyond the slots (pipelined) that have not started: each
+    takes the place of the next of ours here to end (the lease allowed it only while the
+    user's slots filled the node and nobody else held anything there)."""
+
+    def open_slots(self, now: float) -> int:
+        """Tasks that may be launched here now, a pipelined one included."""
+        if now >= self.expires:
+            return 0
+        allowed = self.slots + self.pipeline
+        if self.asking:
+            # the server is deciding with ``running_at_ask``: replacing tasks that finish
+            # meanwhile keeps within the claim it records (max(new slots, running_at_ask))
+            return max(min(allowed, self.running_at_ask) - self.running, 0)
+        return max(allowed - self.running, 0)
+
+    def free_slots(self, now: float) -> int:
+        """Slots of the lease nobody runs in (no pipelining)."""
+        return max(self.slots - self.running, 0) if now < self.expires and not self.asking \
+            else 0
+
+    def launched(self) -> None:
+        if self.running >= self.slots:
+            self.waiting += 1  # the pipeline's task: it waits at the node
+        self.running += 1
+
+    def ended(self) -> None:
+        self.running = max(self.running - 1, 0)
+        if self.waiting:
+            self.waiting -= 1  # a waiting task took the slot (or was the one that ended)
+
+
+@dataclass
+class QueuedTask:
+    """What the state knows of one task (the actor keeps its function, arguments, refs)."""
+
+    id: int
+    max_retries: int
+    submitted: float
+    batch: str | None = None
+    parent_node: str | None = None
+    actor: bool = False
+    attempts: int = 0
+    server: str | None = None
+    """Where it runs (None while queued)."""
+    borrowed: bool = False
+    cancelled: bool = False
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Launch task ``task`` on ``server``'s node (``borrowed``: in its parent's slot)."""
+
+    task: int
+    server: str
+    node: str
+    borrowed: bool
+    waited: float
+    """Seconds from submission to this launch."""
+
+
+@dataclass(frozen=True)
+class Ended:
+    """Task ``task`` ended with ``outcome``; ``error`` is the caller's when the queue, not the
+    task, ended it (withdrawn, cancelled while queued, the allocator gone, refused)."""
+
+    task: int
+    outcome: Outcome
+    error: PsdsfError | None = None
+    server: str | None = None
+
+
+@dataclass(frozen=True)
+class EndDecision:
+    """The answer to :meth:`TenantQueueState.ended`."""
+
+    ended: Ended | None
+    """None: re-queued for another attempt."""
+    retried: bool
+    launches: list[Launch]
+
+
+@dataclass
+class TenantQueueState:
+    """One tenant queue's bookkeeping (see the module docstring).  ``period`` is the
+    allocator's; times are the caller's monotonic clock."""
+
+    user: str
+    period: float
+    now: float
+    queue: deque[int] = field(default_factory=deque)
+    tasks: dict[int, QueuedTask] = field(default_factory=dict)
+    """Every task queued or running."""
+    servers: dict[str, ServerSlots] = field(default_factory=dict)
+    submitted: int = 0
+    admitted: int = 0
+    completed: int = 0
+    retried: int = 0
+    failed: int = 0
+    withdrawn: int = 0
+    cancelled: int = 0
+    borrowed: int = 0
+    gone: str | None = None
+    last_answer: float = 0.0
+    idle_since: float | None = None
+    reported: int = 0
+    _next_id: int = 0
+
+    def __post_init__(self) -> None:
+        self.last_answer = self.now
+        self.idle_since = self.now
+
+    # -- the caller's side --------------------------------------------------------------------
+    def new_task(self, max_retries: int, now: float, *, batch: str | None = None,
+                 parent_node: str | None = None, actor: bool = False) -> int:
+        """Register a task (not yet queued: :meth:`submit` queues it) and return its id."""
+        task = QueuedTask(self._next_id, max_retries, now, batch, parent_node, actor)
+        self._next_id += 1
+        self.tasks[task.id] = task
+        self.submitted += 1
+        return task.id
+
+    def submit(self, ids: list[int], now: float) -> tuple[list[Launch], bool]:
+        """Queue the tasks ``ids`` (from :meth:`new_task`), in order; children are launched at
+        once in their parent's slot.  Returns the launches and whether the queue was idle
+        (report at once: a late user should not wait a period to join)."""
+        launches: list[Launch] = []
+        for task_id in ids:
+            task = self.tasks[task_id]
+            if task.parent_node is not None:
+                home = next((s for s in self.servers.values() if s.node == task.parent_node),
+                            None)
+                if home is not None:
+                    launches.append(self._launch(task, home, now, borrowed=True))
+                    continue
+                task.parent_node = None  # its parent's node is gone: an ordinary task
+            self.queue.append(task_id)
+        woke = self.idle_since is not None
+        self.idle_since = None
+        launches.extend(self.pump(now))
+        return launches, woke
+
+    def cancel(self, task_id: int) -> tuple[CancelAction, Ended | None]:
+        """Cancel a task: withdrawn if queued (it never starts), else to be interrupted."""
+        task = self.tasks.get(task_id)
+        if task is None or task.cancelled:
+            return CancelAction.NONE, None
+        task.cancelled = True
+        self.cancelled += 1
+        if task.server is None:
+            self.queue.remove(task_id)
+            del self.tasks[task_id]
+            return CancelAction.WITHDRAWN, Ended(task_id, Outcome.CANCELLED, TaskCancelledError(
+                f"user {self.user!r}: task cancelled by its caller before it started"))
+        return CancelAction.INTERRUPT, None
+
+    def withdraw(self, error: PsdsfError, batch: str | None = None) -> list[Ended]:
+        """End the queued tasks — every one, or those of one bulk submission — with ``error``
+        (:class:`TaskWithdrawnError`: withdrawn, else failed)."""
+        failing = [i for i in self.queue if batch is None or self.tasks[i].batch == batch]
+        if not failing:
+            return []
+        kept = set(failing)
+        self.queue = deque(i for i in self.queue if i not in kept)
+        outcome = Outcome.WITHDRAWN if isinstance(error, TaskWithdrawnError) else Outcome.FAILED
+        if outcome is Outcome.WITHDRAWN:
+            self.withdrawn += len(failing)
+        else:
+            self.failed += len(failing)
+        for i in failing:
+            del self.tasks[i]
+        # one exception object per task: raising one object many times would chain every
+        # raise's traceback onto it (quadratic time; 200 tasks took 5 s to drop)
+        return [Ended(i, outcome, type(error)(*error.args)) for i in failing]
+
+    def close(self) -> list[Ended]:
+        """The tenant is done: every later submission fails, what is queued is dropped."""
+        self.gone = f"tenant {self.user!r} closed its queue"
+        return self.withdraw(AllocatorGoneError(self.gone))
+
+    # -- placing tasks ------------------------------------------------------------------------
+    def pump(self, now: float) -> list[Launch]:
+        """Launch queued tasks into the open slots, in order: into the server with the most
+        free slots, then — all full — into one whose lease lets a task wait at the node."""
+        launches: list[Launch] = []
+        while self.queue:
+            task = self.tasks[self.queue[0]]
+            if task.actor:  # an actor takes a slot of its own, never a pipeline's
+                best = max(self.servers.values(), key=lambda s: s.free_slots(now), default=None)
+                if best is None or best.free_slots(now) <= 0:
+                    break
+            else:
+                # a free slot before a pipelined one: a task sent to wait at a full node
+                # while another has room would start after later tasks sent there
+                best = max(self.servers.values(),
+                           key=lambda s: (s.free_slots(now), s.open_slots(now)), default=None)
+                if best is None or best.open_slots(now) <= 0:
+                    break
+            self.queue.popleft()
+            launches.append(self._launch(task, best, now, borrowed=False))
+        return launches
+
+    def _launch(self, task: QueuedTask, server: ServerSlots, now: float, *,
+                borrowed: bool) -> Launch:
+        task.server = server.name
+        task.borrowed = borrowed
+        if borrowed:
+            self.borrowed += 1
+        else:
+            server.launched()
+        self.admitted += 1
+        return Launch(task.id, server.name, server.node, borrowed, now - task.submitted)
+
+    def ended(self, task_id: int, signal: Signal, now: float) -> EndDecision:
+        """A launched task ended: decide its outcome (or its retry), free its slot, and
+        launch what now fits."""
+        task = self.tasks[task_id]
+        server = self.servers.get(task.server or "")
+        if task.borrowed:
+            self.borrowed -= 1
+        elif server is not None:
+            server.ended()
+        task.borrowed = False
+        result: Ended | None
+        retried = False
+        if signal is Signal.LAUNCH_FAILED:
+            self.admitted -= 1  # it never ran
+            self.failed += 1
+            result = Ended(task_id, Outcome.FAILED, server=task.server)
+        elif task.cancelled:
+            result = Ended(task_id, Outcome.CANCELLED, server=task.server)
+        elif signal is Signal.DONE:
+            self.completed += 1
+            result = Ended(task_id, Outcome.COMPLETED, server=task.server)
+        elif signal is Signal.FAILED:
+            self.failed += 1
+            result = Ended(task_id, Outcome.FAILED, server=task.server)
+        else:
+            if server is not None:
+                server.slots = server.pipeline = 0  # nothing more there until the next lease
+            if task.attempts < task.max_retries and self.gone is None:
+                task.attempts += 1
+                self.retried += 1
+                retried = True
+                task.server = None
+                task.parent_node = None  # again through the leases
+                self.queue.appendleft(task_id)
+                result = None
+            else:
+                self.failed += 1
+                result = Ended(task_id, Outcome.FAILED, server=task.server)
+        if result is not None:
+            del self.tasks[task_id]
+        return EndDecision(result, retried, self.pump(now))
+
+    # -- leases -------------------------------------------------------------------------------
+    def asks_due(self) -> list[str]:
+        """Servers to ask for a lease now: those with tasks running, or all when work is
+        queued (none whose ask is in flight)."""
+        return [s.name for s in self.servers.values()
+                if (self.queue or s.running) and not s.asking]
+
+    def asks_urgent(self, now: float) -> list[str]:
+        """Servers to ask at once, not at the next round of asks: work is queued and their
+        lease has run out (a queue idle for a lease's lifetime has none left; its next task
+        would otherwise wait up to an interval for its first slot)."""
+        if not self.queue:
+            return []
+        return [s.name for s in self.servers.values() if not s.asking and now >= s.expires]
+
+    def ask_sent(self, name: str) -> tuple[int, int]:
+        """An ask leaves for ``name``: the claim to send (tasks running there, not those
+        waiting at the node: a waiting one takes the place of one of ours when it starts)
+        and the queue's length."""
+        s = self.servers[name]
+        s.asking = True
+        s.running_at_ask = s.running
+        return s.running - s.waiting, len(self.queue)
+
+    def ask_answered(self, name: str, sent: float, lease: tuple[int, int, float] | None,
+                     now: float) -> list[Launch]:
+        """The ask sent at ``sent`` was answered (``lease``: slots, pipeline, ttl) or given
+        up (None: the old lease runs out on its own); launch what now fits."""
+        s = self.servers.get(name)
+        if s is not None:
+            s.asking = False
+            if lease is not None:
+                s.slots, s.pipeline, ttl = lease
+                s.expires = sent + ttl
+        return self.pump(now)
+
+    # -- reports ------------------------------------------------------------------------------
+    def backlog(self) -> int:
+        return len(self.queue) + sum(s.running for s in self.servers.values())
+
+    def report_backlog(self, now: float) -> int:
+        """The backlog to report: what is queued and running, or — idle for less than
+        ``IDLE_LINGER_PERIODS`` — the last one reported (a burst may follow)."""
+        backlog = self.backlog()
+        if backlog == 0 and self.idle_since is None:
+            self.idle_since = now
+        if backlog == 0 and self.idle_since is not None \
+                and now - self.idle_since < IDLE_LINGER_PERIODS * self.period:
+            return self.reported
+        return backlog
+
+    def report_answered(self, now: float, backlog: int, servers: dict[str, str],
+                        error: str | None) -> list[Ended]:
+        """The coordinator answered a report of ``backlog``: ``servers`` (name -> node) exist,
+        ``error`` refuses the user (its queued tasks fail)."""
+        self.last_answer = now
+        self.reported = backlog
+        refused: list[Ended] = []
+        if error is not None:
+            refused = self.withdraw(TenantRefusedError(f"user {self.user!r}: {error}"))
+        for name, node in servers.items():
+            s = self.servers.get(name)
+            if s is None or s.node != node:
+                self.servers[name] = ServerSlots(name, node,
+                                                 running=0 if s is None else s.running)
+        for name in [n for n in self.servers if n not in servers]:
+            s = self.servers[name]
+            s.slots = s.pipeline = 0
+            if s.running == 0:
+                del self.servers[name]
+        return refused
+
+    def report_failed(self, now: float, run_id: str, dead: bool, why: str) -> list[Ended]:
+        """A report got no answer (``dead``: Ray says the coordinator died; ``why``: the
+        error's name): after ``ALLOCATOR_SILENCE_PERIODS`` of silence, or at once if dead,
+        the allocator is gone and what is queued fails."""
+        silence = ALLOCATOR_SILENCE_PERIODS * self.period
+        if not dead and now - self.last_answer <= silence:
+            return []
+        how = "is gone" if dead else f"has not answered for {silence:g} s"
+        self.gone = (f"the allocator of run {run_id!r} {how} ({why}); queued tasks cannot be "
+                     "placed")
+        return self.withdraw(AllocatorGoneError(self.gone))
+
+    # -- invariants ---------------------------------------------------------------------------
+    def accounted(self) -> bool:
+        """Every submitted task is queued, running or ended once (the counters add up)."""
+        live = len(self.tasks)
+        ended = self.completed + self.cancelled + self.withdrawn + self.failed
+        # a cancelled task that runs is counted cancelled already
+        running_cancelled = sum(1 for t in self.tasks.values() if t.cancelled)
+        return self.submitted == live + ended - running_cancelled
+
+
+__all__ = ["ALLOCATOR_SILENCE_PERIODS", "AllocatorGoneError", "CancelAction", "EndDecision",
+           "Ended", "Launch", "Outcome", "QueuedTask", "ServerSlots", "Signal",
+           "TaskCancelledError", "TaskWithdrawnError", "TenantQueueState", "TenantRefusedError"]

@@ -1,0 +1,264 @@
+"""A tenant queue's decisions without Ray: launches into leases, children in their parent's
+slot, actors in free slots, cancel, retries, withdrawal, the allocator gone."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from psdsf_dist.admission.tenant_queue_state import (
+    AllocatorGoneError,
+    CancelAction,
+    Launch,
+    Outcome,
+    Signal,
+    TaskCancelledError,
+    TaskWithdrawnError,
+    TenantQueueState,
+    TenantRefusedError,
+)
+
+PERIOD = 1.0
+TTL = 100.0
+
+
+def state_with(servers: dict[str, int], pipeline: int = 0) -> TenantQueueState:
+    """A state whose servers ``name -> slots`` (on nodes ``n-<name>``) have leases now."""
+    s = TenantQueueState("u", PERIOD, 0.0)
+    s.report_answered(0.0, 0, {name: f"n-{name}" for name in servers}, None)
+    for name, slots in servers.items():
+        s.ask_sent(name)
+        s.ask_answered(name, 0.0, (slots, pipeline, TTL), 0.0)
+    return s
+
+
+def submit(s: TenantQueueState, count: int, now: float = 1.0, **kw: object) -> list[Launch]:
+    ids = [s.new_task(3, now, **kw) for _ in range(count)]  # type: ignore[arg-type]
+    launches, _ = s.submit(ids, now)
+    return launches
+
+
+def test_tasks_fill_the_open_slots_in_order_the_largest_first() -> None:
+    s = state_with({"a": 1, "b": 2})
+    launches = submit(s, 5)
+    assert [(x.task, x.server) for x in launches] == [(0, "b"), (1, "a"), (2, "b")]
+    assert list(s.queue) == [3, 4] and s.admitted == 3
+    end = s.ended(1, Signal.DONE, 2.0)
+    assert end.ended is not None and end.ended.outcome is Outcome.COMPLETED
+    assert [(x.task, x.server) for x in end.launches] == [(3, "a")]  # the freed slot
+
+
+def test_no_lease_no_launch_and_an_expired_lease_stops_launching() -> None:
+    s = TenantQueueState("u", PERIOD, 0.0)
+    assert submit(s, 2) == [] and len(s.queue) == 2
+    s = state_with({"a": 2})
+    assert s.pump(TTL + 1.0) == []
+
+
+def test_work_after_a_lease_ran_out_asks_at_once() -> None:
+    s = state_with({"a": 1, "b": 1})
+    assert s.asks_urgent(TTL + 1.0) == []  # nothing queued: nothing to ask for
+    assert submit(s, 1, now=TTL + 1.0) == [] and s.asks_urgent(TTL + 1.0) == ["a", "b"]
+    s.ask_sent("a")
+    assert s.asks_urgent(TTL + 1.0) == ["b"]  # one ask in flight per server
+    (launch,) = s.ask_answered("a", TTL + 1.0, (1, 0, TTL), TTL + 1.0)
+    assert launch.server == "a" and s.asks_urgent(TTL + 1.0) == []
+
+
+def test_a_pipelined_task_waits_at_the_node_and_an_actor_never_takes_it() -> None:
+    s = state_with({"a": 1}, pipeline=1)
+    assert len(submit(s, 1)) == 1
+    actor = s.new_task(0, 1.0, actor=True)
+    assert s.submit([actor], 1.0)[0] == []  # the slot is taken; the pipeline is not for it
+    assert s.servers["a"].waiting == 0
+    s.queue.clear()
+    del s.tasks[actor]
+    s.submitted -= 1
+    assert len(submit(s, 1)) == 1 and s.servers["a"].waiting == 1
+
+
+def test_no_task_waits_at_a_full_node_while_another_has_a_free_slot() -> None:
+    s = state_with({"a": 1, "b": 1}, pipeline=1)
+    s.ask_sent("b")
+    s.ask_answered("b", 0.0, (1, 0, TTL), 0.0)  # b lets nothing wait at its node
+    launches = submit(s, 4)
+    assert [x.server for x in launches] == ["a", "b", "a"]  # only the last one waits
+    assert [s.servers[n].waiting for n in "ab"] == [1, 0] and len(s.queue) == 1
+
+
+def test_a_child_borrows_its_parents_slot_at_once() -> None:
+    s = state_with({"a": 1})
+    submit(s, 1)
+    child = submit(s, 1, parent_node="n-a")
+    assert len(child) == 1 and child[0].borrowed and s.borrowed == 1
+    assert s.servers["a"].running == 1  # not counted in the lease
+    orphan = submit(s, 1, parent_node="gone-node")  # its node is gone: an ordinary task
+    assert orphan == [] and len(s.queue) == 1
+    s.ended(child[0].task, Signal.DONE, 2.0)
+    assert s.borrowed == 0 and s.servers["a"].running == 1
+
+
+def test_cancel_withdraws_a_queued_task_and_interrupts_a_running_one() -> None:
+    s = state_with({"a": 1})
+    (running,) = submit(s, 1)
+    queued = s.new_task(3, 1.0)
+    s.submit([queued], 1.0)
+    action, ended = s.cancel(queued)
+    assert action is CancelAction.WITHDRAWN and ended is not None
+    assert isinstance(ended.error, TaskCancelledError) and queued not in s.queue
+    assert s.cancel(queued) == (CancelAction.NONE, None)
+    assert s.cancel(running.task)[0] is CancelAction.INTERRUPT
+    end = s.ended(running.task, Signal.LOST, 2.0)  # Ray's cancellation: never retried
+    assert end.ended is not None and end.ended.outcome is Outcome.CANCELLED
+    assert not end.retried and s.cancelled == 2 and s.accounted()
+
+
+def test_a_lost_task_is_retried_at_the_head_then_fails() -> None:
+    s = state_with({"a": 1})
+    task = s.new_task(1, 0.0)
+    assert len(s.submit([task], 0.0)[0]) == 1
+    submit(s, 1)
+    end = s.ended(task, Signal.LOST, 1.0)
+    assert end.retried and end.ended is None and end.launches == []  # the lease is taken away
+    assert s.queue[0] == task
+    s.ask_sent("a")
+    (again,) = s.ask_answered("a", 1.0, (1, 0, TTL), 1.0)
+    assert again.task == task
+    end = s.ended(task, Signal.LOST, 2.0)
+    assert end.ended is not None and end.ended.outcome is Outcome.FAILED and s.retried == 1
+
+
+def test_withdraw_refuse_and_gone_end_what_is_queued() -> None:
+    s = state_with({"a": 0})
+    submit(s, 2, batch="x")
+    submit(s, 1, batch="y")
+    out = s.withdraw(TaskWithdrawnError("stop"), "x")
+    assert [e.outcome for e in out] == [Outcome.WITHDRAWN] * 2
+    assert out[0].error is not out[1].error  # one exception object per task
+    assert len(s.queue) == 1
+    refused = s.report_answered(1.0, 1, {"a": "n-a"}, "weight: bad")
+    assert [e.outcome for e in refused] == [Outcome.FAILED]
+    assert isinstance(refused[0].error, TenantRefusedError)
+    submit(s, 1)
+    assert s.report_failed(1.0 + PERIOD, "r", dead=False, why="TimeoutError") == []
+    gone = s.report_failed(2.0, "r", dead=True, why="ActorDiedError")
+    assert isinstance(gone[0].error, AllocatorGoneError) and "is gone" in (s.gone or "")
+    assert s.accounted() and s.failed == 2 and s.withdrawn == 2
+
+
+def test_the_backlog_lingers_once_idle_and_a_vanished_server_goes_when_empty() -> None:
+    s = state_with({"a": 1, "b": 1})
+    (x, y) = submit(s, 2)
+    assert s.report_backlog(1.0) == 2
+    s.report_answered(1.0, 2, {"a": "n-a", "b": "n-b"}, None)
+    s.ended(x.task, Signal.DONE, 1.0)
+    s.ended(y.task, Signal.DONE, 1.0)
+    assert s.report_backlog(1.5) == 2  # idle for less than IDLE_LINGER_PERIODS
+    assert s.report_backlog(1.5 + PERIOD) == 0
+    (z,) = submit(s, 1, now=3.0)
+    s.report_answered(3.0, 1, {"a": "n-a"}, None)  # one server left the table
+    kept = z.server
+    assert (kept in s.servers) == (kept == "a" or s.servers[kept].running > 0)
+    assert "b" not in s.servers or s.servers["b"].slots == 0
+
+
+@dataclass
+class Model:
+    """What a test expects: every task's outcome, once."""
+
+    outcomes: dict[int, Outcome] = field(default_factory=dict)
+    launched: set[int] = field(default_factory=set)
+    cancelled_queued: set[int] = field(default_factory=set)
+
+
+EVENT = st.one_of(
+    st.tuples(st.just("submit"), st.integers(1, 4), st.booleans(), st.integers(0, 2)),
+    st.tuples(st.just("actor"), st.just(1), st.just(False), st.just(0)),
+    st.tuples(st.just("end"), st.integers(0, 50), st.sampled_from(list(Signal)), st.just(0)),
+    st.tuples(st.just("cancel"), st.integers(0, 50), st.just(False), st.just(0)),
+    st.tuples(st.just("lease"), st.integers(0, 2), st.integers(0, 3), st.integers(0, 1)),
+    st.tuples(st.just("withdraw"), st.integers(0, 1), st.just(False), st.just(0)),
+    st.tuples(st.just("servers"), st.integers(0, 7), st.just(False), st.just(0)),
+)
+
+
+@given(st.lists(EVENT, max_size=60))
+def test_never_more_running_than_leased_and_no_task_lost(events: list[tuple]) -> None:  # type: ignore[type-arg]
+    names = ["s0", "s1", "s2"]
+    s = TenantQueueState("u", PERIOD, 0.0)
+    s.report_answered(0.0, 0, {n: f"n-{n}" for n in names}, None)
+    model = Model()
+    leased: dict[str, int] = {n: 0 for n in names}
+    now = 0.0
+
+    def record(launches: list[Launch]) -> None:
+        for x in launches:
+            assert x.task not in model.outcomes and x.task not in model.cancelled_queued
+            model.launched.add(x.task)
+        # never more running in a lease than it allows when it is launched into
+        for name in {x.server for x in launches if not x.borrowed}:
+            srv = s.servers[name]
+            assert srv.running <= srv.slots + srv.pipeline
+
+    for kind, a, b, c in events:
+        now += 0.01
+        if kind == "submit":
+            parent = f"n-s{c}" if b and model.launched else None
+            ids = [s.new_task(1, now, batch=str(c), parent_node=parent) for _ in range(a)]
+            record(s.submit(ids, now)[0])
+        elif kind == "actor":
+            record(s.submit([s.new_task(0, now, actor=True)], now)[0])
+        elif kind == "end":
+            live = sorted(t.id for t in s.tasks.values() if t.server is not None)
+            if live:
+                task = live[a % len(live)]
+                decision = s.ended(task, b, now)
+                if decision.ended is not None:
+                    model.outcomes[task] = decision.ended.outcome
+                record(decision.launches)
+        elif kind == "cancel":
+            live = sorted(s.tasks)
+            if live:
+                task = live[a % len(live)]
+                action, ended = s.cancel(task)
+                if action is CancelAction.WITHDRAWN:
+                    assert ended is not None and task not in model.launched
+                    model.outcomes[task] = Outcome.CANCELLED
+                    model.cancelled_queued.add(task)
+        elif kind == "lease":
+            name = names[a]
+            if name in s.servers and not s.servers[name].asking:
+                s.ask_sent(name)
+                if c:  # answered at once, else it stays in flight until a later lease event
+                    record(s.ask_answered(name, now, (b, 1, TTL), now))
+                    leased[name] = b
+            elif name in s.servers:
+                record(s.ask_answered(name, now, (b, 0, TTL), now))
+                leased[name] = b
+        elif kind == "withdraw":
+            error = TaskWithdrawnError("w") if a else AllocatorGoneError("g")
+            for e in s.withdraw(error, None if a == 0 else "1"):
+                model.outcomes[e.task] = e.outcome
+        elif kind == "servers":
+            kept = {n: f"n-{n}" for i, n in enumerate(names) if a >> i & 1}
+            for e in s.report_answered(now, s.backlog(), kept, None):
+                model.outcomes[e.task] = e.outcome
+        # invariants after every event
+        for srv in s.servers.values():
+            ours = sum(1 for t in s.tasks.values() if t.server == srv.name and not t.borrowed)
+            assert srv.running == ours
+            assert 0 <= srv.waiting <= srv.running
+        assert s.borrowed == sum(1 for t in s.tasks.values() if t.borrowed)
+        assert set(s.queue) == {t.id for t in s.tasks.values() if t.server is None}
+        assert not set(s.tasks) & set(model.outcomes)
+        assert s.accounted()
+    # every task submitted is queued, running or ended with exactly one outcome
+    assert set(s.tasks) | set(model.outcomes) == set(range(s.submitted))
+    assert sum(1 for o in model.outcomes.values() if o is Outcome.COMPLETED) == s.completed
+    for outcome, count in ((Outcome.WITHDRAWN, s.withdrawn), (Outcome.FAILED, s.failed)):
+        assert sum(1 for o in model.outcomes.values() if o is outcome) == count
+    running_cancelled = sum(1 for t in s.tasks.values() if t.cancelled)
+    assert sum(1 for o in model.outcomes.values() if o is Outcome.CANCELLED) \
+        == s.cancelled - running_cancelled

@@ -411,7 +411,13 @@ def scale_to_utilisation(w: Workload, utilisation: float) -> Workload:
     if not math.isfinite(current):
         raise ValueError("cannot scale a trace whose jobs all arrive at once")
     factor = current / utilisation
-    submit = w.submit[0] + (w.submit - w.submit[0]) * factor
+    first, span = float(w.submit[0]), float(w.submit[-1] - w.submit[0])
+    if not first + span * factor <= MAX_TRACE_S:  # Python floats: inf, never a warning
+        # e.g. 5e-324 made the factor inf, the submit times NaN and inf, and the simulation
+        # never ended; within MAX_TRACE_S the clock advances as in a trace read as is
+        raise ValueError(f"utilisation {utilisation:g} stretches the last submit time past "
+                         f"{MAX_TRACE_S:g} s (the trace's offered load is {current:.3g})")
+    submit = first + (w.submit - first) * factor
     return Workload(w.site_names, w.slots, w.group_sites, w.group_home, w.job_names,
                     w.user_names, w.job_user, submit, w.row_job, w.row_group, w.row_tasks,
                     w.row_offset, w.durations)

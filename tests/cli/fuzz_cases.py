@@ -299,13 +299,13 @@ def _swim(draw: Any) -> str:
     for _ in range(draw(st.integers(0, 4))):
         row = rows[draw(st.integers(0, len(rows) - 1))]
         what = draw(st.sampled_from(["number", "number", "name", "short", "rows"]))
-        if what == "number":
-            row[draw(st.integers(1, 5))] = draw(st.sampled_from(
+        if what == "number" and len(row) > 1:
+            row[draw(st.integers(1, len(row) - 1))] = draw(st.sampled_from(
                 [*TRACE_NUMBERS, "1000000000000000000", "20000000000000000"]))
         elif what == "name":
             row[0] = draw(st.sampled_from(NAMES))
-        elif what == "short":
-            del row[draw(st.integers(1, 5)):]
+        elif what == "short" and len(row) > 1:
+            del row[draw(st.integers(1, len(row) - 1)):]
         else:
             rows = rows + [[f"j{k}", str(k), "1", "2000000000", "0", "0"]
                            for k in range(draw(st.sampled_from([1, 100, 5000])))]

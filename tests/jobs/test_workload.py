@@ -134,3 +134,13 @@ def test_pareto_mean_and_utilisation_scaling(tmp_path: Path) -> None:
     assert abs(w.utilisation() - 0.5) < 1e-12
     again = build_workload(load_trace(p), sites=4, slots=2, utilisation=0.5, seed=3)
     assert (again.durations == w.durations).all() and (again.row_group == w.row_group).all()
+
+
+@pytest.mark.parametrize("utilisation", [5e-324, 1e-300])
+def test_a_utilisation_that_stretches_submits_past_the_trace_bound_is_refused(
+        tmp_path: Path, utilisation: float) -> None:
+    """5e-324 made the stretch factor inf and the submit times NaN: the replay never ended."""
+    p = tmp_path / "t.csv"
+    p.write_text("job,submit_s,tasks\na,0,8\nb,1,15\n")
+    with pytest.raises(ValueError, match=r"stretches the last submit time past 1e\+09 s"):
+        build_workload(load_trace(p), utilisation=utilisation)

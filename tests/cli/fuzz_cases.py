@@ -262,10 +262,10 @@ def _csv(draw: Any) -> str:
     for _ in range(draw(st.integers(0, 4))):
         what = draw(st.sampled_from(["number", "number", "name", "column", "rows", "quote"]))
         row = rows[draw(st.integers(0, len(rows) - 1))] if rows else None
-        if what == "number" and row:
-            row[draw(st.sampled_from([1, 2, 4]))] = draw(st.sampled_from(TRACE_NUMBERS))
-        elif what == "name" and row:
-            row[draw(st.sampled_from([0, 3, 5]))] = draw(st.sampled_from(NAMES))
+        if what in ("number", "name") and row:  # a column dropped before leaves fewer
+            col = draw(st.sampled_from([1, 2, 4] if what == "number" else [0, 3, 5]))
+            if col < len(row):
+                row[col] = draw(st.sampled_from(TRACE_NUMBERS if what == "number" else NAMES))
         elif what == "column":
             col = draw(st.integers(0, len(header) - 1))
             change = draw(st.sampled_from(["drop", "rename", "twice"]))

@@ -64,7 +64,9 @@ def main() -> None:
         del slowest[5:]
         if problem:
             findings.append((problem, case))
-            print(ascii(f"FINDING: {problem} -- {case.command} {case.options}"), flush=True)
+            print(ascii(f"FINDING: {problem} -- {case.command} {case.options} "
+                        f"{case.document if case.trace is None else case.trace}")[:2000],
+                  flush=True)
 
     batch = 0
     while time.monotonic() < stop:

@@ -26,8 +26,9 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from psdsf_dist.errors import ScenarioError
+from psdsf_dist.errors import ScenarioError, one_line
 from psdsf_dist.model.defaults import DEFAULT_SEED
+from psdsf_dist.model.fields import printable_name, show
 from psdsf_dist.model.limits import current_limits
 from psdsf_dist.model.scenario import read_text
 
@@ -128,6 +129,15 @@ def _error(source: str, field: str, message: str) -> ScenarioError:
     return ScenarioError(field, message, source)
 
 
+def _name(src: str, field: str, value: str) -> str:
+    """A job, user or site name checked as a scenario's names are (printable, NFC: two names
+    that print alike are one name, and every name prints on one line)."""
+    try:
+        return printable_name(value, field)
+    except ScenarioError as err:
+        raise _error(src, field, err.message) from None
+
+
 def _text_of(path: str | Path, text: str | None) -> io.StringIO:
     """The trace's text as a file: ``text`` if given, else the file read within the limits."""
     return io.StringIO(read_text(path) if text is None else text, newline=None)
@@ -183,7 +193,7 @@ def load_swim(path: str | Path, text: str | None = None) -> Trace:
                 continue
             k = -(-size // BYTES_PER_TASK)
             _within_tasks_limit(src, f"line {n} input bytes", k, max_tasks)
-            names.append(cols[0])
+            names.append(_name(src, f"line {n} name", cols[0]))
             submit.append(t)
             tasks.append(k)
     if not names:
@@ -200,52 +210,73 @@ def load_csv(path: str | Path, text: str | None = None) -> Trace:
     max_tasks = current_limits().tasks
     with _text_of(path, text) as fh:
         reader = csv.DictReader(fh)
-        head = [h.strip() for h in (reader.fieldnames or [])]
-        missing = [c for c in CSV_REQUIRED if c not in head]
-        if missing:
-            raise _error(src, "header", f"missing column(s) {', '.join(missing)}")
-        unknown = [c for c in head if c not in CSV_REQUIRED + CSV_OPTIONAL]
-        if unknown:
-            raise _error(src, "header", f"unknown column(s) {', '.join(unknown)}")
-        index: dict[str, int] = {}
-        names: list[str] = []
-        users: list[str] = []
-        submit: list[float] = []
-        row_job: list[int] = []
-        row_tasks: list[int] = []
-        row_sites: list[tuple[str, ...]] = []
-        row_dur: list[float] = []
-        for n, raw in enumerate(reader, 2):
-            row = {k.strip(): (v or "").strip() for k, v in raw.items() if k is not None}
-            name = row["job"]
-            if not name:
-                raise _error(src, f"line {n} job", "must not be empty")
-            t = _number(src, n, "submit_s", row["submit_s"], minimum=0.0, maximum=MAX_TRACE_S)
-            k = _number(src, n, "tasks", row["tasks"], minimum=1.0)
-            if k != int(k):
-                raise _error(src, f"line {n} tasks", f"must be an integer, got {row['tasks']!r}")
-            _within_tasks_limit(src, f"line {n} tasks", k, max_tasks)
-            user = row.get("user") or DEFAULT_USER
-            if name in index:
-                j = index[name]
-                if submit[j] != t or users[j] != user:
-                    raise _error(src, f"line {n} job",
-                                 f"{name!r} appears again with another submit_s or user")
-            else:
-                j = index[name] = len(names)
-                names.append(name)
-                users.append(user)
-                submit.append(t)
-            sites = tuple(s for s in row.get("sites", "").replace("|", " ").split() if s)
-            if len(set(sites)) != len(sites):
-                raise _error(src, f"line {n} sites", "a site is listed twice")
-            dur = row.get("duration_s", "")
-            row_job.append(j)
-            row_tasks.append(int(k))
-            row_sites.append(sites)
-            row_dur.append(_number(src, n, "duration_s", dur, minimum=0.0, strict=True,
-                                   maximum=MAX_TRACE_S)
-                           if dur else math.nan)
+        try:
+            return _read_csv(src, reader, max_tasks)
+        except csv.Error as err:  # e.g. a field longer than the csv module's field limit
+            # raised while reading the line after the last one the reader counted
+            raise _error(src, f"line {reader.line_num + 1}",
+                         f"malformed CSV: {one_line(str(err))}") from None
+
+
+def _read_csv(src: str, reader: csv.DictReader[str], max_tasks: int) -> Trace:
+    """The rows of :func:`load_csv`'s reader as a trace.  A column named twice, or a row with
+    more fields than the header, is refused: a value would otherwise be dropped unread."""
+    head = [h.strip() for h in (reader.fieldnames or [])]
+    missing = [c for c in CSV_REQUIRED if c not in head]
+    if missing:
+        raise _error(src, "header", f"missing column(s) {', '.join(missing)}")
+    unknown = [show(c) for c in head if c not in CSV_REQUIRED + CSV_OPTIONAL]
+    if unknown:
+        raise _error(src, "header", f"unknown column(s) {', '.join(unknown[:5])}")
+    twice = sorted({c for c in head if head.count(c) > 1})
+    if twice:
+        raise _error(src, "header", f"column(s) {', '.join(twice)} given twice")
+    index: dict[str, int] = {}
+    names: list[str] = []
+    users: list[str] = []
+    submit: list[float] = []
+    row_job: list[int] = []
+    row_tasks: list[int] = []
+    row_sites: list[tuple[str, ...]] = []
+    row_dur: list[float] = []
+    for raw in reader:
+        n = reader.line_num
+        if None in raw:
+            raise _error(src, f"line {n}", f"{len(head) + len(raw[None])} fields, more than "
+                                           f"the header's {len(head)} (quote a value that "
+                                           "holds a comma)")
+        row = {k.strip(): (v or "").strip() for k, v in raw.items()}
+        name = row["job"]
+        if not name:
+            raise _error(src, f"line {n} job", "must not be empty")
+        _name(src, f"line {n} job", name)
+        t = _number(src, n, "submit_s", row["submit_s"], minimum=0.0, maximum=MAX_TRACE_S)
+        k = _number(src, n, "tasks", row["tasks"], minimum=1.0)
+        if k != int(k):
+            raise _error(src, f"line {n} tasks", f"must be an integer, got {show(row['tasks'])}")
+        _within_tasks_limit(src, f"line {n} tasks", k, max_tasks)
+        user = _name(src, f"line {n} user", row.get("user") or DEFAULT_USER)
+        if name in index:
+            j = index[name]
+            if submit[j] != t or users[j] != user:
+                raise _error(src, f"line {n} job",
+                             f"{show(name)} appears again with another submit_s or user")
+        else:
+            j = index[name] = len(names)
+            names.append(name)
+            users.append(user)
+            submit.append(t)
+        sites = tuple(_name(src, f"line {n} sites", s)
+                      for s in row.get("sites", "").replace("|", " ").split() if s)
+        if len(set(sites)) != len(sites):
+            raise _error(src, f"line {n} sites", "a site is listed twice")
+        dur = row.get("duration_s", "")
+        row_job.append(j)
+        row_tasks.append(int(k))
+        row_sites.append(sites)
+        row_dur.append(_number(src, n, "duration_s", dur, minimum=0.0, strict=True,
+                               maximum=MAX_TRACE_S)
+                       if dur else math.nan)
     if not names:
         raise _error(src, "", "no job")
     if any(row_sites) and not all(row_sites):
@@ -260,12 +291,12 @@ def _number(src: str, line: int, field: str, text: str, *, minimum: float,
     try:
         v = float(text)
     except ValueError:
-        raise _error(src, f"line {line} {field}", f"must be a number, got {text!r}") from None
+        raise _error(src, f"line {line} {field}", f"must be a number, got {show(text)}") from None
     if not math.isfinite(v) or v < minimum or (strict and v <= minimum) or v > maximum:
         bound = ">" if strict else ">="
         most = f" and <= {maximum:g}" if math.isfinite(maximum) else ""
         raise _error(src, f"line {line} {field}", f"must be a finite number {bound} {minimum:g}"
-                     f"{most}, got {text!r}")
+                     f"{most}, got {show(text)}")
     return v
 
 
@@ -380,7 +411,13 @@ def scale_to_utilisation(w: Workload, utilisation: float) -> Workload:
     if not math.isfinite(current):
         raise ValueError("cannot scale a trace whose jobs all arrive at once")
     factor = current / utilisation
-    submit = w.submit[0] + (w.submit - w.submit[0]) * factor
+    first, span = float(w.submit[0]), float(w.submit[-1] - w.submit[0])
+    if not first + span * factor <= MAX_TRACE_S:  # Python floats: inf, never a warning
+        # e.g. 5e-324 made the factor inf, the submit times NaN and inf, and the simulation
+        # never ended; within MAX_TRACE_S the clock advances as in a trace read as is
+        raise ValueError(f"utilisation {utilisation:g} stretches the last submit time past "
+                         f"{MAX_TRACE_S:g} s (the trace's offered load is {current:.3g})")
+    submit = first + (w.submit - first) * factor
     return Workload(w.site_names, w.slots, w.group_sites, w.group_home, w.job_names,
                     w.user_names, w.job_user, submit, w.row_job, w.row_group, w.row_tasks,
                     w.row_offset, w.durations)

@@ -262,10 +262,10 @@ def _csv(draw: Any) -> str:
     for _ in range(draw(st.integers(0, 4))):
         what = draw(st.sampled_from(["number", "number", "name", "column", "rows", "quote"]))
         row = rows[draw(st.integers(0, len(rows) - 1))] if rows else None
-        if what == "number" and row:
-            row[draw(st.sampled_from([1, 2, 4]))] = draw(st.sampled_from(TRACE_NUMBERS))
-        elif what == "name" and row:
-            row[draw(st.sampled_from([0, 3, 5]))] = draw(st.sampled_from(NAMES))
+        if what in ("number", "name") and row:  # a column dropped before leaves fewer
+            col = draw(st.sampled_from([1, 2, 4] if what == "number" else [0, 3, 5]))
+            if col < len(row):
+                row[col] = draw(st.sampled_from(TRACE_NUMBERS if what == "number" else NAMES))
         elif what == "column":
             col = draw(st.integers(0, len(header) - 1))
             change = draw(st.sampled_from(["drop", "rename", "twice"]))
@@ -299,13 +299,13 @@ def _swim(draw: Any) -> str:
     for _ in range(draw(st.integers(0, 4))):
         row = rows[draw(st.integers(0, len(rows) - 1))]
         what = draw(st.sampled_from(["number", "number", "name", "short", "rows"]))
-        if what == "number":
-            row[draw(st.integers(1, 5))] = draw(st.sampled_from(
+        if what == "number" and len(row) > 1:
+            row[draw(st.integers(1, len(row) - 1))] = draw(st.sampled_from(
                 [*TRACE_NUMBERS, "1000000000000000000", "20000000000000000"]))
         elif what == "name":
             row[0] = draw(st.sampled_from(NAMES))
-        elif what == "short":
-            del row[draw(st.integers(1, 5)):]
+        elif what == "short" and len(row) > 1:
+            del row[draw(st.integers(1, len(row) - 1)):]
         else:
             rows = rows + [[f"j{k}", str(k), "1", "2000000000", "0", "0"]
                            for k in range(draw(st.sampled_from([1, 100, 5000])))]

@@ -37,7 +37,7 @@ def test_table_3_1_file_keeps_its_sites_and_durations() -> None:
 
 @pytest.mark.parametrize(("text", "message"), [
     ("job,tasks\nj,1\n", "header: missing column(s) submit_s"),
-    ("job,submit_s,tasks,colour\nj,0,1,red\n", "header: unknown column(s) colour"),
+    ("job,submit_s,tasks,colour\nj,0,1,red\n", "header: unknown column(s) 'colour'"),
     ("job,submit_s,tasks\nj,0,x\n", "line 2 tasks: must be a number, got 'x'"),
     ("job,submit_s,tasks\nj,0,1.5\n", "line 2 tasks: must be an integer"),
     ("job,submit_s,tasks\nj,-1,1\n", "line 2 submit_s: must be a finite number >= 0"),
@@ -46,6 +46,17 @@ def test_table_3_1_file_keeps_its_sites_and_durations() -> None:
     ("job,submit_s,tasks,sites\na,0,1,S1\nb,0,1,\n", "sites: give sites on every row or on none"),
     ("job,submit_s,tasks\na,0,1\na,3,1\n", "line 3 job: 'a' appears again"),
     ("job,submit_s,tasks,duration_s\na,0,1,0\n", "line 2 duration_s: must be a finite number > 0"),
+    # a value that would be dropped unread: a field beyond the header, a column named twice
+    ("job,submit_s,tasks\nj,0,1,S1\n", "line 2: 4 fields, more than the header's 3"),
+    ("job,submit_s,tasks,job\nj,0,1,k\n", "header: column(s) job given twice"),
+    # a field longer than the csv module takes (it was a _csv.Error traceback)
+    ("job,submit_s,tasks\n" + "j" * 200_000 + ",0,1\n", "line 2: malformed CSV: field larger"),
+    # names print as the scenario's do: one line, no invisible or bidi character, NFC
+    ("job,submit_s,tasks,user\nj,0,1,a\u200b\n", "line 2 user: name 'a\\\\u200b' has a character"),
+    ("job,submit_s,tasks\n\u202ej,0,1\n", "line 2 job: name '\\\\u202ej' has a character"),
+    ("job,submit_s,tasks,sites\nj,0,1,S1 S\u20662\n", "line 2 sites: name 'S\\\\u20662' has"),
+    ("job,submit_s,tasks,user\nj,0,1,e\u0301\n", "line 2 user: name 'e\u0301' is not in Unicode"),
+    ("job,submit_s,tasks,user\n\"j\x00\",0,1,a\n", "line 2 job: name 'j\\\\x00' has a character"),
 ])
 def test_bad_csv_fails_on_one_line(tmp_path: Path, text: str, message: str) -> None:
     p = tmp_path / "t.csv"
@@ -53,7 +64,22 @@ def test_bad_csv_fails_on_one_line(tmp_path: Path, text: str, message: str) -> N
     with pytest.raises(ScenarioError) as err:
         load_trace(p)
     assert str(err.value).startswith(f"{p}: ") and message in str(err.value)
-    assert "\n" not in str(err.value)
+    assert "\n" not in str(err.value) and len(str(err.value)) < 300
+
+
+def test_a_trace_error_quotes_a_value_cut_short(tmp_path: Path) -> None:
+    """A bad value is quoted escaped and cut to a few dozen characters, never the whole line."""
+    p = tmp_path / "t.csv"
+    p.write_text("job,submit_s,tasks\nj,0," + "x" * 5000 + "\n")
+    with pytest.raises(ScenarioError, match=r"tasks: must be a number, got 'x+\.\.\.'$"):
+        load_trace(p)
+
+
+def test_a_swim_job_name_prints_on_one_line(tmp_path: Path) -> None:
+    p = tmp_path / "t.tsv"
+    p.write_text("job0\t0\t0\t3000000000\t0\t0\n\u202ejob1\t1\t1\t100\t0\t0\n")
+    with pytest.raises(ScenarioError, match=r"t.tsv: line 2 name: name '.*' has a character"):
+        load_trace(p)
 
 
 def test_a_trace_is_read_within_the_limits(tmp_path: Path) -> None:
@@ -108,3 +134,13 @@ def test_pareto_mean_and_utilisation_scaling(tmp_path: Path) -> None:
     assert abs(w.utilisation() - 0.5) < 1e-12
     again = build_workload(load_trace(p), sites=4, slots=2, utilisation=0.5, seed=3)
     assert (again.durations == w.durations).all() and (again.row_group == w.row_group).all()
+
+
+@pytest.mark.parametrize("utilisation", [5e-324, 1e-300])
+def test_a_utilisation_that_stretches_submits_past_the_trace_bound_is_refused(
+        tmp_path: Path, utilisation: float) -> None:
+    """5e-324 made the stretch factor inf and the submit times NaN: the replay never ended."""
+    p = tmp_path / "t.csv"
+    p.write_text("job,submit_s,tasks\na,0,8\nb,1,15\n")
+    with pytest.raises(ValueError, match=r"stretches the last submit time past 1e\+09 s"):
+        build_workload(load_trace(p), utilisation=utilisation)

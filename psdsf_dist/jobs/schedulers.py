@@ -112,12 +112,30 @@ def plan(scheduler: str, queues: list[Queue], sites: Sites,
     if scheduler not in FIXED and order != "swag":
         raise ValueError(f"{scheduler} orders the jobs itself (order must be 'swag')")
 
+    # Jobs alike (the same demand on groups of the same sites) get the same answer on the same
+    # loads: asked once per loads.  SWAG re-estimates every job each time the loads grow, so
+    # without this n identical jobs cost n evaluations per job ordered (n^2 per plan).
+    alike: dict[tuple[bytes, tuple[bytes, ...], int, bool], tuple[int, IntArray | None]] = {}
+    alike_loads = b""
+
     def allocate(i: int, loads: IntArray, lower: int,
                  want: bool) -> tuple[int, IntArray | None]:
+        nonlocal alike, alike_loads
         q = queues[i]
         if i not in flexible:
             a = _placed(allocs[i])
             return level(a.sum(axis=0), sites.slots, loads, sites.L), a
+        if loads.tobytes() != alike_loads:
+            alike, alike_loads = {}, loads.tobytes()
+        key = (q.demand.tobytes(), tuple(np.asarray(sites.lists[g]).tobytes() for g in q.groups),
+               0 if scheduler == "ata-greedy" else lower, want)  # greedy takes no lower bound
+        if key not in alike:
+            alike[key] = _allocate_flexible(q, loads, lower, want)
+        K, x = alike[key]
+        return K, None if x is None else x.copy()  # each job its own array
+
+    def _allocate_flexible(q: Queue, loads: IntArray, lower: int,
+                           want: bool) -> tuple[int, IntArray | None]:
         if scheduler == "ata-greedy":
             return greedy(q.demand, q.groups, sites.lists, sites.slots, loads, sites.L)
         if not want:

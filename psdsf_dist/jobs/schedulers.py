@@ -30,7 +30,8 @@ example of BTAWJ and BTAAJ in section 3.2 does so).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -115,8 +116,15 @@ def plan(scheduler: str, queues: list[Queue], sites: Sites,
     # Jobs alike (the same demand on groups of the same sites) get the same answer on the same
     # loads: asked once per loads.  SWAG re-estimates every job each time the loads grow, so
     # without this n identical jobs cost n evaluations per job ordered (n^2 per plan).
-    alike: dict[tuple[bytes, tuple[bytes, ...], int, bool], tuple[int, IntArray | None]] = {}
+    alike: dict[tuple[Hashable, ...], tuple[int, IntArray | None]] = {}
     alike_loads = b""
+
+    def kind(i: int) -> tuple[Hashable, ...]:
+        """Jobs of one kind get the same estimate and allocation on the same loads."""
+        if i not in flexible:
+            return ("placed", i)
+        q = queues[i]
+        return (q.demand.tobytes(), tuple(np.asarray(sites.lists[g]).tobytes() for g in q.groups))
 
     def allocate(i: int, loads: IntArray, lower: int,
                  want: bool) -> tuple[int, IntArray | None]:
@@ -127,8 +135,7 @@ def plan(scheduler: str, queues: list[Queue], sites: Sites,
             return level(a.sum(axis=0), sites.slots, loads, sites.L), a
         if loads.tobytes() != alike_loads:
             alike, alike_loads = {}, loads.tobytes()
-        key = (q.demand.tobytes(), tuple(np.asarray(sites.lists[g]).tobytes() for g in q.groups),
-               0 if scheduler == "ata-greedy" else lower, want)  # greedy takes no lower bound
+        key = (*kind(i), 0 if scheduler == "ata-greedy" else lower, want)  # greedy: no bound
         if key not in alike:
             alike[key] = _allocate_flexible(q, loads, lower, want)
         K, x = alike[key]
@@ -143,7 +150,7 @@ def plan(scheduler: str, queues: list[Queue], sites: Sites,
                              lower), None
         return balance(q.demand, q.groups, sites.lists, sites.slots, loads, sites.L, lower)
 
-    chosen, placed = swag_order(live, allocate, m)
+    chosen, placed = swag_order(live, allocate, m, [kind(i) for i in live])
     for i, x in placed.items():
         allocs[i] = x
     for i, q in enumerate(queues):  # a job with nothing left to start is placed nowhere
@@ -168,16 +175,27 @@ def _place(scheduler: str, q: Queue, sites: Sites, loads: IntArray) -> IntArray:
     return balance(q.demand, q.groups, sites.lists, sites.slots, base, sites.L)[1]
 
 
-def swag_order(live: list[int], allocate: Allocate,
-               m: int) -> tuple[list[int], dict[int, IntArray]]:
+def swag_order(live: list[int], allocate: Allocate, m: int,
+               alike: Sequence[Hashable] | None = None) -> tuple[list[int], dict[int, IntArray]]:
     """SWAG's greedy order of the jobs ``live``: repeatedly the job of earliest estimated
     completion on top of the jobs already ordered (ties: lower index), evaluated lazily (see
-    the module docstring).  Returns the order and each job's allocation when it was chosen."""
+    the module docstring).  Returns the order and each job's allocation when it was chosen.
+
+    ``alike[k]`` (optional) names the kind of ``live[k]``: jobs of one kind get the same
+    estimate on the same loads, so of them only the lowest index can be next (ties go to it).
+    The heap then holds one job per kind — its lowest index not yet ordered — instead of every
+    job, which keeps a trace of many identical jobs from costing n^2 re-estimates per plan."""
     loads = np.zeros(m, dtype=np.int64)
     version = 0
+    kinds = list(live) if alike is None else list(alike)
+    rest: dict[Hashable, deque[int]] = {}
+    for kind, i in zip(kinds, live, strict=True):
+        rest.setdefault(kind, deque()).append(i)
+    kind_of = dict(zip(live, kinds, strict=True))
     heap: list[tuple[int, int, int]] = []
     cache: dict[int, IntArray | None] = {}
-    for i in live:
+    for queue in rest.values():
+        i = queue.popleft()
         K, x = allocate(i, loads, 0, False)
         cache[i] = x
         heap.append((K, i, version))
@@ -197,6 +215,9 @@ def swag_order(live: list[int], allocate: Allocate,
             x = _placed(allocate(i, loads, K, True)[1])
         out.append(i)
         placed[i] = x
+        following = rest[kind_of[i]]
+        if following:  # the next of its kind: estimated as it was, re-estimated when popped
+            heapq.heappush(heap, (K, following.popleft(), -1))
         add = x.sum(axis=0)
         if add.any():
             loads = loads + add

@@ -69,6 +69,29 @@ def test_plans_place_every_task_and_order_every_job(data: st.DataObject, m: int,
             assert order == eager_ata(fresh, sites, s)
 
 
+@settings(max_examples=25, deadline=None)
+@given(st.data(), st.integers(2, 4), st.integers(1, 2))
+def test_jobs_alike_are_ordered_as_if_each_were_estimated_alone(data: st.DataObject, m: int,
+                                                               slots: int) -> None:
+    """Jobs of one kind (same demand on the same sites) share one estimate per loads; the
+    order is still Algorithm 4's, and each job gets its own allocation array."""
+    sites = make_sites(m, 2 if m > 2 else 1, slots)
+    base = data.draw(queues(m))
+    copies = data.draw(st.lists(st.integers(0, len(base) - 1), min_size=1, max_size=8))
+    qs = base + [Queue(base[k].groups.copy(), base[k].demand.copy()) for k in copies]
+    qs = [qs[i] for i in data.draw(st.permutations(range(len(qs))))]
+    for s in ("ata", "ata-greedy", "scta"):
+        fresh = [Queue(q.groups, q.demand.copy()) for q in qs]
+        order, allocs = plan(s, fresh, sites)
+        if s != "scta":
+            assert order == eager_ata(fresh, sites, s)
+        for q, a in zip(qs, allocs, strict=True):
+            assert (a.sum(axis=1) == q.demand).all()
+        assert len({id(a) for a in allocs}) == len(allocs)
+        assert not any(np.shares_memory(a, b) for i, a in enumerate(allocs)
+                       for b in allocs[i + 1:])
+
+
 def test_swag_orders_by_estimated_completion_and_fifo_by_arrival() -> None:
     sites = make_sites(2, 1, 1)
     x0 = np.array([[5, 0]], dtype=np.int64)

@@ -242,7 +242,9 @@ def dashboard_queries() -> list[tuple[str, str, bool]]:
     # series through Ray's metrics pipeline (ray_psdsf_*: the tenant row) are not on the
     # allocator's endpoint; tests/observability/test_ray_export.py runs those queries against a
     # Prometheus scraping Ray's metrics agent
-    out = [(p["title"], t["expr"], RAY_PREFIX + "psdsf_" not in t["expr"])
+    # and unmanaged usage is measured only by the servers of a tenants run (from Ray's nodes)
+    out = [(p["title"], t["expr"], RAY_PREFIX + "psdsf_" not in t["expr"]
+            and "psdsf_unmanaged_usage" not in t["expr"])
            for p in doc["panels"] for t in p.get("targets", [])]
     # the churn annotation marks changes within a minute; this run's events came before the
     # first scrape, so there are none to mark

@@ -537,6 +537,13 @@ def _build(data: Any) -> Scenario:
     if data is None:
         raise ScenarioError("", "empty scenario")
     limits = current_limits()
+    if isinstance(data, Mapping):
+        # each entry is at least one server, user or event: a list longer than the limit is
+        # refused before any walk of it (a million listed servers took seconds to walk)
+        for key in ("servers", "users", "events"):
+            listed = data.get(key)
+            if isinstance(listed, list):
+                limits.check(key, len(listed), key)
     depth = nesting_depth(data, limits.depth)
     if depth > limits.depth:
         raise ScenarioError("", f"nested more than {limits.depth} levels deep (a scenario "

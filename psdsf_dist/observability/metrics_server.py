@@ -62,10 +62,10 @@ class MetricsServer:
         try:
             self._httpd, self._thread = start_http_server(
                 self._requested_port, addr=self.bind, registry=self.registry)
-        except OSError as err:
+        except (OSError, UnicodeError) as err:  # UnicodeError: a bind address IDNA cannot encode
             raise MetricsEndpointError(
                 f"cannot serve metrics on {self.bind}:{self._requested_port}: "
-                f"{err.strerror or err}") from None
+                f"{getattr(err, 'strerror', None) or err}") from None
         return self
 
     def stop(self) -> None:

@@ -57,6 +57,21 @@ def test_users_resources_events_and_cells_have_limits(monkeypatch: pytest.Monkey
     refused(d, "events", "2 events")
 
 
+def test_lists_longer_than_their_limit_are_refused_before_any_walk(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each entry is at least one server, user or event, so the list's length is checked
+    first: the nesting walk of a million listed servers took seconds (here the walk would
+    have stopped at the deep entry first)."""
+    monkeypatch.setenv(LIMITS_ENV, "servers=10,users=10,events=10")
+    deep: Any = 1
+    for _ in range(40):
+        deep = [deep]
+    for key, what in (("servers", "servers"), ("users", "users"), ("events", "events")):
+        d = doc()
+        d[key] = [{"name": f"x{i}"} for i in range(11)] + [{"name": "deep", "x": deep}]
+        refused(d, key, f"12 {what} is more than the limit of 10")
+
+
 def test_limits_are_raised_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     d = doc()
     d["servers"][0]["count"] = 3

@@ -79,3 +79,11 @@ def test_bad_arguments_and_states() -> None:
         _ = server.port
     with server, pytest.raises(RuntimeError, match="already running"):
         server.start()
+
+
+def test_a_bind_address_that_cannot_be_encoded_is_one_line() -> None:
+    """A lone surrogate as the address was a UnicodeError traceback (IDNA encoding)."""
+    from psdsf_dist.cli.main import main
+
+    assert main(["observe", "psdsf_dist/examples/paper_fig1.yaml", "--rounds", "1", "--port",
+                 "0", "--pace", "0", "--quiet", "--bind", "\ud800"]) == 2

@@ -70,6 +70,14 @@ def _mapping(value: Any, fld: str) -> Mapping[str, Any]:
     return value
 
 
+def _check_keys(obj: Mapping[str, Any], allowed: set[str], fld: str) -> None:
+    """Refuse a key of ``obj`` outside ``allowed``, naming it and the keys allowed."""
+    for k in obj:
+        if k not in allowed:
+            hint = ", ".join(sorted(allowed))
+            raise ScenarioError(f"{fld}.{k}" if fld else k, f"unknown key (allowed: {hint})")
+
+
 def _sequence(value: Any, fld: str) -> Sequence[Any]:
     if isinstance(value, str | bytes) or not isinstance(value, Sequence):
         raise ScenarioError(fld, f"must be a list, got {_kind(value)}")

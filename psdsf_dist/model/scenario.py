@@ -40,6 +40,7 @@ from psdsf_dist.errors import ScenarioError, ScenarioWarning
 from psdsf_dist.model.events import Event, SetDemand, SetMaxTasks, SetWeight, parse_events
 from psdsf_dist.model.fields import (
     USER_KEYS,
+    _check_keys,
     _kind,
     _label,
     _mapping,
@@ -524,13 +525,6 @@ def _check_server_count(servers: Sequence[Any], limits: Limits) -> None:
         cnt = srv.get("count", 1) if isinstance(srv, Mapping) else 1
         total += cnt if isinstance(cnt, int) and not isinstance(cnt, bool) and cnt > 0 else 1
         limits.check("servers", total, f"servers[{s}].count")
-
-
-def _check_keys(obj: Mapping[str, Any], allowed: set[str], fld: str) -> None:
-    for k in obj:
-        if k not in allowed:
-            hint = ", ".join(sorted(allowed))
-            raise ScenarioError(f"{fld}.{k}" if fld else k, f"unknown key (allowed: {hint})")
 
 
 def _build(data: Any) -> Scenario:

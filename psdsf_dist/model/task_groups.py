@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from psdsf_dist.errors import ScenarioError
-from psdsf_dist.model.fields import _mapping, _name, _sequence, number
+from psdsf_dist.model.fields import _check_keys, _mapping, _name, _sequence, number
 from psdsf_dist.model.limits import Limits
 
 FloatArray = npt.NDArray[np.float64]
@@ -128,10 +128,7 @@ def build_task_groups(
             for k, grp in enumerate(_sequence(usr["task_groups"], f"{fld}.task_groups")):
                 gf = f"{fld}.task_groups[{k}]"
                 grp = _mapping(grp, gf)
-                for key in grp:
-                    if key not in GROUP_KEYS:
-                        raise ScenarioError(f"{gf}.{key}", "unknown key (allowed: "
-                                            f"{', '.join(sorted(GROUP_KEYS))})")
+                _check_keys(grp, GROUP_KEYS, gf)
                 for key in sorted(GROUP_KEYS):
                     if key not in grp:
                         raise ScenarioError(f"{gf}.{key}", "missing")

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from psdsf_dist.errors import ScenarioError
-from psdsf_dist.model.fields import _mapping, _name, _sequence, number, show
+from psdsf_dist.model.fields import _check_keys, _mapping, _name, _sequence, number, show
 from psdsf_dist.model.limits import current_limits
 
 UNKNOWN_CHOICES = ("join", "refuse")
@@ -132,10 +132,7 @@ def parse_tenant_policy(value: Any, resources: Sequence[str],
                         fld: str = "tenant_policy") -> TenantPolicy:
     """A ``tenant_policy`` mapping, checked; raises :class:`ScenarioError` naming the field."""
     top = _mapping(value if value is not None else {}, fld)
-    for k in top:
-        if k not in POLICY_KEYS:
-            raise ScenarioError(f"{fld}.{k}", "unknown key (allowed: "
-                                f"{', '.join(sorted(POLICY_KEYS))})")
+    _check_keys(top, POLICY_KEYS, fld)
     unknown = top.get("unknown", "join")
     if unknown not in UNKNOWN_CHOICES:
         raise ScenarioError(f"{fld}.unknown", f"expected join or refuse, got {show(unknown)}")
@@ -147,10 +144,7 @@ def parse_tenant_policy(value: Any, resources: Sequence[str],
     for j, entry in enumerate(entries):
         efld = f"{fld}.tenants[{j}]"
         e = _mapping(entry, efld)
-        for k in e:
-            if k not in TENANT_KEYS:
-                raise ScenarioError(f"{efld}.{k}", "unknown key (allowed: "
-                                    f"{', '.join(sorted(TENANT_KEYS))})")
+        _check_keys(e, TENANT_KEYS, efld)
         if "name" not in e:
             raise ScenarioError(f"{efld}.name", "missing")
         name = _name(e["name"], f"{efld}.name")

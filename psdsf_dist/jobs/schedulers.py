@@ -113,14 +113,9 @@ def plan(scheduler: str, queues: list[Queue], sites: Sites,
     if scheduler not in FIXED and order != "swag":
         raise ValueError(f"{scheduler} orders the jobs itself (order must be 'swag')")
 
-    # Jobs alike (the same demand on groups of the same sites) get the same answer on the same
-    # loads: asked once per loads.  SWAG re-estimates every job each time the loads grow, so
-    # without this n identical jobs cost n evaluations per job ordered (n^2 per plan).
-    alike: dict[tuple[Hashable, ...], tuple[int, IntArray | None]] = {}
-    alike_loads = b""
-
     def kind(i: int) -> tuple[Hashable, ...]:
-        """Jobs of one kind get the same estimate and allocation on the same loads."""
+        """Jobs of one kind (the same demand on groups of the same sites) get the same
+        estimate and allocation on the same loads (:func:`swag_order`)."""
         if i not in flexible:
             return ("placed", i)
         q = queues[i]
@@ -128,21 +123,10 @@ def plan(scheduler: str, queues: list[Queue], sites: Sites,
 
     def allocate(i: int, loads: IntArray, lower: int,
                  want: bool) -> tuple[int, IntArray | None]:
-        nonlocal alike, alike_loads
         q = queues[i]
         if i not in flexible:
             a = _placed(allocs[i])
             return level(a.sum(axis=0), sites.slots, loads, sites.L), a
-        if loads.tobytes() != alike_loads:
-            alike, alike_loads = {}, loads.tobytes()
-        key = (*kind(i), 0 if scheduler == "ata-greedy" else lower, want)  # greedy: no bound
-        if key not in alike:
-            alike[key] = _allocate_flexible(q, loads, lower, want)
-        K, x = alike[key]
-        return K, None if x is None else x.copy()  # each job its own array
-
-    def _allocate_flexible(q: Queue, loads: IntArray, lower: int,
-                           want: bool) -> tuple[int, IntArray | None]:
         if scheduler == "ata-greedy":
             return greedy(q.demand, q.groups, sites.lists, sites.slots, loads, sites.L)
         if not want:

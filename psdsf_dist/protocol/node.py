@@ -301,8 +301,9 @@ class ServerNode:
         if table.epoch <= self.table.epoch:
             return False
         n = table.scenario.num_users
-        if n > self.gossip.num_users:
+        if n > self.gossip.num_users:  # (gossip may have grown already: a peer's column)
             self.gossip.resize(n)
+        if n > self.table.scenario.num_users:
             self.state = self.state.resized(n)
         self.table = table
         self.view = self._view(table)
@@ -344,9 +345,17 @@ class ServerNode:
         return Wake(exchanges, self.target, updated)
 
     def update(self, now: float) -> FloatArray:
-        """Expire silent peers, run the update rule on the gossiped totals, publish the column."""
+        """Expire silent peers, run the update rule on the gossiped totals, publish the column.
+
+        A server that heard of users its table does not name yet (a peer adopted a newer
+        table first: the tables reach the servers at different times) holds its column until
+        its own copy arrives: its view and rule state are the old table's size, and the
+        column it holds fits (the new users get nothing here yet)."""
         g = self.gossip
         g.expire(now)
+        if g.num_users > self.table.scenario.num_users:
+            g.set_column(g.column, now)  # a heartbeat: it is alive, waiting for the table
+            return g.column
         age = g.median_age(now)
         klass = None
         if uses_classes(self.rule):

@@ -314,7 +314,7 @@ class Coordinator:
             m.pinned = m.name in self.pinned
         await self._push_table()
         # servers the table counts that no reachable actor hosts
-        alive = set(_alive_nodes())
+        alive = set(await _alive_nodes())
         missing = [s for s, up in zip(self.churn.full.server_names, self.churn.servers_present,
                                       strict=True) if up and s not in self.members]
         for s in missing:
@@ -736,7 +736,7 @@ class Coordinator:
     async def _spawn(self, names: list[str],
                      before_start: Callable[[], Awaitable[None]] | None = None) -> None:
         assert self.churn is not None
-        nodes = _alive_nodes()
+        nodes = await _alive_nodes()
         load = Counter(m.node for m in self.members.values()
                        if m.node is not None and m.name not in names)
         where = assign_nodes(names, nodes, self.pinned, load)
@@ -835,7 +835,7 @@ class Coordinator:
         """from-ray: every alive node without a server becomes one; a server pinned to a node
         that is gone has failed with it."""
         assert self.churn is not None and self.node_spec is not None
-        nodes = _ray_nodes()
+        nodes = await _ray_nodes()
         alive = {str(n["NodeID"]) for n in nodes if n.get("Alive")}
         for m in list(self.members.values()):
             if m.pinned and m.node is not None and m.node not in alive:
@@ -881,7 +881,7 @@ class Coordinator:
 
         async def alive() -> set[str]:
             if not nodes:
-                nodes.append(set(_alive_nodes()))
+                nodes.append(set(await _alive_nodes()))
             return nodes[0]
 
         answers = await asyncio.gather(*(self._reports(a, h, alive) for a, h in actors))
@@ -890,11 +890,15 @@ class Coordinator:
             for r in reps or []:
                 by_server[r.name] = r
         members = list(self.members.values())
+        # the table as observed: a tenant's report may change the live one (a user joins)
+        # while this observation awaits its faults, restarts and pushes below
         current = churn.current()
+        users_present = churn.users_present.copy()
+        servers_present = churn.servers_present.copy()
         previous = self.last_allocation
         reply = observe_reports(ObservationRequest(
             round=len(self.observations), time=self.now(), scenario=current,
-            servers_present=churn.servers_present, epoch=churn.epoch, tables=self.tables,
+            servers_present=servers_present, epoch=churn.epoch, tables=self.tables,
             members=tuple(m.name for m in members), reports=by_server,
             gone={m.name: m.gone for m in members}, sent=self.traffic,
             previous_totals=(None if previous is None or previous.shape[0] != current.num_users
@@ -955,8 +959,8 @@ class Coordinator:
         await self._journal()
         self.last_allocation = reply.allocation
         self.metrics.observe(
-            current, reply.allocation, users=churn.users_present,
-            servers=churn.servers_present, residual=obs.residual, holds=obs.holds,
+            current, reply.allocation, users=users_present,
+            servers=servers_present, residual=obs.residual, holds=obs.holds,
             now=obs.time, cap_excess=obs.cap_excess, distance=obs.distance,
             reports=[ServerCounts(r.name, r.origin, r.rounds, r.messages, r.bytes,
                                   r.round_seconds, r.staleness_seconds)
@@ -1093,13 +1097,16 @@ def _groups(names: list[str], where: Mapping[str, tuple[str | None, bool]],
     return out
 
 
-def _alive_nodes() -> list[str]:
-    return sorted(str(n["NodeID"]) for n in _ray_nodes() if n.get("Alive"))
+async def _alive_nodes() -> list[str]:
+    return sorted(str(n["NodeID"]) for n in await _ray_nodes() if n.get("Alive"))
 
 
-def _ray_nodes() -> list[dict[str, Any]]:
+async def _ray_nodes() -> list[dict[str, Any]]:
+    """Ray's node table, read in a worker thread: the read is a blocking call to Ray's GCS
+    (slow on a loaded machine), and the coordinator's one event loop also answers the tenants'
+    reports and connects."""
     nodes: Any = ray.nodes
-    return list(nodes())
+    return list(await asyncio.to_thread(nodes))
 
 
 RemoteCoordinator: Any = ray.remote(Coordinator)

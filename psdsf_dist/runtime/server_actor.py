@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pickle
+import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -231,7 +232,9 @@ class ServerActor:
         scenario = slot.node.table.scenario
         node_id = ray.get_runtime_context().get_node_id()
         per_node: Any = ray._private.state.available_resources_per_node
-        available = per_node().get(node_id)
+        # a blocking read of Ray's GCS: in a worker thread, so that this actor's loop (the
+        # server procedure, gossip, leases) goes on meanwhile
+        available = (await asyncio.to_thread(per_node)).get(node_id)
         if available is None:
             return None
         i = scenario.server_names.index(server)
@@ -275,7 +278,9 @@ class ServerActor:
         while missing < ORPHAN_CHECKS:
             await asyncio.sleep(wait)
             try:
-                ray.get_actor(coordinator_name(self.run_id), namespace=NAMESPACE)
+                # a blocking GCS lookup: in a thread, the loop serves the servers meanwhile
+                await asyncio.to_thread(ray.get_actor, coordinator_name(self.run_id),
+                                        namespace=NAMESPACE)
             except ValueError:
                 missing += 1
             else:
@@ -368,6 +373,7 @@ class ServerActor:
                 woke = node.wake(clock.now())
             except Exception as err:  # a bug must show in reports, not kill silently
                 slot.error = f"{type(err).__name__}: {err}"
+                traceback.print_exception(err)  # where it was raised, in the actor's log
                 raise
             for peer, syn in woke.exchanges:
                 clock.spawn(self._exchange(node, peer, syn))

@@ -148,6 +148,39 @@ def test_a_new_user_grows_every_server_and_gets_tasks() -> None:
     assert cert.holds, cert.violations[:3]
 
 
+def test_a_server_that_hears_of_a_new_user_before_its_table_keeps_working() -> None:
+    """Tables reach the servers at different times: one that gossips with a server on the
+    newer table (one more user) before its own copy arrives holds its column until it
+    adopts the table, then updates with every user."""
+    churn, nodes = cluster(load_scenario(SMALL), ProtocolConfig(seed=1))
+    for r in range(5):
+        for node in nodes:
+            node.update(float(r))
+        gossip_round(nodes, r + 0.5)
+    churn.apply(churn.parse({"user_joins": {"name": "u9", "demand": {"cpu": 1, "mem": 1}}}), 5.0)
+    early, late = nodes[0], nodes[1:]
+    assert early.adopt(churn.table(), 5.0)
+    early.update(5.0)
+    gossip_round(nodes, 5.5)  # the others now gossip columns of one more user
+    for r in range(6, 9):
+        for node in nodes:
+            before = node.column.copy()
+            node.update(float(r))  # the late ones hold their columns: no error
+            if node in late:
+                assert np.array_equal(node.column, before)
+        gossip_round(nodes, r + 0.5)
+    for node in late:
+        assert node.adopt(churn.table(), 9.0)
+    for r in range(9, 45):
+        for node in nodes:
+            node.update(float(r))
+        gossip_round(nodes, r + 0.5)
+    X = allocation(nodes)
+    assert X[-1].sum() > 0
+    cert = certificate(churn.current(), X, rtol=1e-3)
+    assert cert.holds, cert.violations[:3]
+
+
 def test_a_leaving_server_spreads_its_tombstone() -> None:
     _, nodes = cluster(load_scenario(SMALL), ProtocolConfig(fanout=5))
     for node in nodes:

@@ -148,7 +148,6 @@ def test_a_late_user_gets_its_share_and_a_leaving_one_releases_it(run: Run) -> N
     first = [small.remote(i) for i in range(400)]
     # alice alone takes all 5 CPUs
     assert wait_for(lambda: sum(sampler.sample()["alice"].values()) == 5, 6.0)
-    joined = time.monotonic()
     second = [big.remote(i) for i in range(60)]
 
     def bob_has_share() -> bool:
@@ -159,9 +158,9 @@ def test_a_late_user_gets_its_share_and_a_leaving_one_releases_it(run: Run) -> N
         want = float(np.floor(totals["bob"] + 1e-9))
         return bool(want >= 1 and sum(sampler.sample()["bob"].values()) >= 0.9 * want)
 
-    assert wait_for(bob_has_share, 10.0), sampler.samples[-3:]
-    took = time.monotonic() - joined
-    assert took < 10.0
+    # within 40 periods (a few on an idle machine; the benchmark measures how many)
+    assert wait_for(bob_has_share, 40 * PERIOD), (
+        run.user_totals(), run.status().get("unmanaged"), sampler.samples[-3:])
     assert sum(ray.get(second)) == -sum(range(60))
     b.close()
     assert wait_for(lambda: "bob" not in present(run), 3.0)
@@ -198,7 +197,7 @@ def test_the_operators_policy_holds_against_greedy_and_forging_drivers(cluster: 
                                token=r.tenant_token(user))
             tenants.append(t)
             work = t.remote(num_cpus=1)(lambda: time.sleep(0.3))
-            for _ in range(200):
+            for _ in range(600):  # work for longer than the test runs, even on a loaded machine
                 work.remote()
 
         def totals_near(greedy_per_alice: float) -> bool:

@@ -98,6 +98,8 @@ class _Held:
     expires_at: float
     lent: int = 0
     """Of ``slots``, those lent beyond the allocation's target."""
+    overdue: int = 0
+    """Of ``running``, tasks launched long enough ago to have started (as the ask said)."""
 
 
 @dataclass
@@ -121,9 +123,11 @@ class LeaseBook:
 
     def ask(self, user: str, running: int, target: int, now: float, ttl: float,
             demand_of: dict[str, FloatArray], *, queued: int = 0,
-            reserved: dict[str, int] | None = None) -> Lease:
-        """Answer one ask of ``user``, which runs ``running`` tasks here now and has ``queued``
-        more waiting; ``reserved``: each user's ``ceil(x[n])`` here (for lending)."""
+            reserved: dict[str, int] | None = None, overdue: int = 0) -> Lease:
+        """Answer one ask of ``user``, which runs ``running`` tasks here now (``overdue`` of
+        them launched long enough ago to have started: recorded for
+        :mod:`~psdsf_dist.admission.unmanaged`) and has ``queued`` more waiting;
+        ``reserved``: each user's ``ceil(x[n])`` here (for lending)."""
         self._expire(now)
         lent = 0
         if now < self.quarantine_until or user not in demand_of:
@@ -136,7 +140,8 @@ class LeaseBook:
                 free = self.capacity - self._held_back(now, demand_of, reserved or {}, user)
                 lent = max(min(wish, most_that_fit(demand_of[user], free, self.capacity))
                            - slots, 0)
-        self.held[user] = _Held(slots + lent, max(running, 0), now + ttl, lent)
+        self.held[user] = _Held(slots + lent, max(running, 0), now + ttl, lent,
+                                max(overdue, 0))
         pipeline = PIPELINE_DEPTH if self._alone(user, slots + lent, now, demand_of,
                                                  reserved or {}) else 0
         return Lease(self.server, user, slots + lent, ttl, max(target, 0), pipeline)
@@ -177,6 +182,11 @@ class LeaseBook:
     def running(self) -> dict[str, int]:
         """Running tasks per user as last reported (unexpired leases only)."""
         return {u: h.running for u, h in self.held.items()}
+
+    def overdue(self) -> dict[str, int]:
+        """Per user, the running tasks its last ask said were launched long enough ago to
+        have started."""
+        return {u: h.overdue for u, h in self.held.items()}
 
     def _expire(self, now: float) -> None:
         for user in [u for u, h in self.held.items() if h.expires_at <= now]:

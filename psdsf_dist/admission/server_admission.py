@@ -58,9 +58,9 @@ class ServerAdmission:
         return LEASE_TTL_INTERVALS * period / LEASE_INTERVALS_PER_PERIOD
 
     def ask(self, user: str, running: int, now: float, column: FloatArray,
-            scenario: Scenario, queued: int = 0) -> Lease:
-        """``user``'s queue runs ``running`` tasks here, has ``queued`` more waiting, and asks
-        for its lease."""
+            scenario: Scenario, queued: int = 0, overdue: int = 0) -> Lease:
+        """``user``'s queue runs ``running`` tasks here (``overdue`` of them launched long
+        enough ago to have started), has ``queued`` more waiting, and asks for its lease."""
         if self.planned_at is None or now - self.planned_at >= self.interval * (1 - 1e-9):
             self.plan(now, column, scenario)
         i = scenario.server_names.index(self.server)
@@ -71,7 +71,7 @@ class ServerAdmission:
                     for n in eligible}
         return self.book.ask(user, running, self.targets.get(user, 0), now,
                              self.ttl_of(self.period), demand_of, queued=queued,
-                             reserved=reserved)
+                             reserved=reserved, overdue=overdue)
 
     def plan(self, now: float, column: FloatArray, scenario: Scenario) -> None:
         """Charge the interval that ends (each user's credit by what its lease let it run),

@@ -38,6 +38,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from psdsf_dist.admission.tenants import IDLE_LINGER_PERIODS
+from psdsf_dist.admission.unmanaged import UNMANAGED_START_GRACE
 from psdsf_dist.errors import PsdsfError
 
 ALLOCATOR_SILENCE_PERIODS = 30.0
@@ -116,6 +117,8 @@ class ServerSlots:
     """Of ``running``, tasks launched beyond the slots (pipelined) that have not started: each
     takes the place of the next of ours here to end (the lease allowed it only while the
     user's slots filled the node and nobody else held anything there)."""
+    launched_at: dict[int, float] = field(default_factory=dict)
+    """When each of the ``running`` tasks was launched, by task id."""
 
     def open_slots(self, now: float) -> int:
         """Tasks that may be launched here now, a pipelined one included."""
@@ -133,13 +136,15 @@ class ServerSlots:
         return max(self.slots - self.running, 0) if now < self.expires and not self.asking \
             else 0
 
-    def launched(self) -> None:
+    def launched(self, task_id: int, now: float) -> None:
         if self.running >= self.slots:
             self.waiting += 1  # the pipeline's task: it waits at the node
         self.running += 1
+        self.launched_at[task_id] = now
 
-    def ended(self) -> None:
+    def ended(self, task_id: int) -> None:
         self.running = max(self.running - 1, 0)
+        self.launched_at.pop(task_id, None)
         if self.waiting:
             self.waiting -= 1  # a waiting task took the slot (or was the one that ended)
 
@@ -159,6 +164,20 @@ class QueuedTask:
     """Where it runs (None while queued)."""
     borrowed: bool = False
     cancelled: bool = False
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What an ask for a lease tells the server (:meth:`TenantQueueState.ask_sent`)."""
+
+    running: int
+    """The claim: tasks running there (not those waiting at the node for a slot of ours)."""
+    queued: int
+    """Tasks queued, waiting for any slot."""
+    overdue: int
+    """Tasks there launched over :data:`~psdsf_dist.admission.unmanaged.UNMANAGED_START_GRACE`
+    ago, beyond those that may wait for a slot of ours: more of them than are marked running
+    means some wait for room others hold (:func:`~psdsf_dist.admission.unmanaged.node_blocked`)."""
 
 
 @dataclass(frozen=True)
@@ -321,7 +340,7 @@ class TenantQueueState:
         if borrowed:
             self.borrowed += 1
         else:
-            server.launched()
+            server.launched(task.id, now)
         self.admitted += 1
         return Launch(task.id, server.name, server.node, borrowed, now - task.submitted)
 
@@ -333,7 +352,7 @@ class TenantQueueState:
         if task.borrowed:
             self.borrowed -= 1
         elif server is not None:
-            server.ended()
+            server.ended(task_id)
         task.borrowed = False
         result: Ended | None
         retried = False
@@ -382,14 +401,15 @@ class TenantQueueState:
             return []
         return [s.name for s in self.servers.values() if not s.asking and now >= s.expires]
 
-    def ask_sent(self, name: str) -> tuple[int, int]:
+    def ask_sent(self, name: str, now: float) -> Ask:
         """An ask leaves for ``name``: the claim to send (tasks running there, not those
-        waiting at the node: a waiting one takes the place of one of ours when it starts)
-        and the queue's length."""
+        waiting at the node: a waiting one takes the place of one of ours when it starts),
+        the queue's length, and how many of its tasks there are overdue to start."""
         s = self.servers[name]
         s.asking = True
         s.running_at_ask = s.running
-        return s.running - s.waiting, len(self.queue)
+        old = sum(1 for t in s.launched_at.values() if now - t > UNMANAGED_START_GRACE)
+        return Ask(s.running - s.waiting, len(self.queue), max(old - s.waiting, 0))
 
     def ask_answered(self, name: str, sent: float, lease: tuple[int, int, float] | None,
                      now: float) -> list[Launch]:

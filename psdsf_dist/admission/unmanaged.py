@@ -13,18 +13,28 @@ allocation (:func:`unmanaged_events`).
 Two bounds.  The server knows two counts of the tenants' tasks on its node: those its queues
 report running (an upper bound: it includes tasks handed to Ray that wait at the node for
 room) and those marked running (a lower bound: a task holds its resources from when Ray
-leases it a worker, a little before its body marks it; longer while a worker starts).  So the
-unmanaged usage lies between ``used - reported`` (certain) and ``used - marked``
+leases it a worker, a little before its body marks it; seconds before, while a worker starts).
+So the unmanaged usage lies between ``used - reported`` (certain) and ``used - marked``
 (:func:`unmanaged_sample` of each).
 
-Hysteresis.  The certain part counts once it has persisted :data:`UNMANAGED_WINDOW` samples
-(one per period: a queue's count lags its tasks by less than a period); the rest — an
-intruder holding the node while the tenants' tasks wait for it, or the tenants' own workers
-starting — only once it has persisted :data:`UNMANAGED_SLOW_WINDOW` samples, longer than
-a worker takes to start.  Each is the element-wise minimum over its window, so usage is
-released as soon as one sample shows it gone (:class:`UnmanagedEstimate`).  Amounts, and
-changes, smaller than :data:`UNMANAGED_TOLERANCE` of a resource's capacity do not reach the
-table (each change is an event that restarts the protocol's convergence).
+Which bound.  The gap between them is the tenants' own tasks in flight — ones Ray is starting,
+ones whose mark is gone while Ray's view of the node still holds their resources (it lags the
+node) — unless something else holds the node and the tenants' tasks wait there for it.  Only
+age tells the two apart: a task Ray starts at a node with room is marked within a worker's
+start, so a task unmarked for longer waits for room.  Each queue reports, per server, how many
+of its tasks there were launched more than :data:`UNMANAGED_START_GRACE` seconds ago (beyond
+the one it may keep waiting for its own slot: pipelining); when a user has more such tasks
+than are marked, some wait at the node (:func:`node_blocked`), and only then does the upper
+bound count.  Without the age (an earlier form counted the upper bound once it persisted six
+periods) a user with many short tasks always had one in flight at every sample, and its own
+tasks were taken for an intruder: a phantom that shrank the tenants' allocation.
+
+Hysteresis.  Usage counts once it has persisted :data:`UNMANAGED_WINDOW` samples (one per
+period: a queue's count lags its tasks by less than a period), the element-wise minimum over
+the window, so it is released as soon as one sample shows it gone
+(:class:`UnmanagedEstimate`).  Amounts, and changes, smaller than
+:data:`UNMANAGED_TOLERANCE` of a resource's capacity do not reach the table (each change is an
+event that restarts the protocol's convergence).
 """
 
 from __future__ import annotations
@@ -42,9 +52,11 @@ FloatArray = npt.NDArray[np.float64]
 UNMANAGED_PREFIX = "unmanaged@"
 """Names of the users standing for unmanaged work (tenants may not take them)."""
 UNMANAGED_WINDOW = 2
-"""Samples (one per period) the certain part of unmanaged usage must persist to count."""
-UNMANAGED_SLOW_WINDOW = 6
-"""Samples the uncertain part must persist (module docstring: two bounds)."""
+"""Samples (one per period) unmanaged usage must persist to count."""
+UNMANAGED_START_GRACE = 10.0
+"""Seconds within which Ray starts a task it leased at a node with room (a worker's start on
+a loaded machine; 3 s was exceeded under load): a tenant's task unmarked for longer waits for
+room at the node (module docstring: which bound)."""
 UNMANAGED_TOLERANCE = 0.05
 """Fraction of a resource's capacity below which unmanaged usage, or a change of it, is
 ignored."""
@@ -66,33 +78,32 @@ def unmanaged_sample(capacity: FloatArray, available: FloatArray,
     return np.maximum(np.asarray(capacity) - np.asarray(available) - np.asarray(own), 0.0)
 
 
+def node_blocked(overdue: Mapping[str, int], marked: Mapping[str, int]) -> bool:
+    """Whether some tenant's task waits at the node for room held by others: a user has more
+    tasks there launched over :data:`UNMANAGED_START_GRACE` ago (``overdue``, as its queue
+    reports them) than are marked running (a started task of theirs, young or old, is
+    marked, so at least the difference has not started)."""
+    return any(k > marked.get(user, 0) for user, k in overdue.items())
+
+
 @dataclass
 class UnmanagedEstimate:
     """One server's unmanaged usage, with hysteresis (module docstring)."""
 
     capacity: FloatArray
     window: int = UNMANAGED_WINDOW
-    slow_window: int = UNMANAGED_SLOW_WINDOW
-    samples: deque[tuple[FloatArray, FloatArray]] = field(default_factory=deque)
+    samples: deque[FloatArray] = field(default_factory=deque)
 
-    def observe(self, certain: FloatArray, possible: FloatArray | None = None) -> FloatArray:
-        """Add one sample — ``certain``: usage beyond every task the queues report running;
-        ``possible``: beyond the tasks marked running (default: ``certain``) — and return the
-        usage that persisted: the certain part over :attr:`window` samples, the possible over
-        :attr:`slow_window` (zero until a window is full), amounts below the tolerance as
-        zero."""
-        low = np.asarray(certain, dtype=float)
-        high = np.maximum(low, low if possible is None else np.asarray(possible, dtype=float))
-        self.samples.append((low, high))
-        while len(self.samples) > max(self.window, self.slow_window):
+    def observe(self, sample: FloatArray) -> FloatArray:
+        """Add one sample — the unmanaged usage, by the bound that applies — and return the
+        usage that persisted over :attr:`window` samples (zero until the window is full),
+        amounts below the tolerance as zero."""
+        self.samples.append(np.asarray(sample, dtype=float))
+        while len(self.samples) > self.window:
             self.samples.popleft()
-        out = np.zeros_like(self.capacity, dtype=float)
-        recent = list(self.samples)
-        if len(recent) >= self.window:
-            out = np.min(np.stack([c for c, _ in recent[-self.window:]]), axis=0)
-        if len(recent) >= self.slow_window:
-            out = np.maximum(out, np.min(np.stack([p for _, p in recent[-self.slow_window:]]),
-                                         axis=0))
+        if len(self.samples) < self.window:
+            return np.zeros_like(self.capacity, dtype=float)
+        out = np.min(np.stack(list(self.samples)), axis=0)
         return np.where(out >= UNMANAGED_TOLERANCE * self.capacity, out, 0.0)
 
 

@@ -1013,7 +1013,8 @@ class Coordinator:
         assert self.churn is not None
         last = self.observations[-1] if self.observations else None
         history = self.churn.history
-        since = self.now() - history[-1][1] if history else self.now()
+        last_event_at = history[-1][1] if history else 0.0
+        since = self.now() - last_event_at
         return {
             "time": self.now(),
             "round": None if last is None else last.round,
@@ -1022,6 +1023,7 @@ class Coordinator:
             "feasible": all(o.feasible for o in self.observations),
             "utilization": None if last is None else last.utilization,
             "since_last_event": since,
+            "last_event_at": last_event_at,
             "servers": len(self.members),
             "users": int(self.churn.users_present.sum()),
             "epoch": self.churn.epoch,

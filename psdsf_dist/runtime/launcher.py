@@ -239,7 +239,7 @@ class Run:
             if progress is not None:
                 progress(st)
             if until_converged and st["events_applied"] >= st["events_total"] \
-                    and _held(self, self.config.protocol.hold if hold is None else hold):
+                    and _held(self, st, self.config.protocol.hold if hold is None else hold):
                 return st
             elapsed = st["time"] - start if paced else time.monotonic() - start
             if duration is not None and elapsed >= duration - 1e-9:
@@ -262,12 +262,17 @@ class Run:
         ray.kill(self.coordinator, no_restart=True)
 
 
-def _held(run: Run, hold: int) -> bool:
-    rounds = run.status()["round"]
+def _held(run: Run, st: Mapping[str, Any], hold: int) -> bool:
+    """The certificate held in the last ``hold`` observations, all made after the last event
+    was applied (as :func:`~psdsf_dist.protocol.convergence.event_convergence` judges it: an
+    event applied late, after observations stamped past its due time, must not be taken as
+    converged on the observations of the table before it)."""
+    rounds = st["round"]
     if rounds is None or rounds + 1 < hold:
         return False
     tail = run.observations(rounds + 1 - hold)
-    return len(tail) >= hold and all(o["holds"] for o in tail)
+    return len(tail) >= hold and all(o["holds"] for o in tail) \
+        and tail[0]["time"] >= st["last_event_at"]
 
 
 def launch(source: str | Path | Mapping[str, Any] | Scenario, config: RunConfig | None = None,

@@ -45,7 +45,7 @@ import ray
 from psdsf_dist.admission.identity import token_ok
 from psdsf_dist.admission.leases import Lease
 from psdsf_dist.admission.server_admission import ServerAdmission
-from psdsf_dist.admission.unmanaged import UnmanagedEstimate, unmanaged_sample
+from psdsf_dist.admission.unmanaged import UnmanagedEstimate, node_blocked, unmanaged_sample
 from psdsf_dist.protocol.convergence import Observation
 from psdsf_dist.protocol.gossip import server_of
 from psdsf_dist.protocol.membership import Table
@@ -197,9 +197,10 @@ class ServerActor:
 
     # -- admission (tenant runs) ----------------------------------------------------------------
     async def lease(self, server: str, user: str, running: int, queued: int = 0,
-                    token: str | None = None) -> Lease:
-        """A tenant's queue runs ``running`` of ``user``'s tasks on ``server``'s node, has
-        ``queued`` more waiting, and asks how many it may run (the server's
+                    token: str | None = None, overdue: int = 0) -> Lease:
+        """A tenant's queue runs ``running`` of ``user``'s tasks on ``server``'s node
+        (``overdue`` of them launched long enough ago to have started), has ``queued`` more
+        waiting, and asks how many it may run (the server's
         :class:`~psdsf_dist.admission.server_admission.ServerAdmission`, from its own column).
         A server not running here, or a call without ``user``'s token in a run with a tenant
         policy, is answered with no slots (and records no claim)."""
@@ -219,7 +220,7 @@ class ServerActor:
             admission = ServerAdmission.start(server, scenario.capacity[i], self.config.period,
                                               now, restarted=self.reconstructed)
             self.admissions[server] = admission
-        return admission.ask(user, running, now, node.column, scenario, queued)
+        return admission.ask(user, running, now, node.column, scenario, queued, overdue)
 
     async def unmanaged(self, server: str) -> dict[str, float] | None:
         """The usage of ``server``'s node by work it did not admit, per resource (once it
@@ -252,14 +253,18 @@ class ServerActor:
             return own
 
         admission = self.admissions.get(server)
-        reported = held(admission.book.running() if admission is not None else {})
-        marked = held(running_per_user(node_id))
+        book = admission.book if admission is not None else None
+        marks = running_per_user(node_id)
+        reported = held(book.running() if book is not None else {})
+        marked = held(marks)
         free_now = np.array([free[r] for r in scenario.resources])
         estimate = self.unmanaged_estimates.get(server)
         if estimate is None:
             estimate = self.unmanaged_estimates[server] = UnmanagedEstimate(capacity)
-        usage = estimate.observe(unmanaged_sample(capacity, free_now, np.maximum(reported, marked)),
-                                 unmanaged_sample(capacity, free_now, marked))
+        # the upper bound only while some tenant's task waits at the node for room
+        blocked = book is not None and node_blocked(book.overdue(), marks)
+        usage = estimate.observe(unmanaged_sample(
+            capacity, free_now, marked if blocked else np.maximum(reported, marked)))
         return {r: float(v) for r, v in zip(scenario.resources, usage, strict=True)}
 
     async def release(self, server: str, user: str, token: str | None = None) -> None:

@@ -103,6 +103,7 @@ from psdsf_dist.admission.shapes import ShapeError
 from psdsf_dist.admission.tenant_queue_state import (
     ALLOCATOR_SILENCE_PERIODS,
     AllocatorGoneError,
+    Ask,
     CancelAction,
     Ended,
     Launch,
@@ -533,15 +534,17 @@ class TenantQueue:
         """Ask ``name`` for a lease (marked in flight at once: one ask per server at a time)."""
         if name not in self.handles:
             return
-        running, queued = self.state.ask_sent(name)
+        now = time.monotonic()
+        ask = self.state.ask_sent(name, now)
         self._hold(asyncio.get_running_loop().create_task(
-            self._ask(name, running, queued, time.monotonic()), context=contextvars.Context()))
+            self._ask(name, ask, now), context=contextvars.Context()))
 
-    async def _ask(self, name: str, running: int, queued: int, sent: float) -> None:
+    async def _ask(self, name: str, ask: Ask, sent: float) -> None:
         answer: tuple[int, int, float] | None = None
         try:
             lease = await asyncio.wait_for(
-                self.handles[name].lease.remote(name, self.user, running, queued, self.token),
+                self.handles[name].lease.remote(name, self.user, ask.running, ask.queued,
+                                                self.token, ask.overdue),
                 ASK_TIMEOUT_INTERVALS * self.interval)
         except (TimeoutError, ray.exceptions.RayError):
             pass  # the old lease runs out on its own

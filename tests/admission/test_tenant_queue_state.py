@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from psdsf_dist.admission.tenant_queue_state import (
     AllocatorGoneError,
+    Ask,
     CancelAction,
     Launch,
     Outcome,
@@ -19,6 +20,7 @@ from psdsf_dist.admission.tenant_queue_state import (
     TenantQueueState,
     TenantRefusedError,
 )
+from psdsf_dist.admission.unmanaged import UNMANAGED_START_GRACE
 
 PERIOD = 1.0
 TTL = 100.0
@@ -29,7 +31,7 @@ def state_with(servers: dict[str, int], pipeline: int = 0) -> TenantQueueState:
     s = TenantQueueState("u", PERIOD, 0.0)
     s.report_answered(0.0, 0, {name: f"n-{name}" for name in servers}, None)
     for name, slots in servers.items():
-        s.ask_sent(name)
+        s.ask_sent(name, 0.0)
         s.ask_answered(name, 0.0, (slots, pipeline, TTL), 0.0)
     return s
 
@@ -61,10 +63,27 @@ def test_work_after_a_lease_ran_out_asks_at_once() -> None:
     s = state_with({"a": 1, "b": 1})
     assert s.asks_urgent(TTL + 1.0) == []  # nothing queued: nothing to ask for
     assert submit(s, 1, now=TTL + 1.0) == [] and s.asks_urgent(TTL + 1.0) == ["a", "b"]
-    s.ask_sent("a")
+    s.ask_sent("a", TTL + 1.0)
     assert s.asks_urgent(TTL + 1.0) == ["b"]  # one ask in flight per server
     (launch,) = s.ask_answered("a", TTL + 1.0, (1, 0, TTL), TTL + 1.0)
     assert launch.server == "a" and s.asks_urgent(TTL + 1.0) == []
+
+
+def test_an_ask_counts_the_tasks_launched_longer_ago_than_a_start_takes() -> None:
+    s = state_with({"a": 2}, pipeline=1)
+    first = submit(s, 2, now=1.0)
+    (piped,) = submit(s, 1, now=4.0)  # waits at the node for a slot of ours
+    assert [x.server for x in first] == ["a", "a"] and piped.server == "a"
+    late = 1.0 + UNMANAGED_START_GRACE
+    assert s.ask_sent("a", late) == Ask(running=2, queued=0, overdue=0)
+    s.ask_answered("a", late, (2, 1, TTL), late)
+    # both first tasks overdue; the pipelined one may wait for them, so it is not
+    assert s.ask_sent("a", late + 0.5) == Ask(running=2, queued=0, overdue=1)
+    s.ask_answered("a", late + 0.5, (2, 1, TTL), late + 0.5)
+    s.ended(first[0].task, Signal.DONE, late + 1.0)  # the pipelined one takes its slot
+    assert s.ask_sent("a", late + 1.0).overdue == 1  # the one left of the first two
+    s.ask_answered("a", late + 1.0, (2, 1, TTL), late + 1.0)
+    assert s.ask_sent("a", 4.0 + UNMANAGED_START_GRACE + 1.0).overdue == 2
 
 
 def test_a_pipelined_task_waits_at_the_node_and_an_actor_never_takes_it() -> None:
@@ -81,7 +100,7 @@ def test_a_pipelined_task_waits_at_the_node_and_an_actor_never_takes_it() -> Non
 
 def test_no_task_waits_at_a_full_node_while_another_has_a_free_slot() -> None:
     s = state_with({"a": 1, "b": 1}, pipeline=1)
-    s.ask_sent("b")
+    s.ask_sent("b", 0.0)
     s.ask_answered("b", 0.0, (1, 0, TTL), 0.0)  # b lets nothing wait at its node
     launches = submit(s, 4)
     assert [x.server for x in launches] == ["a", "b", "a"]  # only the last one waits
@@ -123,7 +142,7 @@ def test_a_lost_task_is_retried_at_the_head_then_fails() -> None:
     end = s.ended(task, Signal.LOST, 1.0)
     assert end.retried and end.ended is None and end.launches == []  # the lease is taken away
     assert s.queue[0] == task
-    s.ask_sent("a")
+    s.ask_sent("a", 1.0)
     (again,) = s.ask_answered("a", 1.0, (1, 0, TTL), 1.0)
     assert again.task == task
     end = s.ended(task, Signal.LOST, 2.0)
@@ -230,7 +249,7 @@ def test_never_more_running_than_leased_and_no_task_lost(events: list[tuple]) ->
         elif kind == "lease":
             name = names[a]
             if name in s.servers and not s.servers[name].asking:
-                s.ask_sent(name)
+                s.ask_sent(name, now)
                 if c:  # answered at once, else it stays in flight until a later lease event
                     record(s.ask_answered(name, now, (b, 1, TTL), now))
                     leased[name] = b
@@ -249,6 +268,8 @@ def test_never_more_running_than_leased_and_no_task_lost(events: list[tuple]) ->
         for srv in s.servers.values():
             ours = sum(1 for t in s.tasks.values() if t.server == srv.name and not t.borrowed)
             assert srv.running == ours
+            assert set(srv.launched_at) == {t.id for t in s.tasks.values()
+                                            if t.server == srv.name and not t.borrowed}
             assert 0 <= srv.waiting <= srv.running
         assert s.borrowed == sum(1 for t in s.tasks.values() if t.borrowed)
         assert set(s.queue) == {t.id for t in s.tasks.values() if t.server is None}

@@ -10,6 +10,7 @@ from psdsf_dist.admission.unmanaged import (
     UNMANAGED_WEIGHT,
     UnmanagedEstimate,
     is_unmanaged_user,
+    node_blocked,
     unmanaged_events,
     unmanaged_sample,
     unmanaged_user,
@@ -67,18 +68,15 @@ def test_events_make_the_table_follow_the_usage() -> None:
         {"user_joins": user}]
 
 
-def test_usage_the_tenants_tasks_may_hold_counts_only_after_the_slow_window() -> None:
-    """Between the two bounds (tasks reported running but not marked: waiting at the node,
-    or their workers starting) usage counts only once it outlasts a worker's start."""
-    e = UnmanagedEstimate(CAP, window=2, slow_window=4)
-    certain, possible = np.zeros(2), np.array([2.0, 0.0])
-    got = [e.observe(certain, possible).tolist() for _ in range(4)]
-    assert got == [[0.0, 0.0]] * 3 + [[2.0, 0.0]]
-    # a worker start shorter than the slow window never counts
-    e = UnmanagedEstimate(CAP, window=2, slow_window=4)
-    for k in range(8):
-        assert e.observe(certain, possible if k % 4 < 3 else certain).tolist() == [0.0, 0.0]
-    # the certain part counts after the short window, whatever the possible part does
-    e = UnmanagedEstimate(CAP, window=2, slow_window=4)
-    e.observe(np.array([1.0, 0.0]), np.array([3.0, 0.0]))
-    assert e.observe(np.array([1.0, 0.0]), np.array([3.0, 0.0])).tolist() == [1.0, 0.0]
+def test_a_node_is_blocked_only_when_a_users_old_tasks_outnumber_its_marked_ones() -> None:
+    """The upper bound (tasks reported but not marked) applies only with evidence that some
+    wait at the node: more tasks launched over the grace ago than are marked running."""
+    # short tasks in flight: none old, so never blocked however many are unmarked
+    assert not node_blocked({}, {})
+    assert not node_blocked({"alice": 0}, {"alice": 3})
+    # long tasks, all started: old ones are marked
+    assert not node_blocked({"alice": 4}, {"alice": 4})
+    assert not node_blocked({"alice": 4}, {"alice": 5, "bob": 1})
+    # an intruder holds the node: alice's tasks launched long ago are not marked
+    assert node_blocked({"alice": 2}, {"alice": 1})
+    assert node_blocked({"alice": 0, "bob": 1}, {"alice": 3})

@@ -10,7 +10,8 @@ shrank.
 
 The :class:`LeaseBook` keeps, per user, the newest lease and the running count reported with
 the ask.  A user's **claim** is ``max(slots, running)`` tasks of its demand (a shrunk lease
-frees capacity only as the user's tasks finish: nothing is preempted).  An ask is answered with
+frees capacity only as the user's tasks finish, unless they are preemptible:
+:mod:`.preemption`).  An ask is answered with
 ``min(target, fit)`` slots, ``target`` the user's whole-task target (:mod:`.rounding`) and
 ``fit`` the most of its tasks that fit in the capacity the other users' unexpired claims leave.
 So the claims never sum past the capacity: each grant fits beside the claims standing when it is
@@ -89,6 +90,9 @@ class Lease:
     """The whole-task target the slots were capped by (``slots < target``: waiting for room)."""
     pipeline: int = 0
     """Tasks the queue may keep waiting at the node beyond ``slots`` (see Pipelining)."""
+    preempt: int = 0
+    """Of the user's tasks running here, how many to stop now, its preemptible ones
+    (:mod:`psdsf_dist.admission.preemption`)."""
 
 
 @dataclass
@@ -100,6 +104,8 @@ class _Held:
     """Of ``slots``, those lent beyond the allocation's target."""
     overdue: int = 0
     """Of ``running``, tasks launched long enough ago to have started (as the ask said)."""
+    queued: int = 0
+    """Tasks the user had waiting for any slot (as the ask said)."""
 
 
 @dataclass
@@ -141,7 +147,7 @@ class LeaseBook:
                 lent = max(min(wish, most_that_fit(demand_of[user], free, self.capacity))
                            - slots, 0)
         self.held[user] = _Held(slots + lent, max(running, 0), now + ttl, lent,
-                                max(overdue, 0))
+                                max(overdue, 0), max(queued, 0))
         pipeline = PIPELINE_DEPTH if self._alone(user, slots + lent, now, demand_of,
                                                  reserved or {}) else 0
         return Lease(self.server, user, slots + lent, ttl, max(target, 0), pipeline)
@@ -182,6 +188,12 @@ class LeaseBook:
     def running(self) -> dict[str, int]:
         """Running tasks per user as last reported (unexpired leases only)."""
         return {u: h.running for u, h in self.held.items()}
+
+    def waiting(self, now: float, targets: dict[str, int], except_user: str) -> bool:
+        """Whether a user other than ``except_user`` waits for room here: it has tasks
+        queued and its unexpired lease gave it fewer slots than its target."""
+        return any(u != except_user and h.expires_at > now and h.queued > 0
+                   and h.slots < targets.get(u, 0) for u, h in self.held.items())
 
     def overdue(self) -> dict[str, int]:
         """Per user, the running tasks its last ask said were launched long enough ago to

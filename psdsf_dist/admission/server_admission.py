@@ -7,12 +7,14 @@ tasks with :func:`~psdsf_dist.admission.rounding.whole_targets` — credits char
 each user's lease really gave it, so a user whose extra task waited for room stays first in
 line — and answers with a lease from its :class:`~psdsf_dist.admission.leases.LeaseBook`.  So
 the tasks a user runs on the node follow the allocation with one lease interval of lag, never
-over the node's capacity.  Credits are keyed by user name, so they survive the table growing.
+over the node's capacity; a surplus of preemptible tasks beside a waiting user is named in the
+lease for the user's queue to stop (:mod:`.preemption`).  Credits are keyed by user name, so
+they survive the table growing.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -23,6 +25,7 @@ from psdsf_dist.admission.leases import (
     Lease,
     LeaseBook,
 )
+from psdsf_dist.admission.preemption import PREEMPT_GRACE_INTERVALS, preemption
 from psdsf_dist.admission.rounding import WHOLE_TOL, charge, whole_targets
 from psdsf_dist.model.scenario import Scenario
 
@@ -39,6 +42,8 @@ class ServerAdmission:
     credit: dict[str, float] = field(default_factory=dict)
     targets: dict[str, int] = field(default_factory=dict)
     planned_at: float | None = None
+    surplus_since: dict[str, float] = field(default_factory=dict)
+    """Per user, since when it has run over its target here while another waits."""
 
     @classmethod
     def start(cls, server: str, capacity: FloatArray, period: float, now: float, *,
@@ -69,9 +74,17 @@ class ServerAdmission:
         demand_of = {names[n]: np.asarray(scenario.demand[n], dtype=float) for n in eligible}
         reserved = {names[n]: int(np.ceil(column[n] - WHOLE_TOL)) if n < len(column) else 0
                     for n in eligible}
-        return self.book.ask(user, running, self.targets.get(user, 0), now,
-                             self.ttl_of(self.period), demand_of, queued=queued,
-                             reserved=reserved, overdue=overdue)
+        target = self.targets.get(user, 0)
+        lease = self.book.ask(user, running, target, now, self.ttl_of(self.period), demand_of,
+                              queued=queued, reserved=reserved, overdue=overdue)
+        count, since = preemption(running - target, self.book.waiting(now, self.targets, user),
+                                  self.surplus_since.get(user), now,
+                                  PREEMPT_GRACE_INTERVALS * self.interval)
+        if since is None:
+            self.surplus_since.pop(user, None)
+        else:
+            self.surplus_since[user] = since
+        return replace(lease, preempt=count) if count else lease
 
     def plan(self, now: float, column: FloatArray, scenario: Scenario) -> None:
         """Charge the interval that ends (each user's credit by what its lease let it run),

@@ -33,10 +33,12 @@ DEFAULT_NUM_CPUS = 1.0
 SHAPE_OPTIONS = ("num_cpus", "num_gpus", "memory", "resources")
 PASSED_OPTIONS = ("name", "runtime_env", "max_calls")
 """Ray options passed through to the task unchanged."""
-OWN_OPTIONS = ("max_retries", "num_returns")
+OWN_OPTIONS = ("max_retries", "num_returns", "preemptible")
 """``max_retries``: how often a task lost to a node or worker failure is run again (ours: Ray's
 own retries would re-run it on the same, dead node); ``num_returns``: how many ObjectRefs a
-call returns (a whole number >= 1, as in Ray)."""
+call returns (a whole number >= 1, as in Ray); ``preemptible``: the allocator may stop the
+task to make room for a user below its share and run it again later from the start
+(:mod:`psdsf_dist.admission.preemption`; default False)."""
 DEFAULT_MAX_RETRIES = 3
 UNSUPPORTED = {
     "scheduling_strategy": "placement is the allocator's",
@@ -136,6 +138,9 @@ def check_options(options: Mapping[str, Any]) -> None:
     retries = options.get("max_retries", DEFAULT_MAX_RETRIES)
     if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
         raise ShapeError(f"max_retries: expected an integer >= 0, got {retries!r}")
+    if not isinstance(options.get("preemptible", False), bool):
+        raise ShapeError(f"preemptible: expected True or False, got "
+                         f"{options['preemptible']!r}")
     returns = options.get("num_returns", 1)
     if returns in ("streaming", "dynamic"):
         raise ShapeError(f"num_returns: {returns!r}: generators are not supported for a "

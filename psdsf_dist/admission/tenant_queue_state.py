@@ -18,6 +18,9 @@ everything else and answers with what to do:
   *cancelled*, whatever its ref then says;
 * cancelling (:meth:`TenantQueueState.cancel`): a queued task is withdrawn at once and never
   launched; a running one is to be interrupted by the caller of this method;
+* preemption (:meth:`TenantQueueState.preempt`, :mod:`.preemption`): which of the user's
+  preemptible tasks on a server to interrupt when the server asks; one so stopped is queued
+  again at the head (counted in ``preempted``, not as a retry, a failure or a cancel);
 * withdrawal of what is queued (:meth:`TenantQueueState.withdraw`) — a bulk submission's
   caller stopped reading, the coordinator refused the user, the allocator is gone, the queue
   closed — each with its error;
@@ -44,6 +47,15 @@ from psdsf_dist.errors import PsdsfError
 ALLOCATOR_SILENCE_PERIODS = 30.0
 """A coordinator that has not answered a report for this long is taken for gone (one that
 Ray reports dead is taken for gone at once).  Long: a loaded coordinator answers late."""
+
+
+PIPELINE_HISTORY = 4
+"""Tasks whose durations decide whether pipelining pays on a server
+(:meth:`ServerSlots.short_tasks`)."""
+PIPELINE_TASK_PERIODS = 1.0
+"""Pipelining pays for tasks of at most this many periods (median): it hides a launch gap of
+5-10 % of a 100 ms task; behind a task of minutes the waiting one would idle while slots free
+elsewhere."""
 
 
 class AllocatorGoneError(PsdsfError, RuntimeError):
@@ -119,12 +131,27 @@ class ServerSlots:
     user's slots filled the node and nobody else held anything there)."""
     launched_at: dict[int, float] = field(default_factory=dict)
     """When each of the ``running`` tasks was launched, by task id."""
+    durations: deque[float] = field(default_factory=lambda: deque(maxlen=PIPELINE_HISTORY))
+    """Launch-to-end seconds of the user's last tasks here."""
+    short_seconds: float = 0.0
+    """A median task duration up to this pipelines (:meth:`short_tasks`)."""
+
+    def short_tasks(self) -> bool:
+        """Whether pipelining pays here: the user's last :data:`PIPELINE_HISTORY` tasks here
+        took at most :attr:`short_seconds` (median).  A task sent to wait at a full node waits
+        for one of the user's own to end: behind long tasks it would wait long while a slot
+        frees elsewhere, and the launch gap it hides is a small part of a long task anyway."""
+        if len(self.durations) < PIPELINE_HISTORY:
+            return False
+        ordered = sorted(self.durations)
+        return ordered[len(ordered) // 2] <= self.short_seconds
 
     def open_slots(self, now: float) -> int:
-        """Tasks that may be launched here now, a pipelined one included."""
+        """Tasks that may be launched here now, a pipelined one included (only while the
+        user's tasks here are short)."""
         if now >= self.expires:
             return 0
-        allowed = self.slots + self.pipeline
+        allowed = self.slots + (self.pipeline if self.short_tasks() else 0)
         if self.asking:
             # the server is deciding with ``running_at_ask``: replacing tasks that finish
             # meanwhile keeps within the claim it records (max(new slots, running_at_ask))
@@ -142,9 +169,11 @@ class ServerSlots:
         self.running += 1
         self.launched_at[task_id] = now
 
-    def ended(self, task_id: int) -> None:
+    def ended(self, task_id: int, now: float) -> None:
         self.running = max(self.running - 1, 0)
-        self.launched_at.pop(task_id, None)
+        launched = self.launched_at.pop(task_id, None)
+        if launched is not None:
+            self.durations.append(now - launched)
         if self.waiting:
             self.waiting -= 1  # a waiting task took the slot (or was the one that ended)
 
@@ -164,6 +193,11 @@ class QueuedTask:
     """Where it runs (None while queued)."""
     borrowed: bool = False
     cancelled: bool = False
+    preemptible: bool = False
+    """Its user lets the allocator stop it to make room (run again later from the start)."""
+    preempting: bool = False
+    """Being stopped to make room: however it ends (unless with its value), it is queued
+    again."""
 
 
 @dataclass(frozen=True)
@@ -211,6 +245,8 @@ class EndDecision:
     """None: re-queued for another attempt."""
     retried: bool
     launches: list[Launch]
+    preempted: bool = False
+    """Stopped to make room and queued again (not a retry: its attempts are not counted)."""
 
 
 @dataclass
@@ -233,6 +269,7 @@ class TenantQueueState:
     withdrawn: int = 0
     cancelled: int = 0
     borrowed: int = 0
+    preempted: int = 0
     gone: str | None = None
     last_answer: float = 0.0
     idle_since: float | None = None
@@ -245,9 +282,11 @@ class TenantQueueState:
 
     # -- the caller's side --------------------------------------------------------------------
     def new_task(self, max_retries: int, now: float, *, batch: str | None = None,
-                 parent_node: str | None = None, actor: bool = False) -> int:
+                 parent_node: str | None = None, actor: bool = False,
+                 preemptible: bool = False) -> int:
         """Register a task (not yet queued: :meth:`submit` queues it) and return its id."""
-        task = QueuedTask(self._next_id, max_retries, now, batch, parent_node, actor)
+        task = QueuedTask(self._next_id, max_retries, now, batch, parent_node, actor,
+                          preemptible=preemptible and not actor)
         self._next_id += 1
         self.tasks[task.id] = task
         self.submitted += 1
@@ -352,10 +391,19 @@ class TenantQueueState:
         if task.borrowed:
             self.borrowed -= 1
         elif server is not None:
-            server.ended(task_id)
+            server.ended(task_id, now)
         task.borrowed = False
         result: Ended | None
         retried = False
+        if task.preempting and not task.cancelled and signal is not Signal.DONE \
+                and signal is not Signal.LAUNCH_FAILED:
+            task.preempting = False
+            task.server = None
+            task.parent_node = None
+            self.preempted += 1
+            self.queue.appendleft(task_id)
+            return EndDecision(None, False, self.pump(now), preempted=True)
+        task.preempting = False
         if signal is Signal.LAUNCH_FAILED:
             self.admitted -= 1  # it never ran
             self.failed += 1
@@ -423,6 +471,26 @@ class TenantQueueState:
                 s.expires = sent + ttl
         return self.pump(now)
 
+    def preempt(self, name: str, count: int) -> list[int]:
+        """The server ``name`` asks to stop ``count`` of this user's tasks there
+        (:mod:`~psdsf_dist.admission.preemption`): the ids of the tasks to interrupt now —
+        its youngest preemptible ones, beyond those it is stopping already and beyond the
+        youngest ``waiting`` (the pipelined one has not started: it holds nothing)."""
+        s = self.servers.get(name)
+        if s is None or count <= 0:
+            return []
+        young = sorted(s.launched_at, key=lambda i: (-s.launched_at[i], -i))[s.waiting:]
+        stopping = sum(1 for i in young if self.tasks[i].preempting)
+        out: list[int] = []
+        for i in young:
+            if len(out) >= count - stopping:
+                break
+            task = self.tasks[i]
+            if task.preemptible and not task.preempting and not task.cancelled:
+                task.preempting = True
+                out.append(i)
+        return out
+
     # -- reports ------------------------------------------------------------------------------
     def backlog(self) -> int:
         return len(self.queue) + sum(s.running for s in self.servers.values())
@@ -450,8 +518,10 @@ class TenantQueueState:
         for name, node in servers.items():
             s = self.servers.get(name)
             if s is None or s.node != node:
-                self.servers[name] = ServerSlots(name, node,
-                                                 running=0 if s is None else s.running)
+                self.servers[name] = ServerSlots(
+                    name, node, running=0 if s is None else s.running,
+                    launched_at={} if s is None else s.launched_at,
+                    short_seconds=PIPELINE_TASK_PERIODS * self.period)
         for name in [n for n in self.servers if n not in servers]:
             s = self.servers[name]
             s.slots = s.pipeline = 0

@@ -161,6 +161,7 @@ class TenantFunction:
         self._box = [ray.put((ray.remote(body), {**shape.ray_options(), **passed}))]
         self._retries = int(options.get("max_retries", DEFAULT_MAX_RETRIES))
         self._num_returns = int(options.get("num_returns", 1))
+        self._preemptible = bool(options.get("preemptible", False))
         self.__name__ = getattr(function, "__name__", "task")
         self.__doc__ = function.__doc__
 
@@ -177,7 +178,7 @@ class TenantFunction:
         if self._num_returns != 1:
             submit = submit.options(num_returns=self._num_returns)
         return submit.remote(self._box, call, self._retries, self._num_returns,
-                             self._parent_node())
+                             self._parent_node(), self._preemptible)
 
     def map(self, *iterables: Iterable[Any]) -> TaskResults:
         """Queue one call per item of ``zip(*iterables)`` in one message; their values in
@@ -193,7 +194,8 @@ class TenantFunction:
         batch = f"{id(self):x}-{next(_BATCHES)}"
         stream = None if not calls else self._queue.submit_many.options(
             num_returns="streaming").remote(self._box, calls, self._retries, batch,
-                                            self._num_returns, self._parent_node())
+                                            self._num_returns, self._parent_node(),
+                                            self._preemptible)
         return TaskResults(self._queue, stream, batch, len(calls), ordered=ordered)
 
 

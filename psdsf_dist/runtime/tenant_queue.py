@@ -168,6 +168,9 @@ class QueueStatus:
     """Children running in their parent's slot now (not in ``running``)."""
     actors: int = 0
     """The tenant's live actors (each holds a slot: in ``running``)."""
+    preempted: int = 0
+    """Times a preemptible task was stopped to make room and queued again (it runs again
+    from the start; not in ``retried``, ``failed`` or ``cancelled``)."""
 
 
 
@@ -212,7 +215,8 @@ class TenantQueue:
 
     # -- the caller's side --------------------------------------------------------------------
     async def submit(self, function_box: list[Any], call: list[Any], max_retries: int,
-                     num_returns: int = 1, parent_node: str | None = None) -> Any:
+                     num_returns: int = 1, parent_node: str | None = None,
+                     preemptible: bool = False) -> Any:
         """Queue one task and return its value — a tuple of ``num_returns`` values when more
         than one (call it with that ``num_returns``).  ``function_box`` holds the remote
         function's ObjectRef and ``call`` the arguments — both boxed so that Ray does not
@@ -228,7 +232,8 @@ class TenantQueue:
         function = await self._function(function_box[0])
         args, kwargs = call
         result: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        task_id = self.state.new_task(max_retries, time.monotonic(), parent_node=parent_node)
+        task_id = self.state.new_task(max_retries, time.monotonic(), parent_node=parent_node,
+                                      preemptible=preemptible)
         self.tasks[task_id] = _Task(function, tuple(args), dict(kwargs), result, num_returns)
         key = ray.get_runtime_context().get_task_id()
         if key is not None:
@@ -280,6 +285,7 @@ class TenantQueue:
 
     async def submit_many(self, function_box: list[Any], calls: list[Any], max_retries: int,
                           batch: str, num_returns: int = 1, parent_node: str | None = None,
+                          preemptible: bool = False,
                           ) -> AsyncIterator[list[tuple[int, bool, Any]]]:
         """Queue one task per ``(args, kwargs)`` of ``calls`` (in that order) and stream their
         outcomes as they end: each item is a list of ``(index, ok, value)`` — the value, or
@@ -300,7 +306,7 @@ class TenantQueue:
             ids = []
             for (args, kwargs), future in zip(calls, futures, strict=True):
                 task_id = self.state.new_task(max_retries, now, batch=batch,
-                                              parent_node=parent_node)
+                                              parent_node=parent_node, preemptible=preemptible)
                 self.tasks[task_id] = _Task(function, tuple(args), dict(kwargs), future,
                                             num_returns)
                 ids.append(task_id)
@@ -332,7 +338,7 @@ class TenantQueue:
                            len(st.servers), st.gone,
                            {n: s.node for n, s in st.servers.items()},
                            {n: s.waiting for n, s in st.servers.items()}, st.withdrawn,
-                           st.cancelled, st.borrowed, len(self.actors))
+                           st.cancelled, st.borrowed, len(self.actors), st.preempted)
 
     async def close(self) -> None:
         """Drop what is queued, give the slots back and leave (the driver is done)."""
@@ -463,6 +469,10 @@ class TenantQueue:
             values = [await ref for ref in task.refs]
             value = values[0] if task.num_returns == 1 else tuple(values)
             signal = Signal.DONE
+        except ray.exceptions.TaskCancelledError as err:
+            # interrupted (its caller's cancel, or preempted); Ray raises it as a RayTaskError
+            # too, which is not the task's own error
+            error, signal = err, Signal.LOST
         except ray.exceptions.RayTaskError as err:  # the task's own code raised
             error, signal = err, Signal.DONE
         except ray.exceptions.RayError as err:
@@ -476,6 +486,7 @@ class TenantQueue:
         decision = self.state.ended(launch.task, signal, time.monotonic())
         if decision.retried:
             self.metrics.retried(launch.server)
+        if decision.retried or decision.preempted:
             self.tasks[launch.task].refs = None
         if decision.ended is not None:
             task = self.tasks.pop(launch.task)
@@ -550,8 +561,16 @@ class TenantQueue:
             pass  # the old lease runs out on its own
         else:
             answer = (lease.slots, lease.pipeline, lease.ttl)
+            self._interrupt(self.state.preempt(name, lease.preempt))
         finally:
             self._launch_all(self.state.ask_answered(name, sent, answer, time.monotonic()))
+
+    def _interrupt(self, ids: list[int]) -> None:
+        """Interrupt launched tasks as ``ray.cancel`` does (their watchers see them end)."""
+        for task_id in ids:
+            task = self.tasks.get(task_id)
+            if task is not None and task.refs is not None:
+                ray.cancel(task.refs[0])
 
 
 def _outside_any_call(step: Any) -> None:

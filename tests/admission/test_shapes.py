@@ -61,6 +61,9 @@ def test_options_the_allocator_does_not_take() -> None:
         check_options({"scheduling_strategy": "SPREAD"})
     with pytest.raises(ShapeError, match="max_retries: expected an integer >= 0"):
         check_options({"max_retries": -1})
+    check_options({"preemptible": True})
+    with pytest.raises(ShapeError, match="preemptible: expected True or False, got 'yes'"):
+        check_options({"preemptible": "yes"})
 
 
 def test_unshared_resource_and_no_room_anywhere() -> None:

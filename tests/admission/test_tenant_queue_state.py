@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from psdsf_dist.admission.tenant_queue_state import (
+    PIPELINE_HISTORY,
     AllocatorGoneError,
     Ask,
     CancelAction,
@@ -26,11 +27,14 @@ PERIOD = 1.0
 TTL = 100.0
 
 
-def state_with(servers: dict[str, int], pipeline: int = 0) -> TenantQueueState:
-    """A state whose servers ``name -> slots`` (on nodes ``n-<name>``) have leases now."""
+def state_with(servers: dict[str, int], pipeline: int = 0,
+               task_seconds: float = 0.1) -> TenantQueueState:
+    """A state whose servers ``name -> slots`` (on nodes ``n-<name>``) have leases now, after
+    tasks of ``task_seconds`` each ran there."""
     s = TenantQueueState("u", PERIOD, 0.0)
     s.report_answered(0.0, 0, {name: f"n-{name}" for name in servers}, None)
     for name, slots in servers.items():
+        s.servers[name].durations.extend([task_seconds] * PIPELINE_HISTORY)
         s.ask_sent(name, 0.0)
         s.ask_answered(name, 0.0, (slots, pipeline, TTL), 0.0)
     return s
@@ -86,6 +90,36 @@ def test_an_ask_counts_the_tasks_launched_longer_ago_than_a_start_takes() -> Non
     assert s.ask_sent("a", 4.0 + UNMANAGED_START_GRACE + 1.0).overdue == 2
 
 
+def test_a_preempted_task_is_its_users_youngest_preemptible_one_and_runs_again() -> None:
+    s = state_with({"a": 4})
+    ids = [s.new_task(3, 1.0 + k, preemptible=k != 3) for k in range(4)]  # the last one: not
+    for task_id in ids:
+        s.submit([task_id], 1.0 + task_id)
+    assert s.servers["a"].running == 4
+    # the server's answer: 2 slots, and two to stop — the youngest preemptible ones (the
+    # youngest of all is not preemptible)
+    s.ask_sent("a", 5.0)
+    assert s.preempt("a", 2) == [ids[2], ids[1]]
+    s.ask_answered("a", 5.0, (2, 0, TTL), 5.0)
+    assert s.preempt("a", 2) == []  # asked again while they stop: nothing more
+    assert s.preempt("a", 3) == [ids[0]]
+    # an interrupted one is queued again at the head; one that ended with its value completed
+    end = s.ended(ids[2], Signal.LOST, 10.0)
+    assert end.preempted and end.ended is None and not end.retried and s.preempted == 1
+    assert s.queue[0] == ids[2] and s.tasks[ids[2]].attempts == 0  # not a retry
+    done = s.ended(ids[1], Signal.DONE, 10.0)
+    assert done.ended is not None and done.ended.outcome is Outcome.COMPLETED
+    assert done.launches == []  # ids[0] and ids[3] still hold the 2 slots
+    # cancelled by its caller while being stopped: cancelled, not queued again
+    s.cancel(ids[0])
+    gone = s.ended(ids[0], Signal.LOST, 10.0)
+    assert gone.ended is not None and gone.ended.outcome is Outcome.CANCELLED
+    assert s.failed == 0 and s.retried == 0 and s.accounted()
+    # the requeued task is launched again like any other, when there is room (2 slots: ids[3]
+    # and it)
+    assert [x.task for x in gone.launches] == [ids[2]]
+
+
 def test_a_pipelined_task_waits_at_the_node_and_an_actor_never_takes_it() -> None:
     s = state_with({"a": 1}, pipeline=1)
     assert len(submit(s, 1)) == 1
@@ -96,6 +130,18 @@ def test_a_pipelined_task_waits_at_the_node_and_an_actor_never_takes_it() -> Non
     del s.tasks[actor]
     s.submitted -= 1
     assert len(submit(s, 1)) == 1 and s.servers["a"].waiting == 1
+
+
+def test_behind_long_tasks_nothing_waits_at_a_full_node() -> None:
+    """Pipelining only pays for short tasks: behind long ones the waiting task would idle
+    while a slot frees elsewhere."""
+    s = state_with({"a": 2}, pipeline=1, task_seconds=10 * PERIOD)
+    assert len(submit(s, 3)) == 2 and s.servers["a"].waiting == 0 and len(s.queue) == 1
+    fresh = TenantQueueState("u", PERIOD, 0.0)  # no history yet: no pipelining either
+    fresh.report_answered(0.0, 0, {"a": "n-a"}, None)
+    fresh.ask_sent("a", 0.0)
+    fresh.ask_answered("a", 0.0, (2, 1, TTL), 0.0)
+    assert len(submit(fresh, 3)) == 2
 
 
 def test_no_task_waits_at_a_full_node_while_another_has_a_free_slot() -> None:
@@ -200,6 +246,7 @@ EVENT = st.one_of(
     st.tuples(st.just("lease"), st.integers(0, 2), st.integers(0, 3), st.integers(0, 1)),
     st.tuples(st.just("withdraw"), st.integers(0, 1), st.just(False), st.just(0)),
     st.tuples(st.just("servers"), st.integers(0, 7), st.just(False), st.just(0)),
+    st.tuples(st.just("preempt"), st.integers(0, 2), st.integers(0, 3), st.just(0)),
 )
 
 
@@ -225,7 +272,8 @@ def test_never_more_running_than_leased_and_no_task_lost(events: list[tuple]) ->
         now += 0.01
         if kind == "submit":
             parent = f"n-s{c}" if b and model.launched else None
-            ids = [s.new_task(1, now, batch=str(c), parent_node=parent) for _ in range(a)]
+            ids = [s.new_task(1, now, batch=str(c), parent_node=parent, preemptible=c == 1)
+                   for _ in range(a)]
             record(s.submit(ids, now)[0])
         elif kind == "actor":
             record(s.submit([s.new_task(0, now, actor=True)], now)[0])
@@ -256,6 +304,11 @@ def test_never_more_running_than_leased_and_no_task_lost(events: list[tuple]) ->
             elif name in s.servers:
                 record(s.ask_answered(name, now, (b, 0, TTL), now))
                 leased[name] = b
+        elif kind == "preempt":
+            name = names[a]
+            for task_id in s.preempt(name, b):
+                task = s.tasks[task_id]
+                assert task.preemptible and task.server == name and not task.borrowed
         elif kind == "withdraw":
             error = TaskWithdrawnError("w") if a else AllocatorGoneError("g")
             for e in s.withdraw(error, None if a == 0 else "1"):

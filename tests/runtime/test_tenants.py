@@ -523,6 +523,58 @@ def test_cancel_withdraws_a_queued_task_and_stops_a_running_one(run: Run, tmp_pa
     t.close()
 
 
+def test_a_late_user_gets_its_share_by_preempting_long_preemptible_tasks(
+        run: Run, tmp_path: Any) -> None:
+    """An incumbent runs four long tasks on the 5 CPUs, two preemptible and two not; a late
+    user of weight 2 (a share of 3.33 tasks) gets more than the one free CPU while they still
+    run: only by stopping preemptible tasks (run again later, from the start), never the
+    others (where those hold a node, the late user's share there waits for them)."""
+    old = Tenant.connect("incumbent", run_id=RUN)
+    release = tmp_path / "release"
+
+    def body(name: str) -> str:  # runs until released (at most a minute)
+        with open(tmp_path / f"{name}.log", "a") as f:
+            f.write("started\n")
+        end = time.time() + 60.0
+        while time.time() < end and not release.exists():  # Ray interrupts between sleeps
+            time.sleep(0.01)
+        return name
+
+    def started() -> dict[str, int]:
+        return {p.stem: p.read_text().count("started") for p in tmp_path.glob("*.log")}
+
+    kept = old.remote(num_cpus=1)(body)
+    stoppable = old.remote(num_cpus=1, preemptible=True)(body)
+    refs = [kept.remote(f"kept{i}") for i in range(2)]
+    assert wait_for(lambda: len(started()) == 2, 30.0)
+    refs += [stoppable.remote(f"stoppable{i}") for i in range(2)]
+    assert wait_for(lambda: len(started()) == 4, 30.0), (started(), old.status())
+    late = Tenant.connect("late", weight=2, run_id=RUN)
+    quick = late.remote(num_cpus=1)(lambda: time.sleep(0.2))
+    work = [quick.remote() for _ in range(400)]
+    joined = time.monotonic()
+
+    def late_runs() -> int:
+        st = late.status()
+        return sum(k - st.pipelined.get(n, 0) for n, k in st.running.items())
+
+    assert wait_for(lambda: late_runs() >= 2, 30.0), (late.status(), run.user_totals())
+    took = time.monotonic() - joined
+    st = old.status()
+    assert st.preempted >= 1 and st.completed == 0, st
+    late.close()
+    del work
+    release.touch()
+    assert sorted(ray.get(refs, timeout=90)) == ["kept0", "kept1", "stoppable0", "stoppable1"]
+    st = old.status()
+    assert st.failed == 0 and st.retried == 0 and st.cancelled == 0, st
+    starts = started()
+    assert starts["kept0"] == starts["kept1"] == 1, starts  # never preempted
+    assert starts["stoppable0"] + starts["stoppable1"] == 2 + st.preempted, starts
+    old.close()
+    print(f"late user at 2 running after {took:.1f} s; {st.preempted} preempted")
+
+
 def test_num_returns_and_large_arguments_by_reference(run: Run) -> None:
     t = Tenant.connect("returns", run_id=RUN)
 

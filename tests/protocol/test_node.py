@@ -48,6 +48,14 @@ def gossip_round(nodes: list[ServerNode], now: float) -> None:
             assert by[peer].receive(ack2, now) is None
 
 
+def rounds(nodes: list[ServerNode], first: int, last: int) -> None:
+    """Rounds ``first`` to ``last - 1``: every server updates at ``r``, gossips at ``r + 0.5``."""
+    for r in range(first, last):
+        for node in nodes:
+            node.update(float(r))
+        gossip_round(nodes, r + 0.5)
+
+
 def allocation(nodes: list[ServerNode]) -> npt.NDArray[np.float64]:
     return np.array([n.column for n in nodes]).T
 
@@ -130,18 +138,12 @@ def test_a_new_table_preempts_what_no_longer_fits() -> None:
 
 def test_a_new_user_grows_every_server_and_gets_tasks() -> None:
     churn, nodes = cluster(load_scenario(SMALL), ProtocolConfig(seed=1))
-    for r in range(5):
-        for node in nodes:
-            node.update(float(r))
-        gossip_round(nodes, r + 0.5)
+    rounds(nodes, 0, 5)
     churn.apply(churn.parse({"user_joins": {"name": "u9", "demand": {"cpu": 1, "mem": 1}}}), 5.0)
     for node in nodes:
         assert node.adopt(churn.table(), 5.0)
         assert len(node.column) == churn.full.num_users
-    for r in range(6, 40):
-        for node in nodes:
-            node.update(float(r))
-        gossip_round(nodes, r + 0.5)
+    rounds(nodes, 6, 40)
     X = allocation(nodes)
     assert X[-1].sum() > 0
     cert = certificate(churn.current(), X, rtol=1e-3)
@@ -153,10 +155,7 @@ def test_a_server_that_hears_of_a_new_user_before_its_table_keeps_working() -> N
     newer table (one more user) before its own copy arrives holds its column until it
     adopts the table, then updates with every user."""
     churn, nodes = cluster(load_scenario(SMALL), ProtocolConfig(seed=1))
-    for r in range(5):
-        for node in nodes:
-            node.update(float(r))
-        gossip_round(nodes, r + 0.5)
+    rounds(nodes, 0, 5)
     churn.apply(churn.parse({"user_joins": {"name": "u9", "demand": {"cpu": 1, "mem": 1}}}), 5.0)
     early, late = nodes[0], nodes[1:]
     assert early.adopt(churn.table(), 5.0)
@@ -171,10 +170,7 @@ def test_a_server_that_hears_of_a_new_user_before_its_table_keeps_working() -> N
         gossip_round(nodes, r + 0.5)
     for node in late:
         assert node.adopt(churn.table(), 9.0)
-    for r in range(9, 45):
-        for node in nodes:
-            node.update(float(r))
-        gossip_round(nodes, r + 0.5)
+    rounds(nodes, 9, 45)
     X = allocation(nodes)
     assert X[-1].sum() > 0
     cert = certificate(churn.current(), X, rtol=1e-3)

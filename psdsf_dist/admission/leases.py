@@ -28,9 +28,12 @@ loaded machine.  Where that gap cannot be given to anyone else, the lease lets t
 Ray starts it the moment one of the user's tasks ends.  Only where it is safe: no other user
 claims or is allocated anything on this server, and the user's slots already fill it (one more
 task does not fit the capacity), so the waiting task can only start in place of one of the
-user's own — the user never runs more than its slots there.  So the waiting task is not
-claimed: the queue reports only what runs, and if the allocation moves on (pipelining off, the
-claim shrinking), the waiting task still only starts in a slot one of the user's tasks frees.
+user's own — the user never runs more than its slots there.  The queue uses it only while its
+tasks there are short (:meth:`~psdsf_dist.admission.tenant_queue_state.ServerSlots.short_tasks`):
+behind a long task the waiting one would idle while a slot frees elsewhere.  The waiting task
+is not claimed: the queue reports only what runs, and if the allocation moves on (pipelining
+off, the claim shrinking), the waiting task still only starts in a slot one of the user's
+tasks frees.
 
 **Lending.**  Capacity the allocation leaves idle is lent, so that it is not left idle while
 the allocation catches up (a user just arrived, a backlog that grew, a user gone): besides its

@@ -16,6 +16,7 @@ name (as Prometheus shows it)               type       meaning
 ``ray_psdsf_tenant_admitted_total``         counter    tasks launched, per server
 ``ray_psdsf_tenant_completed_total``        counter    tasks finished (value or error)
 ``ray_psdsf_tenant_retried_total``          counter    tasks re-queued after a system failure
+``ray_psdsf_tenant_preempted_total``        counter    preemptible tasks stopped to make room
 ``ray_psdsf_tenant_queue_delay_seconds``    histogram  submission to launch
 ==========================================  =========  ===============================
 
@@ -51,6 +52,9 @@ class TenantMetrics:
         self._retried = metrics.Counter("psdsf_tenant_retried_total",
                                         "Tenant tasks re-queued after a system failure.",
                                         tag_keys=keys)
+        self._preempted = metrics.Counter("psdsf_tenant_preempted_total",
+                                          "Preemptible tenant tasks stopped to make room (and "
+                                          "queued again).", tag_keys=keys)
         self._delay = metrics.Histogram("psdsf_tenant_queue_delay_seconds",
                                         "Seconds from submission to launch.",
                                         boundaries=list(QUEUE_DELAY_BOUNDS), tag_keys=("user",))
@@ -71,10 +75,13 @@ class TenantMetrics:
     def retried(self, server: str) -> None:
         self._counts["retried", server] += 1
 
+    def preempted(self, server: str) -> None:
+        self._counts["preempted", server] += 1
+
     def flush(self) -> None:
         """Record the counts added up since the last flush."""
         series = {"admitted": self._admitted, "completed": self._completed,
-                  "retried": self._retried}
+                  "retried": self._retried, "preempted": self._preempted}
         for (kind, server), n in self._counts.items():
             series[kind].inc(float(n), tags=self._tags(server))
         self._counts.clear()

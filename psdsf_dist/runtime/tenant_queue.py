@@ -486,6 +486,8 @@ class TenantQueue:
         decision = self.state.ended(launch.task, signal, time.monotonic())
         if decision.retried:
             self.metrics.retried(launch.server)
+        if decision.preempted:
+            self.metrics.preempted(launch.server)
         if decision.retried or decision.preempted:
             self.tasks[launch.task].refs = None
         if decision.ended is not None:

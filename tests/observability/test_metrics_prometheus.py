@@ -307,7 +307,7 @@ def test_the_dashboard_uses_only_exported_metrics_and_its_datasource_variable() 
         if spec.type == "histogram":
             exported |= {f"{spec.name}_bucket", f"{spec.name}_sum", f"{spec.name}_count"}
     tenants = tenant_ray_names()
-    assert len(set(tenants.values())) == 6
+    assert len(set(tenants.values())) == 7
     exported |= set(ray_names()) | set(tenants)  # through Ray's pipeline, with its ray_ prefix
     used = {name for _, expr, _ in dashboard_queries()
             for name in re.findall(r"\b(?:ray_)?psdsf_[a-z_]+", expr)}

@@ -392,6 +392,7 @@ class Tenant:
             self.tenant.admitted("n1", delay)
         self.tenant.completed("n1")
         self.tenant.retried("n1")
+        self.tenant.preempted("n1")
         self.refresh()
 
     def refresh(self) -> None:

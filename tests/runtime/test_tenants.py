@@ -7,6 +7,7 @@ T = 0.5 s).  These tests shut the shared local session down and run last (``conf
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -231,7 +232,8 @@ def test_the_operators_policy_holds_against_greedy_and_forging_drivers(cluster: 
         # the victim is unaffected: present, at its share, running
         assert "alice" in present(r) and "mallory" not in present(r)
         assert totals_near(1.0), r.user_totals()
-        assert sum(tenants[0].status().running.values()) >= 1
+        # (a loaded machine can leave its leases unanswered for a moment: within a few periods)
+        assert wait_for(lambda: sum(tenants[0].status().running.values()) >= 1, 10.0)
         # the operator raises greedy's ceiling to 2: it now gets twice alice's share
         assert "tenant policy changed (greedy)" in r.apply(
             {"tenant_policy": {"tenants": [{"name": "greedy", "weight": 2}]}})
@@ -525,54 +527,56 @@ def test_cancel_withdraws_a_queued_task_and_stops_a_running_one(run: Run, tmp_pa
 
 def test_a_late_user_gets_its_share_by_preempting_long_preemptible_tasks(
         run: Run, tmp_path: Any) -> None:
-    """An incumbent runs four long tasks on the 5 CPUs, two preemptible and two not; a late
-    user of weight 2 (a share of 3.33 tasks) gets more than the one free CPU while they still
-    run: only by stopping preemptible tasks (run again later, from the start), never the
-    others (where those hold a node, the late user's share there waits for them)."""
-    old = Tenant.connect("incumbent", run_id=RUN)
-    release = tmp_path / "release"
+    """An incumbent runs four long tasks on the 5 CPUs.  Not preemptible: a late user of
+    weight 2 (a share of 3.33 tasks) gets only the free CPU and none is stopped.
+    Preemptible: it gets more than the free CPU while they still run, by stopping some (run
+    again later, from the start; none lost or failed)."""
+    took = math.nan
+    for preemptible in (False, True):
+        kind = "stoppable" if preemptible else "kept"
+        old = Tenant.connect(f"incumbent-{kind}", run_id=RUN)
+        release = tmp_path / f"release-{kind}"
 
-    def body(name: str) -> str:  # runs until released (at most a minute)
-        with open(tmp_path / f"{name}.log", "a") as f:
-            f.write("started\n")
-        end = time.time() + 60.0
-        while time.time() < end and not release.exists():  # Ray interrupts between sleeps
-            time.sleep(0.01)
-        return name
+        def body(name: str, release: Any = release) -> str:  # runs until released (<= 60 s)
+            with open(tmp_path / f"{name}.log", "a") as f:
+                f.write("started\n")
+            end = time.time() + 60.0
+            while time.time() < end and not release.exists():  # Ray interrupts between sleeps
+                time.sleep(0.01)
+            return name
 
-    def started() -> dict[str, int]:
-        return {p.stem: p.read_text().count("started") for p in tmp_path.glob("*.log")}
+        def started(kind: str = kind) -> dict[str, int]:
+            return {p.stem: p.read_text().count("started") for p in tmp_path.glob(f"{kind}*")}
 
-    kept = old.remote(num_cpus=1)(body)
-    stoppable = old.remote(num_cpus=1, preemptible=True)(body)
-    refs = [kept.remote(f"kept{i}") for i in range(2)]
-    assert wait_for(lambda: len(started()) == 2, 30.0)
-    refs += [stoppable.remote(f"stoppable{i}") for i in range(2)]
-    assert wait_for(lambda: len(started()) == 4, 30.0), (started(), old.status())
-    late = Tenant.connect("late", weight=2, run_id=RUN)
-    quick = late.remote(num_cpus=1)(lambda: time.sleep(0.2))
-    work = [quick.remote() for _ in range(400)]
-    joined = time.monotonic()
+        work = old.remote(num_cpus=1, preemptible=preemptible)(body)
+        refs = [work.remote(f"{kind}{i}") for i in range(4)]
+        assert wait_for(lambda: len(started()) == 4, 30.0), (started(), old.status())
+        late = Tenant.connect(f"late-{kind}", weight=2, run_id=RUN)
+        quick = late.remote(num_cpus=1)(lambda: time.sleep(0.2))
+        waiting = [quick.remote() for _ in range(400)]
+        joined = time.monotonic()
 
-    def late_runs() -> int:
-        st = late.status()
-        return sum(k - st.pipelined.get(n, 0) for n, k in st.running.items())
+        def late_runs(late: Tenant = late) -> int:
+            st = late.status()
+            return sum(k - st.pipelined.get(n, 0) for n, k in st.running.items())
 
-    assert wait_for(lambda: late_runs() >= 2, 30.0), (late.status(), run.user_totals())
-    took = time.monotonic() - joined
-    st = old.status()
-    assert st.preempted >= 1 and st.completed == 0, st
-    late.close()
-    del work
-    release.touch()
-    assert sorted(ray.get(refs, timeout=90)) == ["kept0", "kept1", "stoppable0", "stoppable1"]
-    st = old.status()
-    assert st.failed == 0 and st.retried == 0 and st.cancelled == 0, st
-    starts = started()
-    assert starts["kept0"] == starts["kept1"] == 1, starts  # never preempted
-    assert starts["stoppable0"] + starts["stoppable1"] == 2 + st.preempted, starts
-    old.close()
-    print(f"late user at 2 running after {took:.1f} s; {st.preempted} preempted")
+        if preemptible:
+            assert wait_for(lambda: late_runs() >= 2, 30.0), (late.status(), old.status(),
+                                                               run.user_totals())
+            took = time.monotonic() - joined
+            assert old.status().preempted >= 1 and old.status().completed == 0
+        else:
+            time.sleep(10 * PERIOD)  # five times the grace
+            assert late_runs() <= 1 and old.status().preempted == 0, old.status()
+        release.touch()
+        assert sorted(ray.get(refs, timeout=90)) == [f"{kind}{i}" for i in range(4)]
+        st = old.status()
+        assert st.failed == 0 and st.retried == 0 and st.cancelled == 0, st
+        assert sum(started().values()) == 4 + st.preempted, started()
+        old.close()
+        late.close()
+        del waiting
+    print(f"late user at 2 running after {took:.1f} s beside preemptible tasks")
 
 
 def test_num_returns_and_large_arguments_by_reference(run: Run) -> None:

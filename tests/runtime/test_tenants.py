@@ -247,19 +247,10 @@ def test_the_operators_policy_holds_against_greedy_and_forging_drivers(cluster: 
 
 def test_work_outside_the_allocator_is_counted_out_of_the_tenants_allocation(
         run: Run) -> None:
-    """Plain-Ray actors holding 2 CPUs of a node: within a few periods the tenants'
-    allocation leaves them out (the node's unmanaged usage, in ``status``), the tenant runs
-    what it is allocated, and gets them back once the intruder ends."""
-    t = Tenant.connect("etl", run_id=RUN)
-    work = t.remote(num_cpus=1)(lambda: time.sleep(0.3))
-    for _ in range(600):
-        work.remote()
-
-    def runs() -> int:  # a pipelined task waits at its node: it holds nothing yet
-        st = t.status()
-        return sum(k - st.pipelined.get(n, 0) for n, k in st.running.items())
-
-    assert wait_for(lambda: runs() == 5, 10.0), (t.status(), run.user_totals())
+    """Plain-Ray actors holding the 2 CPUs of a node: the tenants' allocation leaves them out
+    (the node's unmanaged usage, in ``status``), the tenant runs what it is allocated, and
+    gets them back once the intruder ends.  (The intruder comes first: placed while a tenant
+    keeps every CPU busy, Ray gives it no CPU until the tenant's backlog drains.)"""
     nodes: Any = ray.nodes
     node = next(n for n in nodes() if n["Alive"] and n["Resources"].get("CPU") == 2
                 and "node:__internal_head__" not in n["Resources"])
@@ -268,13 +259,20 @@ def test_work_outside_the_allocator_is_counted_out_of_the_tenants_allocation(
         def ready(self) -> bool:
             return True
 
-    # two 1-CPU actors: a 2-CPU one would wait for 2 CPUs free at once, which Ray does not
-    # reserve while the tenant's 1-CPU tasks keep taking each CPU freed
+    # two 1-CPU actors: a 2-CPU one would wait for 2 CPUs free at once
     hogs: list[Any] = [ray.remote(num_cpus=1)(Hog).options(
         scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote()
         for _ in range(2)]
     ray.get([h.ready.remote() for h in hogs], timeout=60)  # placed: they hold 2 CPUs
+    t = Tenant.connect("etl", run_id=RUN)
+    work = t.remote(num_cpus=1)(lambda: time.sleep(0.3))
+    for _ in range(600):
+        work.remote()
     placed = time.monotonic()
+
+    def runs() -> int:  # a pipelined task waits at its node: it holds nothing yet
+        st = t.status()
+        return sum(k - st.pipelined.get(n, 0) for n, k in st.running.items())
 
     def excluded() -> bool:
         unmanaged = run.status()["unmanaged"]
@@ -283,6 +281,7 @@ def test_work_outside_the_allocator_is_counted_out_of_the_tenants_allocation(
 
     assert wait_for(excluded, 40.0), (run.status()["unmanaged"], run.user_totals())
     took = time.monotonic() - placed
+    assert wait_for(lambda: runs() == 3, 10.0), (t.status(), run.user_totals())
     ratios = []
     for _ in range(10):
         ratios.append(runs() / run.user_totals()["etl"])
@@ -295,7 +294,8 @@ def test_work_outside_the_allocator_is_counted_out_of_the_tenants_allocation(
                     and abs(run.user_totals().get("etl", 0) - 5) < 0.05, 40.0), \
         (run.status()["unmanaged"], run.user_totals())
     t.close()
-    print(f"unmanaged work left out after {took:.1f} s ({took / PERIOD:.1f} periods)")
+    print(f"unmanaged work left out {took:.1f} s ({took / PERIOD:.1f} periods) after the "
+          "tenant came")
 
 
 def test_one_user_is_one_queue(run: Run) -> None:

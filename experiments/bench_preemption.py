@@ -19,7 +19,6 @@ preemption; without, the share arrives only as the incumbent's tasks end (~60 s)
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import os
 import statistics
@@ -30,13 +29,13 @@ from typing import Any
 
 import ray
 from ray.cluster_utils import Cluster
+from sim_common import RESULTS, write_atomic, write_csv
 
 from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.runtime.launcher import Run, launch
 from psdsf_dist.runtime.settings import RunConfig
 from psdsf_dist.runtime.tenant import Tenant
 
-RESULTS = Path(__file__).parent / "results"
 RUN_ID = "preemption-bench"
 PERIOD = 0.5
 LONG_SECONDS = 60.0
@@ -130,12 +129,8 @@ def main() -> None:
 
 
 def write(rows: list[dict[str, float]], load: float) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    with open(RESULTS / "preemption.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    (RESULTS / "preemption.md").write_text(report(rows, load) + "\n")
+    write_csv(RESULTS / "preemption.csv", rows)
+    write_atomic(RESULTS / "preemption.md", report(rows, load) + "\n")
 
 
 def report(rows: list[dict[str, float]], load: float) -> str:

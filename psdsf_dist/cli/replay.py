@@ -25,7 +25,7 @@ from psdsf_dist.cli.common import (
 )
 from psdsf_dist.errors import PsdsfError
 from psdsf_dist.jobs.metrics import PERCENTILES, summary
-from psdsf_dist.jobs.schedulers import FIXED, ORDERS, SCHEDULERS
+from psdsf_dist.jobs.schedulers import FIXED, ORDERS, SCHEDULERS, PlanLimitError, PlanWork
 from psdsf_dist.jobs.simulator import simulate_jobs
 from psdsf_dist.jobs.workload import (
     DEFAULT_AVAILABLE,
@@ -38,6 +38,7 @@ from psdsf_dist.jobs.workload import (
     build_workload,
     load_trace,
 )
+from psdsf_dist.model.limits import LIMITS_ENV, current_limits
 
 MAX_SITES = 1_000
 """Sites (and available sites): the placement draws a jobs x sites matrix."""
@@ -101,8 +102,16 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:  # a trace that cannot be rescaled
         raise CommandError(f"{args.trace}: {err}") from None
     results = []
+    limits = current_limits()
     for s in dict.fromkeys(args.scheduler):
-        run_ = simulate_jobs(w, s, order=args.order)
+        try:
+            run_ = simulate_jobs(w, s, order=args.order,
+                                 work=PlanWork(limits.estimates, limits.waiting_jobs))
+        except PlanLimitError as err:
+            name = "waiting_jobs" if err.limit == "waiting" else "estimates"
+            raise CommandError(f"{args.trace}: {s}: {err} (each arrival and completion "
+                               f"re-plans every waiting job; raise it with {LIMITS_ENV}="
+                               f"\"{name}=N\")") from None
         results.append(summary(run_, w))
         print(f"psdsf-dist: replay: {s}: {w.num_tasks} tasks in {run_.wall_seconds:.2f} s "
               f"({run_.events_per_second:,.0f} events/s)", file=sys.stderr)

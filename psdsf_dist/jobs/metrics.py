@@ -48,6 +48,8 @@ def summary(run: JobRun, w: Workload) -> dict[str, Any]:
     out["events_per_second"] = _finite_or_none(run.events_per_second)
     out["plans"] = run.plans
     out["plan_seconds"] = run.plan_seconds
+    out["estimates"] = run.estimates
+    out["most_waiting"] = run.most_waiting
     return out
 
 

@@ -11,8 +11,9 @@ every site serves the jobs:
 - ``btawj`` (Algorithm 1): a new job's tasks balanced over its sites on their own (max-flow and
   binary search on the level); SWAG order.
 - ``btaaj`` (Algorithm 2): the same with each site's unstarted tasks counted; SWAG order.
-- ``scta`` (Algorithm 3): the new job is placed anew, balanced on top of the jobs ordered before
-  it, each time SWAG looks for the next job; other jobs keep their placement.
+- ``scta`` (Algorithm 3): the new job (every job arriving at the instant) is placed anew,
+  balanced on top of the jobs ordered before it, each time SWAG looks for the next job; other
+  jobs keep their placement.
 - ``ata`` (Algorithm 4): every outstanding job is placed anew like that.
 - ``ata-greedy``: ATA with the greedy water-filling of Fig. 3.10 in place of the max-flow.
 
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from psdsf_dist.errors import PsdsfError
 from psdsf_dist.jobs.balance import SiteLists, balance, greedy, level, min_level, site_lists
 
 IntArray = npt.NDArray[np.int64]
@@ -78,19 +80,64 @@ class Sites:
         return cached
 
 
+class PlanLimitError(PsdsfError, RuntimeError):
+    """A simulation's plans would do more work than its :class:`PlanWork` limits allow;
+    ``limit`` names the limit ("waiting" or "estimates")."""
+
+    def __init__(self, message: str, limit: str) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
+@dataclass
+class PlanWork:
+    """The work of a simulation's plans, and its limits (None: none).
+
+    The unit is the *job estimate*: a level, or a balanced or greedy placement, of one job on
+    given loads.  A plan weighs every waiting job (one with unstarted tasks) at least once, and
+    most schedulers about a dozen times, so a trace that keeps W jobs waiting through P plans
+    costs some W x P estimates: thousands of jobs waiting through thousands of plans is hours.
+    ``max_waiting`` refuses such a trace at the first plan that finds too many jobs waiting
+    (early, and in one step for a burst of arrivals); ``max_estimates`` bounds the total."""
+
+    max_estimates: int | None = None
+    max_waiting: int | None = None
+    estimates: int = 0
+    most_waiting: int = 0
+
+    def waiting(self, jobs: int) -> None:
+        """Note a plan of ``jobs`` waiting jobs; PlanLimitError past ``max_waiting``."""
+        self.most_waiting = max(self.most_waiting, jobs)
+        if self.max_waiting is not None and jobs > self.max_waiting:
+            raise PlanLimitError(f"{jobs:,} jobs wait at once, more than the limit of "
+                                 f"{self.max_waiting:,}", "waiting")
+
+    def spend(self) -> None:
+        """Count one estimate; PlanLimitError past ``max_estimates``."""
+        self.estimates += 1
+        if self.max_estimates is not None and self.estimates > self.max_estimates:
+            raise PlanLimitError(f"the plans need more than {self.max_estimates:,} job "
+                                 "estimates", "estimates")
+
+
 Allocate = Callable[[int, IntArray, int, bool], tuple[int, IntArray | None]]
 """(job index, loads, lower bound, allocation wanted) -> (level, allocation or None)."""
 
 
-def plan(scheduler: str, queues: list[Queue], sites: Sites,
-         order: str = "swag") -> tuple[list[int], list[IntArray]]:
+def plan(scheduler: str, queues: list[Queue], sites: Sites, order: str = "swag",
+         work: PlanWork | None = None) -> tuple[list[int], list[IntArray]]:
     """Place every unplaced queue (and re-place all of them for SCTA's new job and ATA) and
-    order the jobs with unstarted tasks.  Returns (order as queue indices, allocations)."""
+    order the jobs with unstarted tasks.  Returns (order as queue indices, allocations).
+    The waiting jobs and every job estimate are counted in ``work`` (PlanLimitError past its
+    limits)."""
     if scheduler not in SCHEDULERS:
         raise ValueError(f"unknown scheduler {scheduler!r} (expected one of {SCHEDULERS})")
     if order not in ORDERS:
         raise ValueError(f"unknown order {order!r} (expected one of {ORDERS})")
     m = len(sites.slots)
+    spent = PlanWork() if work is None else work
+    live = [i for i, q in enumerate(queues) if int(q.demand.sum()) > 0]
+    spent.waiting(len(live))
     allocs: list[IntArray | None] = [q.alloc for q in queues]
     if scheduler in FIXED:
         loads = np.zeros(m, dtype=np.int64)
@@ -99,6 +146,7 @@ def plan(scheduler: str, queues: list[Queue], sites: Sites,
                 loads += a.sum(axis=0)
         for i, q in enumerate(queues):
             if allocs[i] is None:
+                spent.spend()
                 x = _place(scheduler, q, sites, loads)
                 allocs[i] = x
                 loads += x.sum(axis=0)
@@ -107,7 +155,6 @@ def plan(scheduler: str, queues: list[Queue], sites: Sites,
         flexible = {i for i, a in enumerate(allocs) if a is None}
     else:
         flexible = set(range(len(queues)))
-    live = [i for i, q in enumerate(queues) if int(q.demand.sum()) > 0]
     if scheduler in FIXED and order == "fifo":
         return live, [_placed(a) for a in allocs]
     if scheduler not in FIXED and order != "swag":
@@ -123,6 +170,7 @@ def plan(scheduler: str, queues: list[Queue], sites: Sites,
 
     def allocate(i: int, loads: IntArray, lower: int,
                  want: bool) -> tuple[int, IntArray | None]:
+        spent.spend()
         q = queues[i]
         if i not in flexible:
             a = _placed(allocs[i])

@@ -4,9 +4,12 @@ Jobs arrive at their submit times; whenever a job arrives or completes, a schedu
 (:func:`psdsf_dist.jobs.schedulers.plan`) places the unstarted tasks on sites and orders the
 jobs; every site then serves its placed tasks in that order on its free slots, one task per
 slot, without preemption.  A task's duration is the workload's (drawn in advance, one array);
-no scheduler sees it.  At one instant, completions are handled first, then arrivals (each
-planned on its own, in submit order), then free slots are filled — so a task finishing at t
-frees its slot for a job arriving at t.
+no scheduler sees it.  At one instant, completions are handled first, then arrivals, then one
+plan, then free slots are filled — so a task finishing at t frees its slot for a job arriving
+at t.  The jobs arriving at one instant are planned together, in submit order: for every
+scheduler but SCTA that places them exactly as planning each on its own would (ATA re-places
+everything anyway; the others place new jobs one after another on the loads before them), and
+SCTA takes them all as its new jobs.  A burst of n arrivals is then one plan, not n.
 
 The state is small lists per outstanding job (unstarted tasks per group and site) and a heap
 of (finish time, sequence number, site, job) tuples for running tasks; each site keeps the
@@ -26,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from psdsf_dist.jobs.balance import grid
-from psdsf_dist.jobs.schedulers import Queue, Sites, plan
+from psdsf_dist.jobs.schedulers import PlanWork, Queue, Sites, plan
 from psdsf_dist.jobs.workload import Workload
 
 FloatArray = npt.NDArray[np.float64]
@@ -63,6 +66,11 @@ class JobRun:
     plan_seconds: float
     wall_seconds: float
     events: int
+    estimates: int = 0
+    """Job estimates the plans made (:class:`~psdsf_dist.jobs.schedulers.PlanWork`); 0 under
+    an allocation policy (:mod:`psdsf_dist.jobs.allocated`), which makes none."""
+    most_waiting: int = 0
+    """The most jobs with unstarted tasks a plan found (0 under an allocation policy)."""
     """Arrivals plus task completions handled."""
 
     @property
@@ -75,8 +83,9 @@ class JobRun:
 
 
 def simulate_jobs(w: Workload, scheduler: str, *, order: str = "swag",
-                  samples: int = DEFAULT_SAMPLES) -> JobRun:
-    """Run the workload under a scheduler to the last task's end (see the module docstring)."""
+                  samples: int = DEFAULT_SAMPLES, work: PlanWork | None = None) -> JobRun:
+    """Run the workload under a scheduler to the last task's end (see the module docstring).
+    ``work`` bounds the plans' work (PlanLimitError past its limits; default none)."""
     t_wall = time.perf_counter()
     m, J = w.num_sites, w.num_jobs
     sites = Sites(w.slots, w.group_sites, w.group_home, grid(w.slots))
@@ -110,6 +119,7 @@ def simulate_jobs(w: Workload, scheduler: str, *, order: str = "swag",
     heap: list[tuple[float, int, int, int]] = []
     seq = 0
     plans, plan_seconds, events = 0, 0.0, 0
+    spent = PlanWork() if work is None else work
     nxt = 0
 
     def replan() -> None:
@@ -119,7 +129,7 @@ def simulate_jobs(w: Workload, scheduler: str, *, order: str = "swag",
         qs = [Queue(groups[i], np.array(demand[i], dtype=np.int64),
                     np.array(alloc[i], dtype=np.int64) if i in alloc else None)
               for i in active]
-        chosen, allocs = plan(scheduler, qs, sites, order)
+        chosen, allocs = plan(scheduler, qs, sites, order, spent)
         for i, a in zip(active, allocs, strict=True):
             alloc[i] = a.tolist()
             at_site[i] = a.sum(axis=0).tolist()
@@ -190,9 +200,8 @@ def simulate_jobs(w: Workload, scheduler: str, *, order: str = "swag",
             drawn[i] = [0] * (hi - lo)
             left[i] = sum(demand[i])
             active.append(i)
-            replan()
             arrived = True
-        if done_job and not arrived and active:
+        if arrived or (done_job and active):
             replan()
         fill(t)
     waits = start - np.repeat(w.submit[w.row_job], w.row_tasks)
@@ -200,5 +209,6 @@ def simulate_jobs(w: Workload, scheduler: str, *, order: str = "swag",
                   np.array(busy_seconds),
                   np.array(s_times), np.array(s_site, dtype=np.int64).reshape(-1, m),
                   np.array(s_user, dtype=np.int64).reshape(-1, len(w.user_names)),
-                  plans, plan_seconds, time.perf_counter() - t_wall, events)
+                  plans, plan_seconds, time.perf_counter() - t_wall, events, spent.estimates,
+                  spent.most_waiting)
 

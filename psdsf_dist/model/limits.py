@@ -67,9 +67,15 @@ class Limits:
     alias_nodes: int = 1_000_000
     """Nodes YAML aliases may add to a document once expanded (ten levels of nine aliases
     would add 9^10)."""
-    tasks: int = 20_000_000
+    tasks: int = 5_000_000
     """Tasks of a job trace (``replay``): each is a duration in memory and an event of the
-    simulation (the Facebook 2010 trace has 1.1 M)."""
+    simulation, about 100 bytes and 3 us each (the Facebook 2010 trace has 1.1 M)."""
+    waiting_jobs: int = 500
+    """Jobs with unstarted tasks at once in a ``replay``: every arrival and completion re-plans
+    each of them (the Facebook 2010 trace keeps at most 46 waiting)."""
+    estimates: int = 10_000_000
+    """Job estimates (a level or placement of one job) one scheduler's ``replay`` may make:
+    10-160 us each (the Facebook 2010 trace at 90 % offered load needs up to 2.5 M)."""
 
     def check(self, what: str, count: int, fld: str) -> None:
         """Refuse ``count`` of ``what`` beyond its limit, naming ``fld``."""

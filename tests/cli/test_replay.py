@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -58,3 +59,28 @@ def test_bad_input_is_one_line_exit_2(argv: list[str], message: str,
     assert main(["replay", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err
+
+
+def test_a_trace_that_keeps_too_many_jobs_waiting_is_refused_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A burst of 3,000 two-task jobs on two one-slot sites would keep thousands of jobs
+    waiting through thousands of plans (minutes to hours): refused at the first plan, in one
+    line naming the limit.  A cap on estimates refuses the same way when the plans reach it."""
+    trace = tmp_path / "burst.csv"
+    trace.write_text("job,submit_s,tasks,sites,duration_s\n"
+                     + "".join(f"j{k},0,2,S1 S2,1\n" for k in range(3000)))
+    t0 = time.perf_counter()
+    assert main(["replay", str(trace), "--slots", "1", "--scheduler", "ata"]) == 2
+    assert time.perf_counter() - t0 < 2
+    err = capsys.readouterr().err.strip()
+    assert "burst.csv: ata: 3,000 jobs wait at once, more than the limit of 500" in err
+    assert 'PSDSF_LIMITS="waiting_jobs=N"' in err and "\n" not in err
+    monkeypatch.setenv("PSDSF_LIMITS", "estimates=100")
+    assert main(["replay", TABLE_31, "--slots", "1", "--scheduler", "ata"]) == 0
+    capsys.readouterr()
+    monkeypatch.setenv("PSDSF_LIMITS", "estimates=2")
+    assert main(["replay", TABLE_31, "--slots", "1", "--scheduler", "ata"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "guan_table31.csv: ata: the plans need more than 2 job estimates" in err
+    assert 'PSDSF_LIMITS="estimates=N"' in err and "\n" not in err

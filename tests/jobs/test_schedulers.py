@@ -11,7 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from psdsf_dist.jobs.balance import balance, greedy, grid, level
-from psdsf_dist.jobs.schedulers import FIXED, SCHEDULERS, Queue, Sites, plan
+from psdsf_dist.jobs.schedulers import (
+    FIXED,
+    SCHEDULERS,
+    PlanLimitError,
+    PlanWork,
+    Queue,
+    Sites,
+    plan,
+)
 from psdsf_dist.jobs.workload import ring_groups
 
 IntArray = npt.NDArray[np.int64]
@@ -112,3 +120,51 @@ def test_bad_names_raise() -> None:
     with pytest.raises(ValueError, match="orders the jobs itself"):
         plan("ata", [], sites, order="fifo")
     assert set(FIXED) < set(SCHEDULERS)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.data(), st.integers(2, 5), st.integers(1, 2))
+def test_jobs_arriving_together_are_placed_as_if_they_came_one_by_one(
+        data: st.DataObject, m: int, slots: int) -> None:
+    """The simulator plans a burst of arrivals once: for every scheduler but SCTA, that places
+    and orders the jobs exactly as planning after each arrival did (the last plan's order, and
+    every placement)."""
+    sites = make_sites(m, 2, slots)
+    placed, burst = data.draw(queues(m)), data.draw(queues(m))
+    for s in ("ata", "ata-greedy", *FIXED):
+        for order in ("swag", "fifo") if s in FIXED else ("swag",):
+            before = [Queue(q.groups, q.demand.copy()) for q in placed]
+            _, allocs = plan(s, before, sites, order)
+            for q, a in zip(before, allocs, strict=True):
+                q.alloc = a
+            together = before + [Queue(q.groups, q.demand.copy()) for q in burst]
+            one_by_one = [Queue(q.groups, q.demand.copy(), q.alloc) for q in before]
+            got = plan(s, together, sites, order)
+            for q in burst:
+                one_by_one.append(Queue(q.groups, q.demand.copy()))
+                want = plan(s, one_by_one, sites, order)
+                for qq, a in zip(one_by_one, want[1], strict=True):
+                    qq.alloc = a
+            assert got[0] == want[0]
+            for a, b in zip(got[1], want[1], strict=True):
+                assert (a == b).all()
+
+
+def test_plan_work_counts_estimates_and_refuses_past_its_limits() -> None:
+    """Every job estimate is counted; a plan finding more waiting jobs than ``max_waiting``
+    is refused before any estimate, and one needing more than ``max_estimates`` when it
+    gets there."""
+    sites = make_sites(3, 2, 1)
+    qs = [Queue(np.array([i % 3]), np.array([2])) for i in range(6)]
+    work = PlanWork()
+    plan("ata", qs, sites, work=work)
+    assert work.most_waiting == 6 and work.estimates >= 6
+    made = work.estimates
+    with pytest.raises(PlanLimitError, match="6 jobs wait at once, more than the limit of 5"
+                       ) as err:
+        plan("ata", qs, sites, work=PlanWork(max_waiting=5))
+    assert err.value.limit == "waiting"
+    plan("ata", qs, sites, work=PlanWork(max_estimates=made, max_waiting=6))
+    with pytest.raises(PlanLimitError, match=f"more than {made - 1} job estimates") as err:
+        plan("ata", qs, sites, work=PlanWork(max_estimates=made - 1))
+    assert err.value.limit == "estimates"

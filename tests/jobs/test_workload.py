@@ -92,9 +92,9 @@ def test_a_trace_is_read_within_the_limits(tmp_path: Path) -> None:
     with pytest.raises(ScenarioError, match=r"pipe.csv: not a regular file"):
         load_trace(fifo)
     big = tmp_path / "big.csv"
-    big.write_text("job,submit_s,tasks\nj,0,15000000\nk,1,15000000\n")  # each row within
+    big.write_text("job,submit_s,tasks\nj,0,3000000\nk,1,3000000\n")  # each row within
     with pytest.raises(ScenarioError,
-                       match=r"big.csv: tasks: 30,000,000 tasks is more than the limit"):
+                       match=r"big.csv: tasks: 6,000,000 tasks is more than the limit"):
         load_trace(big)
 
 

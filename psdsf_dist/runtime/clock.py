@@ -1,8 +1,9 @@
-"""Clocks a server actor runs on: the wall clock, and a manual one that paced runs and tests
-move by hand.
+"""Clocks the actors run on: the wall clock, and a manual one that paced runs and tests move
+by hand.
 
-A server reads ``now()``, waits with ``await sleep(seconds)`` and starts background work (its
-exchanges) with ``spawn``; nothing else in the runtime touches time.
+A server (and a tenant's queue, on the wall clock) reads ``now()``, waits with ``await
+sleep(seconds)`` and starts background work (its exchanges) with ``spawn``; they do not touch
+time otherwise.
 
 The manual clock is a discrete-event clock for asyncio tasks: :meth:`ManualClock.advance_to`
 wakes the sleepers due before the target one at a time, in order of their wake-up time (ties in
@@ -44,6 +45,11 @@ class WallClock:
 
     def __init__(self, started_at: float) -> None:
         self._origin = started_at
+
+    @property
+    def started_at(self) -> float:
+        """The wall-clock time (``time.time()``) at which this clock reads 0."""
+        return self._origin
 
     def now(self) -> float:
         return time.time() - self._origin
@@ -124,6 +130,13 @@ class ManualClock:
         self._busy.discard(task)
         if not self._busy:
             self._event().set()
+
+    def move_to(self, t: float) -> None:
+        """Set the time to ``t`` (never back) without waking anyone: for a clock nobody sleeps
+        on, such as the coordinator's, which moves the run's time and reads it."""
+        if self._sleepers:
+            raise RuntimeError("move_to on a clock with sleepers: use advance_to")
+        self._now = max(self._now, t)
 
     async def advance_to(self, t: float, timeout: float = 60.0) -> bool:
         """Wake every sleeper due strictly before ``t`` in order (each at its own time), then

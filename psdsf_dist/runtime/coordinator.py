@@ -73,6 +73,7 @@ from psdsf_dist.protocol.convergence import (
 from psdsf_dist.protocol.gossip import incarnation_of, origin_name, server_of
 from psdsf_dist.protocol.membership import ChurnState, Table
 from psdsf_dist.protocol.node import seed_peers, server_seed
+from psdsf_dist.runtime.clock import ManualClock, WallClock
 from psdsf_dist.runtime.names import (
     NAMESPACE,
     actor_key,
@@ -190,8 +191,10 @@ class Coordinator:
         self.observations: list[Observation] = []
         self.journaled: dict[str, int] = {}
         """actor name -> how many observations its copy of the journal holds."""
-        self.started_at = 0.0
-        self.now_manual = 0.0
+        self.clock: WallClock | ManualClock = (ManualClock() if config.clock == "manual"
+                                               else WallClock(time.time()))
+        """The run's clock: a manual one the coordinator moves (:meth:`advance`), or the wall
+        clock from the moment every actor was up (:meth:`_start_clock`)."""
         self.tables: dict[int, Scenario] = {}
         self.traffic: dict[str, tuple[int, int]] = {}
         self.pids: dict[str, int] = {}
@@ -293,22 +296,24 @@ class Coordinator:
                 self.journaled[actor] = len(answer.journal)
                 if len(answer.journal) > len(self.observations):
                     self.observations = list(answer.journal)
-            if answer.time is not None:
-                self.now_manual = max(self.now_manual, answer.time)
+            if answer.time is not None and isinstance(self.clock, ManualClock):
+                self.clock.move_to(max(self.clock.now(), answer.time))
             for hosted in answer.servers:
                 # a server not started (its actor was restarted by Ray) reports incarnation -1
                 # and is started again by the next observation
                 self.members[hosted.name] = Member(hosted.name, handle, actor,
                                                    hosted.incarnation, answer.node)
                 if hosted.table is not None:
-                    self.started_at = hosted.started_at
+                    if isinstance(self.clock, WallClock):
+                        self.clock = WallClock(hosted.started_at)
                     if best is None or hosted.table.epoch > best.epoch:
                         best = hosted.table
         if best is None:
             raise RuntimeError("no server of the run could be reached to rebuild its state")
         self.churn = ChurnState.resume(best)
         _, self.events = ChurnState.start(self.scenario)
-        self.now_manual = max(self.now_manual, max((t for _, t in best.history), default=0.0))
+        if isinstance(self.clock, ManualClock):
+            self.clock.move_to(max([self.clock.now(), *(t for _, t in best.history)]))
         for m in self.members.values():
             m.incarnation = max(m.incarnation, self.incarnations.get(m.name, -1))
             m.pinned = m.name in self.pinned
@@ -386,9 +391,7 @@ class Coordinator:
 
     # -- time ---------------------------------------------------------------------------------
     def now(self) -> float:
-        if self.config.clock == "manual":
-            return self.now_manual
-        return time.time() - self.started_at
+        return self.clock.now()
 
     async def advance(self, periods: int = 1) -> list[dict[str, Any]]:
         """Manual clock: move the run ``periods`` periods on and observe after each.
@@ -402,13 +405,14 @@ class Coordinator:
         T = self.config.period
         steps = self.config.protocol.gossip_rate
         for _ in range(periods):
-            start = self.now_manual
+            assert isinstance(self.clock, ManualClock)
+            start = self.clock.now()
             for j in range(1, steps + 1):
                 await self._due_events()
                 t = start + T * j / steps
                 await asyncio.gather(*(self._call(h.advance_to.remote(t), 60.0)
                                        for h in self.actors.values()), return_exceptions=True)
-                self.now_manual = t
+                self.clock.move_to(t)
             await self._due_events()
             out.append((await self._observe()).to_json())
             if self.node_spec is not None and len(self.observations) % NODE_CHECK_PERIODS == 0:
@@ -418,7 +422,7 @@ class Coordinator:
     async def _monitor(self) -> None:
         period = self.config.period
         while True:
-            await asyncio.sleep(period - (self.now() % period))
+            await self.clock.sleep(period - (self.now() % period))
             try:
                 await self._due_events()
                 await self._expire_tenants()
@@ -731,7 +735,8 @@ class Coordinator:
 
     # -- servers ------------------------------------------------------------------------------
     async def _start_clock(self) -> None:
-        self.started_at = time.time()
+        if isinstance(self.clock, WallClock):
+            self.clock = WallClock(time.time())
 
     async def _spawn(self, names: list[str],
                      before_start: Callable[[], Awaitable[None]] | None = None) -> None:
@@ -792,7 +797,8 @@ class Coordinator:
         for m in members:
             by_actor.setdefault(m.actor, []).append(m)
         handles = {n: o.handle for n, o in self.members.items()}
-        now = self.now() if self.config.clock == "manual" else None
+        now = self.now() if isinstance(self.clock, ManualClock) else None
+        started_at = self.clock.started_at if isinstance(self.clock, WallClock) else 0.0
         seed = self.config.protocol.seed
 
         def seeds(m: Member) -> list[str]:
@@ -803,7 +809,7 @@ class Coordinator:
 
         await asyncio.gather(*(
             self._call(group[0].handle.start.remote(
-                [(m.name, m.incarnation, seeds(m)) for m in group], table, self.started_at,
+                [(m.name, m.incarnation, seeds(m)) for m in group], table, started_at,
                 handles, now), START_TIMEOUT)
             for group in by_actor.values()))
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from psdsf_dist.runtime.clock import ManualClock, WallClock
 
 
@@ -94,3 +96,27 @@ def test_wall_clock_moves() -> None:
     t0 = clock.now()
     asyncio.run(nap())
     assert clock.now() >= t0 + 0.009
+
+
+def test_a_clock_nobody_sleeps_on_is_moved_forward_only() -> None:
+    """The coordinator's manual clock: ``move_to`` sets the time, never back, and refuses a
+    clock with sleepers (those must be woken in order by ``advance_to``)."""
+    async def scenario() -> None:
+        clock = ManualClock()
+        clock.move_to(2.5)
+        clock.move_to(1.0)
+        assert clock.now() == 2.5
+        task = clock.spawn(clock.sleep(1.0))
+        await asyncio.sleep(0)
+        with pytest.raises(RuntimeError, match="advance_to"):
+            clock.move_to(9.0)
+        assert await clock.advance_to(4.0)
+        await task
+
+    asyncio.run(scenario())
+
+
+def test_a_wall_clock_reads_seconds_since_its_start() -> None:
+    began = time.time() - 5.0
+    clock = WallClock(began)
+    assert clock.started_at == began and 5.0 <= clock.now() < 6.0

@@ -101,8 +101,15 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(str(err)) from None
     except ValueError as err:  # a trace that cannot be rescaled
         raise CommandError(f"{args.trace}: {err}") from None
-    results = []
     limits = current_limits()
+    waiting, at = w.least_waiting()
+    if waiting > limits.waiting_jobs:
+        raise CommandError(f"{args.trace}: at least {waiting:,} jobs wait at once (t = {at:g} s) "
+                           f"under any scheduler, more than the limit of {limits.waiting_jobs:,} "
+                           f"(jobs arrive faster than {int(w.slots.sum()):,} slots can start "
+                           "them, and each arrival and completion re-plans every waiting job; "
+                           f"raise it with {LIMITS_ENV}=\"waiting_jobs=N\")")
+    results = []
     for s in dict.fromkeys(args.scheduler):
         try:
             run_ = simulate_jobs(w, s, order=args.order,

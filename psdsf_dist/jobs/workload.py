@@ -124,6 +124,33 @@ class Workload:
         cap = float(self.slots.sum()) * span
         return float(self.durations.sum()) / cap if cap > 0 else math.inf
 
+    def least_waiting(self) -> tuple[int, float]:
+        """A lower bound, under every scheduler, on the most jobs with unstarted tasks at once
+        (what a plan weighs), and a submit time at which it holds; (0, first submit) if none.
+
+        By time t (from the first submit t0) a slot has started at most one task more than it
+        has completed, and the completed tasks' durations fit in the slots' time: at most
+        ``S + N`` tasks have started, N the most tasks whose durations (the shortest of the
+        whole trace) sum to at most ``S (t - t0)``.  A job has started all its tasks only if
+        they are among those, so at most K jobs have, K the most jobs whose task counts (the
+        smallest of the trace) sum to at most ``S + N``.  The jobs submitted by t less K still
+        have unstarted tasks.  Checked at every submit instant in O(J log J), before any
+        simulation: a trace that submits faster than its slots can start is known at once."""
+        if not self.num_jobs:
+            return 0, 0.0
+        slots = int(self.slots.sum())
+        durations = np.cumsum(np.sort(self.durations))
+        sizes = np.cumsum(np.sort(np.bincount(self.row_job, weights=self.row_tasks,
+                                              minlength=self.num_jobs)))
+        last = np.flatnonzero(np.r_[self.submit[1:] != self.submit[:-1], True])
+        t = self.submit[last]
+        submitted = last + 1
+        started = slots + np.searchsorted(durations, slots * (t - self.submit[0]), side="right")
+        done = np.minimum(submitted, np.searchsorted(sizes, started, side="right"))
+        waiting = submitted - done
+        k = int(np.argmax(waiting))
+        return int(waiting[k]), float(t[k])
+
 
 def _error(source: str, field: str, message: str) -> ScenarioError:
     return ScenarioError(field, message, source)

@@ -70,10 +70,12 @@ class Limits:
     tasks: int = 5_000_000
     """Tasks of a job trace (``replay``): each is a duration in memory and an event of the
     simulation, about 100 bytes and 3 us each (the Facebook 2010 trace has 1.1 M)."""
-    waiting_jobs: int = 500
+    waiting_jobs: int = 200
     """Jobs with unstarted tasks at once in a ``replay``: every arrival and completion re-plans
-    each of them (the Facebook 2010 trace keeps at most 46 waiting)."""
-    estimates: int = 10_000_000
+    each of them (the Facebook 2010 trace keeps at most 46 waiting).  Checked before the
+    replay on a bound valid under every scheduler (``Workload.least_waiting``), then at every
+    plan."""
+    estimates: int = 4_000_000
     """Job estimates (a level or placement of one job) one scheduler's ``replay`` may make:
     10-160 us each (the Facebook 2010 trace at 90 % offered load needs up to 2.5 M)."""
 

@@ -65,8 +65,8 @@ def test_a_trace_that_keeps_too_many_jobs_waiting_is_refused_at_once(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     """A burst of 3,000 two-task jobs on two one-slot sites would keep thousands of jobs
-    waiting through thousands of plans (minutes to hours): refused at the first plan, in one
-    line naming the limit.  A cap on estimates refuses the same way when the plans reach it."""
+    waiting through thousands of plans (minutes to hours): refused before the replay, on a
+    bound valid under every scheduler, in one line naming the limit."""
     trace = tmp_path / "burst.csv"
     trace.write_text("job,submit_s,tasks,sites,duration_s\n"
                      + "".join(f"j{k},0,2,S1 S2,1\n" for k in range(3000)))
@@ -74,7 +74,24 @@ def test_a_trace_that_keeps_too_many_jobs_waiting_is_refused_at_once(
     assert main(["replay", str(trace), "--slots", "1", "--scheduler", "ata"]) == 2
     assert time.perf_counter() - t0 < 2
     err = capsys.readouterr().err.strip()
-    assert "burst.csv: ata: 3,000 jobs wait at once, more than the limit of 500" in err
+    assert ("burst.csv: at least 2,999 jobs wait at once (t = 0 s) under any scheduler, more "
+            "than the limit of 200") in err
+    assert 'PSDSF_LIMITS="waiting_jobs=N"' in err and "\n" not in err
+
+
+def test_a_replay_past_its_work_limits_stops_in_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """What the bound before the replay cannot see is checked at every plan: here every job
+    but one needs site S1, so jobs pile up there while S2 idles (the bound counts both
+    sites' slots); and the estimates are capped."""
+    trace = tmp_path / "one_site.csv"
+    trace.write_text("job,submit_s,tasks,sites,duration_s\nj,0,1,S2,1\n"
+                     + "".join(f"j{k},{0.6 * k:.1f},1,S1,1\n" for k in range(1, 200)))
+    monkeypatch.setenv("PSDSF_LIMITS", "waiting_jobs=30")
+    assert main(["replay", str(trace), "--slots", "1", "--scheduler", "swag"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "one_site.csv: swag: 31 jobs wait at once, more than the limit of 30" in err
     assert 'PSDSF_LIMITS="waiting_jobs=N"' in err and "\n" not in err
     monkeypatch.setenv("PSDSF_LIMITS", "estimates=100")
     assert main(["replay", TABLE_31, "--slots", "1", "--scheduler", "ata"]) == 0

@@ -36,10 +36,10 @@ def test_table_3_1(scheduler: str, order: str, finish: list[int], mean: Fraction
 
 
 def random_workload(seed: int, jobs: int, sites: int, available: int, zipf: float,
-                    slots: int) -> Workload:
+                    slots: int, spread: float = 20.0) -> Workload:
     rng = np.random.default_rng(seed)
     tasks = rng.integers(1, 12, jobs).astype(np.int64)
-    submit = np.sort(rng.uniform(0, 20, jobs))
+    submit = np.sort(rng.uniform(0, spread, jobs))
     trace = Trace("random", tuple(f"j{i}" for i in range(jobs)),
                   tuple(f"u{i % 3}" for i in range(jobs)), submit, np.arange(jobs),
                   tasks, ((),) * jobs, np.full(jobs, np.nan))
@@ -89,3 +89,20 @@ def test_same_seed_same_run_and_one_site_is_a_queue() -> None:
     base = simulate_jobs(w1, "swag").finish
     for s in SCHEDULERS:
         np.testing.assert_allclose(simulate_jobs(w1, s).finish, base)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 10**6), st.integers(1, 25), st.integers(1, 4), st.integers(1, 2),
+       st.sampled_from([0.0, 1.0, 2.0]), st.integers(1, 3), st.sampled_from([0.0, 2.0, 20.0]))
+def test_the_least_waiting_bound_holds_under_every_scheduler(seed: int, jobs: int, sites: int,
+                                                             available: int, zipf: float,
+                                                             slots: int, spread: float) -> None:
+    """``Workload.least_waiting`` (checked before a replay) never exceeds the most waiting
+    jobs a plan of any scheduler finds, and is not vacuous on a burst."""
+    w = random_workload(seed, jobs, sites, min(available, sites), zipf, slots, spread)
+    least, at = w.least_waiting()
+    assert at in w.submit
+    for s in SCHEDULERS:
+        assert simulate_jobs(w, s).most_waiting >= least
+    if spread == 0.0:  # every job at once: all but those the slots can start are waiting
+        assert least >= jobs - sites * slots

@@ -33,6 +33,7 @@ from psdsf_dist.jobs.workload import (
     DEFAULT_SLOTS,
     DEFAULT_ZIPF,
     PARETO_MEAN_S,
+    PARETO_PER,
     PARETO_SHAPE,
     Workload,
     build_workload,
@@ -71,6 +72,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    metavar=("SHAPE", "MEAN"),
                    help=f"task durations' Pareto shape and mean in seconds (default "
                         f"{PARETO_SHAPE:g} {PARETO_MEAN_S:g})")
+    p.add_argument("--pareto-per", choices=PARETO_PER, default=PARETO_PER[0],
+                   help="draw one duration per task (default) or one per job, shared by its "
+                        "tasks (durations the trace gives are kept)")
     add_seed_option(p)
     p.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
@@ -96,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
         trace = load_trace(args.trace)
         w = build_workload(trace, sites=args.sites, slots=args.slots, zipf=args.zipf,
                            available=args.available, utilisation=args.utilisation,
-                           shape=args.pareto[0], mean=args.pareto[1], seed=args.seed)
+                           shape=args.pareto[0], mean=args.pareto[1], seed=args.seed,
+                           pareto_per=args.pareto_per)
     except PsdsfError as err:
         raise CommandError(str(err)) from None
     except ValueError as err:  # a trace that cannot be rescaled

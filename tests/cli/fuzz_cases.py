@@ -54,7 +54,7 @@ OPTIONS = {
     "solve": ["--seed"],
     "observe": ["--rounds", "--port", "--bind", *PROTOCOL],
     "replay": ["--sites", "--slots", "--available", "--zipf", "--utilisation", "--seed",
-               "--pareto", "--order", "--scheduler"],
+               "--pareto", "--pareto-per", "--order", "--scheduler"],
     "stop": ["--name", "--address"],
     "compare": ["--trials", "--seed"],
     "properties": ["--trials", "--seed"],
@@ -145,6 +145,8 @@ def cases(draw: Any, *, commands: tuple[str, ...] = tuple(OPTIONS), big: bool = 
             value = draw(st.sampled_from(NAMES))
         elif opt == "--order":
             value = draw(st.sampled_from(["swag", "fifo", "lifo", ""]))
+        elif opt == "--pareto-per":
+            value = draw(st.sampled_from(["task", "job", "site", ""]))
         elif opt == "--scheduler":
             options += [opt, *draw(st.lists(st.sampled_from(SCHEDULER_NAMES), min_size=1,
                                             max_size=3))]

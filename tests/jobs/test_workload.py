@@ -144,3 +144,20 @@ def test_a_utilisation_that_stretches_submits_past_the_trace_bound_is_refused(
     p.write_text("job,submit_s,tasks\na,0,8\nb,1,15\n")
     with pytest.raises(ValueError, match=r"stretches the last submit time past 1e\+09 s"):
         build_workload(load_trace(p), utilisation=utilisation)
+
+
+def test_one_pareto_duration_per_job_is_shared_by_its_tasks(tmp_path: Path) -> None:
+    """``pareto_per="job"``: every task of a job takes its job's one draw (jobs differ); a
+    duration the trace gives is kept either way."""
+    p = tmp_path / "t.csv"
+    p.write_text("job,submit_s,tasks,duration_s\n"
+                 + "".join(f"j{i},{i},7,\n" for i in range(40)) + "k,50,3,9\n")
+    w = build_workload(load_trace(p), sites=4, slots=2, pareto_per="job", seed=5)
+    task_job = np.repeat(w.row_job, w.row_tasks)
+    per_job = [np.unique(w.durations[task_job == j]) for j in range(w.num_jobs)]
+    assert all(len(d) == 1 for d in per_job)
+    assert len({float(d[0]) for d in per_job[:40]}) == 40 and float(per_job[40][0]) == 9.0
+    per_task = build_workload(load_trace(p), sites=4, slots=2, seed=5)
+    assert len(np.unique(per_task.durations[task_job == 0])) == 7
+    with pytest.raises(ValueError, match="pareto_per must be one of"):
+        build_workload(load_trace(p), pareto_per="site")

@@ -112,8 +112,7 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"{args.trace}: at least {waiting:,} jobs wait at once (t = {at:g} s) "
                            f"under any scheduler, more than the limit of {limits.waiting_jobs:,} "
                            f"(jobs arrive faster than {int(w.slots.sum()):,} slots can start "
-                           "them, and each arrival and completion re-plans every waiting job; "
-                           f"raise it with {LIMITS_ENV}=\"waiting_jobs=N\")")
+                           f"them, and {_replan_hint('waiting_jobs')})")
     results = []
     for s in dict.fromkeys(args.scheduler):
         try:
@@ -121,9 +120,7 @@ def run(args: argparse.Namespace) -> int:
                                  work=PlanWork(limits.estimates, limits.waiting_jobs))
         except PlanLimitError as err:
             name = "waiting_jobs" if err.limit == "waiting" else "estimates"
-            raise CommandError(f"{args.trace}: {s}: {err} (each arrival and completion "
-                               f"re-plans every waiting job; raise it with {LIMITS_ENV}="
-                               f"\"{name}=N\")") from None
+            raise CommandError(f"{args.trace}: {s}: {err} ({_replan_hint(name)})") from None
         results.append(summary(run_, w))
         print(f"psdsf-dist: replay: {s}: {w.num_tasks} tasks in {run_.wall_seconds:.2f} s "
               f"({run_.events_per_second:,.0f} events/s)", file=sys.stderr)
@@ -134,6 +131,12 @@ def run(args: argparse.Namespace) -> int:
         text = render(w, results)
     emit(text, args.output)
     return 0
+
+
+def _replan_hint(limit: str) -> str:
+    """Why a replay limit exists, and how to raise it: the tail of its refusals."""
+    return (f"each arrival and completion re-plans every waiting job; raise it with "
+            f"{LIMITS_ENV}=\"{limit}=N\"")
 
 
 def render(w: Workload, results: list[dict[str, Any]]) -> str:

@@ -297,7 +297,7 @@ class Coordinator:
                 if len(answer.journal) > len(self.observations):
                     self.observations = list(answer.journal)
             if answer.time is not None and isinstance(self.clock, ManualClock):
-                self.clock.move_to(max(self.clock.now(), answer.time))
+                self.clock.move_to(answer.time)
             for hosted in answer.servers:
                 # a server not started (its actor was restarted by Ray) reports incarnation -1
                 # and is started again by the next observation
@@ -313,7 +313,7 @@ class Coordinator:
         self.churn = ChurnState.resume(best)
         _, self.events = ChurnState.start(self.scenario)
         if isinstance(self.clock, ManualClock):
-            self.clock.move_to(max([self.clock.now(), *(t for _, t in best.history)]))
+            self.clock.move_to(max((t for _, t in best.history), default=0.0))
         for m in self.members.values():
             m.incarnation = max(m.incarnation, self.incarnations.get(m.name, -1))
             m.pinned = m.name in self.pinned

@@ -1,6 +1,6 @@
 """The command line under hostile input (:mod:`tests.cli.fuzz_cases`): every outcome is a
 result that checks out or one line with exit 2, in bounded time.  A short budget here; the long
-run is ``experiments/fuzz_inputs.py``."""
+run is ``experiments/studies/fuzz_inputs.py``."""
 
 from __future__ import annotations
 

@@ -33,7 +33,6 @@ writes ``STEM.md``/``STEM.csv`` instead of ``baselines.*``.
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import platform
 import statistics
@@ -47,6 +46,7 @@ import numpy as np
 import scipy
 
 from experiments.common.paths import RESULTS, ROOT
+from experiments.common.sim_common import write_csv
 from psdsf_dist.model.random_scenarios import google_cluster_doc
 from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.policies import allocate
@@ -164,15 +164,6 @@ def main(argv: list[str] | None = None) -> int:
     write_csv(args.out / f"{args.name}.csv", rows)
     (args.out / f"{args.name}.md").write_text(markdown(rows, args, elapsed), encoding="utf-8")
     return 0
-
-
-def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    tmp = path.with_suffix(".csv.tmp")
-    with tmp.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(tmp, path)
 
 
 def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, elapsed: float) -> str:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import csv
 import multiprocessing
 import random
 import statistics
@@ -48,6 +47,7 @@ from ray.util.scheduling_strategies import (
 )
 
 from experiments.common.paths import RESULTS
+from experiments.common.sim_common import write_csv
 
 SLOTS = 8
 SECONDS = (0.05, 0.2)
@@ -181,10 +181,7 @@ def main(argv: list[str] | None = None) -> None:
         ray.shutdown()
         cluster.shutdown()
     RESULTS.mkdir(parents=True, exist_ok=True)
-    with open(RESULTS / "dispatch.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["mode", "depth", "loaded", "repeat", "busy"])
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(RESULTS / "dispatch.csv", rows)
     lines = ["| launch (8 slots, 50-200 ms tasks) | quiet: busy slots (idle) | one core busy: "
              "busy slots (idle) |", "|---|---|---|"]
     for mode, depth in MODES:

@@ -19,7 +19,6 @@ how long the refusal takes.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from experiments.common.paths import RESULTS
+from experiments.common.sim_common import write_csv
 from psdsf_dist.model.random_scenarios import google_cluster_doc
 
 CASES: list[tuple[str, int, int]] = [
@@ -140,10 +140,7 @@ def main(argv: list[str] | None = None) -> None:
             rows.append(run_case(kind, K, N, args.cap, work))
         refused = refusals(work)
     suffix = "_quick" if args.quick else ""
-    with open(RESULTS / f"limits{suffix}.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(RESULTS / f"limits{suffix}.csv", rows)
 
     def cell(r: dict[str, Any], k: str) -> str:
         if r[f"{k}_status"] != "ok":

@@ -38,7 +38,6 @@ Median of ``--runs`` runs per size; sizes of 100 servers or more are run once (e
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import json
 import os
@@ -53,6 +52,7 @@ import ray
 import yaml
 
 from experiments.common.paths import EXAMPLES, RESULTS
+from experiments.common.sim_common import write_csv
 from psdsf_dist.model.scenario import Scenario, load_scenario
 from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.runtime.launcher import launch
@@ -224,10 +224,7 @@ def main(argv: list[str] | None = None) -> int:
 def write(rows: list[dict[str, Any]], paper: PaperResult | None, runs: int, load_start: float,
           load_end: float) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
-    with open(RESULTS / "ray.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(RESULTS / "ray.csv", rows)
     lines = [
         "# The allocator on Ray: start-up, memory, traffic, convergence",
         "",

@@ -31,7 +31,6 @@ more than it can run in the phase.  Per run:
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import os
 import statistics
@@ -46,6 +45,7 @@ from ray.cluster_utils import Cluster
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from experiments.common.paths import RESULTS
+from experiments.common.sim_common import write_csv
 from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.runtime.launcher import Run, launch
 from psdsf_dist.runtime.settings import RunConfig
@@ -344,11 +344,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def write(rows: list[dict[str, float]], load: float) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
-    with open(RESULTS / "shared_cluster.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: f"{v:.6g}" for k, v in r.items()})
+    write_csv(RESULTS / "shared_cluster.csv",
+              [{k: f"{v:.6g}" for k, v in r.items()} for r in rows])
     (RESULTS / "shared_cluster.md").write_text(report(rows, load) + "\n")
 
 

@@ -75,6 +75,41 @@ def run_faults(status: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def paced_ray_trace(scenario: Scenario, periods: int, servers_per_actor: int, run_id: str,
+                    label: str) -> Trace:
+    """The scenario on a fresh local Ray (2 CPUs) with the default protocol, paced (the manual
+    clock, advanced one period at a time): the allocation after every period, the events'
+    re-convergence and the run's faults."""
+    import ray
+
+    from psdsf_dist.protocol.config import ProtocolConfig
+    from psdsf_dist.runtime.launcher import launch
+    from psdsf_dist.runtime.names import NAMESPACE
+    from psdsf_dist.runtime.settings import RunConfig
+
+    # address="local": always a Ray of our own, never another cluster running on this machine
+    ray.init(address="local", num_cpus=2, namespace=NAMESPACE, include_dashboard=False,
+             log_to_driver=False, configure_logging=False)
+    t0 = time.perf_counter()
+    try:
+        run = launch(scenario, RunConfig(ProtocolConfig(), clock="manual",
+                                         servers_per_actor=servers_per_actor), run_id=run_id)
+        try:
+            times, allocations = [], []
+            for _ in range(periods):
+                obs = run.advance(1)[-1]
+                times.append(float(obs["time"]))
+                allocations.append(np.array(run.allocation()))
+            events = tuple((e.description, e.rounds) for e in run.result().events)
+            faults = run_faults(run.status())
+        finally:
+            run.stop()
+    finally:
+        ray.shutdown()
+    return Trace(label, np.array(times), tuple(allocations), events,
+                 time.perf_counter() - t0, faults)
+
+
 def simulate_trace(scenario: Scenario, config: SimConfig, label: str) -> Trace:
     """Run the simulator and keep every observed allocation (N x K per period)."""
     allocations: list[FloatArray] = []

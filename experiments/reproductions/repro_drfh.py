@@ -26,9 +26,9 @@ from experiments.common.repro_common import (
     Section,
     Trace,
     figure,
+    paced_ray_trace,
     pct,
     resource_share,
-    run_faults,
     save_csv,
     section_main,
     simulate_trace,
@@ -120,33 +120,8 @@ def whole_tasks_alone(sc: Scenario, n: int) -> tuple[float, float]:
 
 
 def ray_trace(sc: Scenario) -> Trace:
-    import ray
-
-    from psdsf_dist.runtime.launcher import launch
-    from psdsf_dist.runtime.names import NAMESPACE
-    from psdsf_dist.runtime.settings import RunConfig
-
-    rounds = int(HORIZON / COMPRESS)
-    ray.init(address="local", num_cpus=2, namespace=NAMESPACE, include_dashboard=False,
-             log_to_driver=False, configure_logging=False)
-    t0 = time.perf_counter()
-    try:
-        run = launch(sc, RunConfig(ProtocolConfig(), clock="manual", servers_per_actor=100),
-                     run_id="repro-drfh")
-        try:
-            times, allocations = [], []
-            for _ in range(rounds):
-                obs = run.advance(1)[-1]
-                times.append(float(obs["time"]))
-                allocations.append(np.array(run.allocation()))
-            events = tuple((e.description, e.rounds) for e in run.result().events)
-            faults = run_faults(run.status())
-        finally:
-            run.stop()
-    finally:
-        ray.shutdown()
-    return Trace("PS-DSF on Ray (paced, 10x compressed)", np.array(times), tuple(allocations),
-                 events, time.perf_counter() - t0, faults)
+    return paced_ray_trace(sc, int(HORIZON / COMPRESS), 100, "repro-drfh",
+                           "PS-DSF on Ray (paced, 10x compressed)")
 
 
 def run(quick: bool, ray_run: bool | None = None) -> Section:

@@ -35,9 +35,9 @@ from experiments.common.repro_common import (
     class_mask,
     class_use,
     figure,
+    paced_ray_trace,
     pct,
     phase_mean,
-    run_faults,
     save,
     save_csv,
     section_main,
@@ -105,34 +105,8 @@ def class_cpu_range(scenario: Scenario, X: Any, cls: str) -> tuple[float, float]
 
 def ray_trace(scenario: Scenario) -> Trace:
     """The paper cluster on a fresh local Ray (2 CPUs), paced, HORIZON periods."""
-    import ray
-
-    from psdsf_dist.runtime.launcher import launch
-    from psdsf_dist.runtime.names import NAMESPACE
-    from psdsf_dist.runtime.settings import RunConfig
-
-    # address="local": always a Ray of our own, never another cluster running on this machine
-    ray.init(address="local", num_cpus=2, namespace=NAMESPACE, include_dashboard=False,
-             log_to_driver=False, configure_logging=False)
-    t0 = time.perf_counter()
-    try:
-        run = launch(scenario, RunConfig(ProtocolConfig(), clock="manual",
-                                         servers_per_actor=SERVERS_PER_ACTOR),
-                     run_id="repro-paper")
-        try:
-            times, allocations = [], []
-            for _ in range(HORIZON):
-                obs = run.advance(1)[-1]
-                times.append(float(obs["time"]))
-                allocations.append(np.array(run.allocation()))
-            events = tuple((e.description, e.rounds) for e in run.result().events)
-            faults = run_faults(run.status())
-        finally:
-            run.stop()
-    finally:
-        ray.shutdown()
-    return Trace("PS-DSF on Ray (paced, 3 actors)", np.array(times), tuple(allocations), events,
-                 time.perf_counter() - t0, faults)
+    return paced_ray_trace(scenario, HORIZON, SERVERS_PER_ACTOR, "repro-paper",
+                           "PS-DSF on Ray (paced, 3 actors)")
 
 
 def _write_ray(scenario: Scenario, trace: Trace) -> None:

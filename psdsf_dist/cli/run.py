@@ -49,7 +49,7 @@ from psdsf_dist.core.report import allocation_json, allocation_table
 from psdsf_dist.errors import PsdsfError, ScenarioError
 from psdsf_dist.model.scenario import Scenario, parse_document
 from psdsf_dist.observability.metrics_server import DEFAULT_BIND
-from psdsf_dist.runtime.coordinator import RunResult
+from psdsf_dist.runtime.messages import RunResult
 from psdsf_dist.runtime.settings import RunConfig
 
 PROGRESS_SECONDS = 1.0  # at most one progress line per this many seconds (plus each event)

@@ -25,30 +25,13 @@ import numpy.typing as npt
 from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.protocol.convergence import Observation, Traffic, observe
 from psdsf_dist.protocol.update_rule import is_feasible_column, server_view
+from psdsf_dist.runtime.messages import ServerReport
 from psdsf_dist.runtime.settings import RunConfig
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
 MISSES_BEFORE_FAILED = 3  # reports a gone-for-good actor may miss before it is a failed server
-
-
-@dataclass(frozen=True)
-class ServerReport:
-    name: str
-    running: bool
-    origin: str
-    epoch: int
-    column: FloatArray
-    messages: int
-    bytes: int
-    rounds: int
-    error: str | None
-    pid: int
-    round_seconds: tuple[float, ...] = ()
-    """Durations of the server procedure (the update rule) in the latest rounds, oldest first."""
-    staleness_seconds: float | None = None
-    """Median age of the other servers' columns in the totals at the latest round."""
 
 
 @dataclass(frozen=True)

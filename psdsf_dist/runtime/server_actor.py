@@ -54,8 +54,8 @@ from psdsf_dist.protocol.transport import Transport
 from psdsf_dist.protocol.update_rule import UpdateRule
 from psdsf_dist.runtime.clock import Clock, ManualClock, WallClock
 from psdsf_dist.runtime.from_ray import node_capacity
+from psdsf_dist.runtime.messages import ActorState, HostedState, ServerReport
 from psdsf_dist.runtime.names import NAMESPACE, actor_key, coordinator_name, server_actor_name
-from psdsf_dist.runtime.observation import ServerReport
 from psdsf_dist.runtime.running_marks import running_per_user
 from psdsf_dist.runtime.settings import RunConfig
 
@@ -68,35 +68,6 @@ PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
 ORPHAN_CHECK_PERIODS = 4.0
 ORPHAN_CHECK_MIN_SECONDS = 1.0
 ORPHAN_CHECKS = 2
-
-
-@dataclass(frozen=True)
-class HostedState:
-    """One hosted server as a restarted coordinator needs it."""
-
-    name: str
-    table: Table | None
-    """The newest table it adopted (None: not started since the actor (re)started)."""
-    incarnation: int
-    """-1 when not started."""
-    started_at: float
-
-
-@dataclass(frozen=True)
-class ActorState:
-    """What a restarted coordinator rebuilds its state from (one per server actor)."""
-
-    servers: tuple[HostedState, ...]
-    origins: tuple[str, ...]
-    """Every gossip origin the hosted servers know of (all incarnations still remembered)."""
-    notes: dict[str, Any]
-    """The coordinator's notes (:meth:`ServerActor.keep_notes`)."""
-    journal: tuple[Observation, ...]
-    """The coordinator's observations as far as this actor keeps them
-    (:meth:`ServerActor.keep_journal`)."""
-    node: str
-    time: float | None
-    """Its clock (None: not started); a manual clock's time is only known to the actors."""
 
 
 @dataclass

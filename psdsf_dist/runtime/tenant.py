@@ -71,7 +71,7 @@ from psdsf_dist.admission.shapes import (
     check_weight,
     task_shape,
 )
-from psdsf_dist.runtime.coordinator import TenantInfo
+from psdsf_dist.runtime.messages import TenantInfo
 from psdsf_dist.runtime.names import (
     DEFAULT_RUN_ID,
     NAMESPACE,

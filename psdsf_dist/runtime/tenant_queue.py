@@ -115,7 +115,7 @@ from psdsf_dist.admission.tenant_queue_state import (
     TenantRefusedError,
 )
 from psdsf_dist.observability.tenant_metrics import TenantMetrics
-from psdsf_dist.runtime.coordinator import TenantReply
+from psdsf_dist.runtime.messages import TenantReply
 from psdsf_dist.runtime.names import NAMESPACE, actor_key, coordinator_name
 
 ASK_TIMEOUT_INTERVALS = 4.0

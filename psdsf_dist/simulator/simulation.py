@@ -42,7 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from psdsf_dist.core.solver import ServerClasses
-from psdsf_dist.model.events import Event, ServerFails, ServerJoins, at_each_instant
+from psdsf_dist.model.events import Event, at_each_instant
 from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.protocol.convergence import (
@@ -221,26 +221,20 @@ class Simulator:
 
     # -- churn --------------------------------------------------------------------------------
     def _apply(self, events: Sequence[Event]) -> None:
-        """Apply the events of one instant (in file order) as one change: the servers adopt
-        the table once, whatever their number (a server sees only the state after the
-        instant, so adopting each intermediate state would be work without effect)."""
+        """Apply the events of one instant (in file order) as one change
+        (:meth:`ChurnState.apply_together`)."""
         now = self.clock.now
-        joined: list[str] = []
-        for event in events:
-            self.churn.apply(event, now, from_scenario=True)
-            if isinstance(event, ServerFails):
-                node = self.nodes.pop(event.server, None)  # its tasks are lost, no goodbye
-                if node is not None:
-                    self.by_origin.pop(node.origin, None)
-                joined = [s for s in joined if s != event.server]
-            elif isinstance(event, ServerJoins):
-                joined.append(event.server)
+        change = self.churn.apply_together(events, now, from_scenario=True)
+        for server in change.failed:
+            node = self.nodes.pop(server, None)  # its tasks are lost, no goodbye
+            if node is not None:
+                self.by_origin.pop(node.origin, None)
         self.table = self.churn.table()
         for node in self.nodes.values():
             node.adopt(self.table, now)
         self._memo.clear()
         self._class_of = ServerClasses.of(self.churn.current()).member_class
-        for server in joined:
+        for server in change.joined:
             others = [n for n in self.churn.present_servers() if n != server]
             self._start(server, now, others, everyone=False)
 

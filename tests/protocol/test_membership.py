@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from psdsf_dist.errors import ScenarioError
+from psdsf_dist.model.events import ServerFails
 from psdsf_dist.model.scenario import Scenario, load_scenario
 from psdsf_dist.protocol.membership import ChurnState
 from tests.conftest import EXAMPLES
@@ -34,6 +35,23 @@ def test_leave_masks_the_user_everywhere_and_join_restores_it() -> None:
     state.apply(events[1], 250.0, from_scenario=True)
     assert np.array_equal(state.current().gamma, before)
     assert [h[0] for h in state.history] == ["user u4 leaves", "user u4 joins"]
+
+
+def test_events_applied_together_say_which_servers_stop_and_start() -> None:
+    state, _ = ChurnState.start(paper())
+    a, b = state.present_servers()[:2]
+    new = {"name": "N-1", "capacity": {"cpu": 4, "mem": 8}}
+    events = [state.parse(e) for e in (
+        {"server_fails": a}, {"user_leaves": "u4"}, {"server_fails": b},
+        {"server_joins": b})]
+    change = state.apply_together(events, 5.0, from_scenario=False)
+    assert change.failed == (a, b) and change.joined == (b,)  # b fails, then is back
+    assert state.epoch == 4 and state.scenario_events_applied == 0
+    grow = state.parse({"server_joins": new})
+    change = state.apply_together([grow, ServerFails(6.0, -1, "N-1")], 6.0,
+                                  from_scenario=True)
+    assert change.joined == () and change.failed == ("N-1",)  # joined and failed: not started
+    assert state.scenario_events_applied == 2
 
 
 def test_changes_that_do_not_fit_the_state_are_errors() -> None:

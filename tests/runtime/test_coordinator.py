@@ -18,8 +18,8 @@ import ray
 from psdsf_dist.cli.run import serve_metrics
 from psdsf_dist.core.certificate import certificate
 from psdsf_dist.protocol.config import ProtocolConfig
-from psdsf_dist.runtime.coordinator import ERROR_RESTARTS
 from psdsf_dist.runtime.launcher import ChurnError, Run, attach, launch
+from psdsf_dist.runtime.recovery import ERROR_RESTARTS
 from psdsf_dist.runtime.settings import RunConfig
 
 pytestmark = pytest.mark.usefixtures("ray_session")

@@ -11,10 +11,10 @@ import numpy.typing as npt
 from psdsf_dist.core.solver import solve
 from psdsf_dist.model.scenario import load_scenario
 from psdsf_dist.protocol.membership import ChurnState
+from psdsf_dist.runtime.messages import ServerReport
 from psdsf_dist.runtime.observation import (
     MISSES_BEFORE_FAILED,
     ObservationRequest,
-    ServerReport,
     observe_reports,
 )
 from psdsf_dist.runtime.settings import RunConfig

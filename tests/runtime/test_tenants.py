@@ -24,8 +24,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from psdsf_dist.admission.identity import TenantAuthError
 from psdsf_dist.admission.shapes import GIB, ShapeError
 from psdsf_dist.protocol.config import ProtocolConfig
-from psdsf_dist.runtime.coordinator import TenantRunError
 from psdsf_dist.runtime.launcher import Run, launch
+from psdsf_dist.runtime.messages import TenantRunError
 from psdsf_dist.runtime.settings import RunConfig
 from psdsf_dist.runtime.tenant import Tenant, by_reference
 from psdsf_dist.runtime.tenant_queue import AllocatorGoneError, TenantRefusedError

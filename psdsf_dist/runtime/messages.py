@@ -1,0 +1,112 @@
+"""The typed messages between the run's processes: what a server actor reports each
+period (:class:`ServerReport`) and keeps for a restarted coordinator (:class:`ActorState`),
+what the coordinator answers tenants (:class:`TenantInfo`, :class:`TenantReply`), and a run's
+result (:class:`RunResult`).  Plain frozen dataclasses, no Ray: any process may import them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from psdsf_dist.errors import PsdsfError
+from psdsf_dist.model.scenario import Scenario
+from psdsf_dist.protocol.convergence import EventConvergence, Observation
+from psdsf_dist.protocol.membership import Table
+from psdsf_dist.runtime.settings import RunConfig
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class ServerReport:
+    name: str
+    running: bool
+    origin: str
+    epoch: int
+    column: FloatArray
+    messages: int
+    bytes: int
+    rounds: int
+    error: str | None
+    pid: int
+    round_seconds: tuple[float, ...] = ()
+    """Durations of the server procedure (the update rule) in the latest rounds, oldest first."""
+    staleness_seconds: float | None = None
+    """Median age of the other servers' columns in the totals at the latest round."""
+
+
+@dataclass(frozen=True)
+class HostedState:
+    """One hosted server as a restarted coordinator needs it."""
+
+    name: str
+    table: Table | None
+    """The newest table it adopted (None: not started since the actor (re)started)."""
+    incarnation: int
+    """-1 when not started."""
+    started_at: float
+
+
+@dataclass(frozen=True)
+class ActorState:
+    """What a restarted coordinator rebuilds its state from (one per server actor)."""
+
+    servers: tuple[HostedState, ...]
+    origins: tuple[str, ...]
+    """Every gossip origin the hosted servers know of (all incarnations still remembered)."""
+    notes: dict[str, Any]
+    """The coordinator's notes (:meth:`ServerActor.keep_notes`)."""
+    journal: tuple[Observation, ...]
+    """The coordinator's observations as far as this actor keeps them
+    (:meth:`ServerActor.keep_journal`)."""
+    node: str
+    time: float | None
+    """Its clock (None: not started); a manual clock's time is only known to the actors."""
+
+
+@dataclass(frozen=True)
+class RunResult:
+    scenario: Scenario
+    allocation: FloatArray
+    observations: tuple[Observation, ...]
+    events: tuple[EventConvergence, ...]
+    config: RunConfig
+    servers: int
+    restarts: int
+    """Server incarnations started after a crash (the coordinator's own restarts are
+    ``coordinator_restarts``)."""
+    pids: tuple[int, ...]
+    coordinator_restarts: int = 0
+    """Times the coordinator was restarted (and rebuilt its state from the servers)."""
+
+
+class TenantRunError(PsdsfError, RuntimeError):
+    """A tenant connected to a run that does not take tenants."""
+
+
+@dataclass(frozen=True)
+class TenantInfo:
+    """What a tenant's client needs to check its submissions."""
+
+    resources: tuple[str, ...]
+    servers: tuple[str, ...]
+    capacity: FloatArray
+    """Present servers x resources."""
+    weight: float | None
+    """The user's weight in the cluster's configuration (None: not declared)."""
+    period: float
+    token: str | None = None
+    """The token the tenant's calls carry (a run with a tenant policy: the one it proved, or
+    the one issued to an unknown tenant the policy lets join)."""
+
+
+@dataclass(frozen=True)
+class TenantReply:
+    servers: dict[str, tuple[Any, str]]
+    """Present server -> (its actor, its Ray node id)."""
+    error: str | None
+    """Why the report's change was refused (e.g. a demand the scenario cannot take)."""

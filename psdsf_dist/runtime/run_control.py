@@ -1,0 +1,504 @@
+"""The coordinator's work, behind its actor (:mod:`psdsf_dist.runtime.coordinator`): the run's
+churn, clock, observations and faults.
+
+Each step's decisions are pure and live elsewhere: the churn in
+:class:`~psdsf_dist.protocol.membership.ChurnState`, the observation in
+:func:`~psdsf_dist.runtime.observation.observe_reports`, what to do about the servers after it
+in :func:`~psdsf_dist.runtime.recovery.plan_recovery`, a restart's state in
+:func:`~psdsf_dist.runtime.rebuild.rebuild_state`, the status in
+:func:`~psdsf_dist.runtime.run_status.run_status`.  This class sequences them and keeps their
+state between calls; the Ray work goes to a
+:class:`~psdsf_dist.runtime.server_pool.ServerPool` (the server actors) and a
+:class:`~psdsf_dist.runtime.tenant_desk.TenantDesk` (the tenants).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from psdsf_dist.errors import ScenarioError
+from psdsf_dist.model.events import Event, ServerFails, ServerJoins
+from psdsf_dist.model.scenario import Scenario
+from psdsf_dist.observability.metrics import AllocatorMetrics, RunMetrics, ServerCounts
+from psdsf_dist.observability.metrics_server import MetricsEndpointError, MetricsServer
+from psdsf_dist.observability.ray_export import RayMetricsExport
+from psdsf_dist.protocol.convergence import Observation, event_convergence
+from psdsf_dist.protocol.membership import ChurnState, Table
+from psdsf_dist.runtime.clock import ManualClock, WallClock
+from psdsf_dist.runtime.members import Member
+from psdsf_dist.runtime.messages import FloatArray, RunResult
+from psdsf_dist.runtime.observation import ObservationRequest, observe_reports
+from psdsf_dist.runtime.rebuild import rebuild_state
+from psdsf_dist.runtime.recovery import (
+    ERROR_RESTARTS,
+    RecoveryPlan,
+    RecoveryRequest,
+    plan_recovery,
+)
+from psdsf_dist.runtime.run_status import run_status
+from psdsf_dist.runtime.server_pool import ServerPool, alive_nodes, ray_nodes
+from psdsf_dist.runtime.settings import RunConfig
+from psdsf_dist.runtime.tenant_desk import TenantDesk
+
+NODE_CHECK_PERIODS = 5  # from-ray runs: look for new nodes this often
+
+NodeSpec = Callable[[Mapping[str, Any]], dict[str, Any]]
+
+
+class NotStartedError(RuntimeError):
+    """A call to a run that was never started (and is not a restarted coordinator)."""
+
+
+class RunControl:
+    def __init__(self, run_id: str, scenario: Scenario, config: RunConfig,
+                 pinned: Mapping[str, str] | None, detached_servers: bool,
+                 node_spec: NodeSpec | None, secret: str | None, restarted: bool) -> None:
+        self.run_id = run_id
+        self.secret = secret
+        """The run's secret: churn and stop are refused without it (None: no check)."""
+        self.scenario = scenario
+        self.config = config
+        self.node_spec = node_spec
+        """from-ray runs: makes the server entry of a new Ray node (None: nodes are not
+        servers)."""
+        self.restarted = restarted
+        self.churn: ChurnState | None = None
+        self.events: tuple[Event, ...] = ()
+        self.observations: list[Observation] = []
+        self.clock: WallClock | ManualClock = (ManualClock() if config.clock == "manual"
+                                               else WallClock(time.time()))
+        """The run's clock: a manual one :meth:`advance` moves, or the wall clock from the
+        moment every actor was up (:meth:`start`)."""
+        self.tables: dict[int, Scenario] = {}
+        self.traffic: dict[str, tuple[int, int]] = {}
+        self.pids: dict[str, int] = {}
+        self.restarts = 0
+        """Server incarnations started after a crash, an error or their node's loss."""
+        self.coordinator_restarts = 0
+        self.erred: dict[str, int] = {}
+        """server -> errors of its loop in a row (:mod:`psdsf_dist.runtime.recovery`)."""
+        self.faults: list[tuple[str, float]] = []
+        """Faults as events (description, run time), kept in the notes with ``restarts``."""
+        self.monitor: asyncio.Task[None] | None = None
+        self.last_allocation: FloatArray | None = None
+        self.lock = asyncio.Lock()
+        """Held while changes that belong together apply (a rebuild, a report, a count of
+        unmanaged work)."""
+        self.observing = asyncio.Lock()
+        self.failure: str | None = None
+        policy = scenario.tenant_policy
+        self.pool = ServerPool(run_id, config, dict(pinned or {}), detached_servers,
+                               secret if policy is not None else None)
+        self.desk = TenantDesk(self, policy, secret)
+        self.metrics = RunMetrics(AllocatorMetrics())
+        """Always kept: exported through Ray's metrics pipeline after every observation, and on
+        an HTTP endpoint of its own once :meth:`serve_metrics` is asked for."""
+        self.ray_metrics = RayMetricsExport(self.metrics.metrics.registry)
+        self.metrics_server: MetricsServer | None = None
+        self.ready = False
+
+    # -- what the tenant desk asks (DeskHost) -------------------------------------------------
+    @property
+    def period(self) -> float:
+        return self.config.period
+
+    def now(self) -> float:
+        return self.clock.now()
+
+    def state(self) -> ChurnState:
+        if self.churn is None:
+            raise NotStartedError(f"run {self.run_id!r} has not been started")
+        return self.churn
+
+    def takes_tenants(self) -> bool:
+        return bool(self.state().full.raw.get("tenants")) and self.node_spec is not None
+
+    def present(self, server: str) -> bool:
+        churn = self.state()
+        names = churn.full.server_names
+        return server in names and bool(churn.servers_present[names.index(server)])
+
+    async def note(self, **notes: Any) -> None:
+        await self.pool.note(**notes)
+
+    async def change(self, item: Mapping[str, Any]) -> tuple[bool, str]:
+        """One change in the scenario-file syntax, applied now: (True, its description) or
+        (False, why it was refused)."""
+        await self.ensure()
+        try:
+            event = self.state().parse(item)
+            await self.apply_events(event, from_scenario=False)
+        except ScenarioError as err:
+            return False, str(err)
+        return True, event.describe()
+
+    async def operator_change(self, item: Mapping[str, Any]) -> tuple[bool, str]:
+        """The operator's change (:meth:`Coordinator.apply`, secret checked): churn, or a
+        change of the tenant policy.  With a policy, the operator's ``set_weight`` is the
+        tenant's ceiling from then on."""
+        await self.ensure()
+        desk = self.desk
+        if isinstance(item, Mapping) and "tenant_policy" in item:
+            return await desk.change_policy(item["tenant_policy"], self.scenario.resources)
+        if desk.policy is not None and isinstance(item, Mapping) \
+                and isinstance(item.get("set_weight"), Mapping):
+            user = item["set_weight"].get("user")
+            if isinstance(user, str):
+                ok, text = await self.change(item)
+                if ok:
+                    entry = (desk.policy.entry(user).to_raw(user) if desk.known(user)
+                             else {"name": user})
+                    await desk.change_policy({"tenants": [
+                        {**entry, "weight": item["set_weight"].get("weight")}]},
+                        self.scenario.resources)
+                return ok, text
+        return await self.change(item)
+
+    # -- life cycle ---------------------------------------------------------------------------
+    async def start(self) -> int:
+        """Start the run: one server actor per present server.  Returns how many."""
+        self.churn, self.events = ChurnState.start(self.scenario)
+        self.ready = True
+        names = self.churn.present_servers()
+        # The run's clock starts once every actor is up (120 take minutes on a busy machine):
+        # event times count from when the servers can act on them.
+        await self.spawn(names, start_clock=True)
+        if self.config.clock == "real":
+            self.monitor = asyncio.get_running_loop().create_task(self._monitor())
+        return len(names)
+
+    async def ensure(self) -> None:
+        """A restarted coordinator rebuilds its state from the servers before anything else."""
+        if self.ready:
+            return
+        async with self.lock:
+            if self.ready:
+                return
+            if not self.restarted:
+                raise NotStartedError("the run has not been started")
+            await self._rebuild()
+            self.ready = True
+            self._serve_noted_metrics()
+            if self.config.clock == "real" and self.monitor is None:
+                self.monitor = asyncio.get_running_loop().create_task(self._monitor())
+
+    async def _rebuild(self) -> None:
+        """Rebuild the state from the server actors' (:mod:`psdsf_dist.runtime.rebuild`)."""
+        pool = self.pool
+        found = pool.find_actors()
+        states = await asyncio.gather(*(pool.call(h.state.remote()) for h in found.values()),
+                                      return_exceptions=True)
+        got = rebuild_state(dict(zip(found, states, strict=True)), pool.pinned,
+                            await alive_nodes())
+        pool.adopt(found, got)
+        self.observations = list(got.observations)
+        if isinstance(self.clock, ManualClock):
+            self.clock.move_to(got.latest_time)
+        elif got.started_at is not None:
+            self.clock = WallClock(got.started_at)
+        self.churn = ChurnState.resume(got.table)
+        _, self.events = ChurnState.start(self.scenario)
+        await self.push_table()
+        for s in got.missing_failed:
+            await self.apply_events(ServerFails(self.now(), -1, s), from_scenario=False)
+        notes = pool.notes
+        self.restarts = int(notes.get("restarts", 0)) + len(got.missing_restart)
+        self.coordinator_restarts = int(notes.get("coordinator_restarts", 0)) + 1
+        self.faults = [(str(d), float(t)) for d, t in notes.get("faults", [])]
+        self.desk.restore(notes, self.scenario.resources)
+        await self.record_faults("coordinator restarted",
+                                 *(f"server {s} restarted (no actor hosted it)"
+                                   for s in got.missing_restart))
+        if got.missing_restart:
+            await self.spawn(list(got.missing_restart))
+
+    def authorised(self, secret: str | None) -> bool:
+        return self.secret is None or (
+            secret is not None and hmac.compare_digest(secret.encode(), self.secret.encode()))
+
+    def stop(self) -> None:
+        if self.monitor is not None:
+            self.monitor.cancel()
+            self.monitor = None
+        self.pool.stop()
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
+            self.metrics_server = None
+
+    async def record_faults(self, *descriptions: str) -> None:
+        """Faults as events of the run (their re-convergence is measured like churn's), kept
+        in the notes — one update for them all — so that a restarted coordinator still
+        reports them."""
+        now = self.now()
+        self.faults += [(d, now) for d in descriptions]
+        await self.pool.note(faults=list(self.faults), restarts=self.restarts,
+                             coordinator_restarts=self.coordinator_restarts)
+
+    # -- time ---------------------------------------------------------------------------------
+    async def advance(self, periods: int) -> list[dict[str, Any]]:
+        """Manual clock: move the run ``periods`` periods on and observe after each.
+
+        A period goes in ``gossip_rate`` steps.  At each step the events due by the current
+        time are applied first, then every actor runs the wake-ups due before the step's end;
+        after the last step the events due at the period's end are applied and the run is
+        observed — the simulator's order of events, wake-ups and observations."""
+        await self.ensure()
+        out: list[dict[str, Any]] = []
+        T = self.config.period
+        steps = self.config.protocol.gossip_rate
+        for _ in range(periods):
+            assert isinstance(self.clock, ManualClock)
+            start = self.clock.now()
+            for j in range(1, steps + 1):
+                await self._due_events()
+                t = start + T * j / steps
+                await asyncio.gather(*(self.pool.call(h.advance_to.remote(t), 60.0)
+                                       for h in self.pool.actors.values()),
+                                     return_exceptions=True)
+                self.clock.move_to(t)
+            await self._due_events()
+            out.append((await self.observe()).to_json())
+            if self.node_spec is not None and len(self.observations) % NODE_CHECK_PERIODS == 0:
+                await self._check_nodes()
+        return out
+
+    async def _monitor(self) -> None:
+        period = self.config.period
+        while True:
+            await self.clock.sleep(period - (self.now() % period))
+            try:
+                await self._due_events()
+                await self.desk.expire()
+                await self.desk.count_unmanaged()
+                self.metrics.metrics.set_unmanaged(self.desk.unmanaged)
+                await self.observe()
+                if self.node_spec is not None and len(self.observations) % NODE_CHECK_PERIODS == 0:
+                    await self._check_nodes()
+            except Exception as err:  # keep observing; the failure shows in status
+                self.failure = f"{type(err).__name__}: {err}"
+
+    # -- churn --------------------------------------------------------------------------------
+    async def _due_events(self) -> None:
+        churn = self.state()
+        now = self.now()
+        first = end = churn.scenario_events_applied
+        while end < len(self.events) and \
+                self.events[end].at * self.config.time_scale <= now + 1e-9:
+            end += 1
+        if end > first:
+            await self.apply_events(*self.events[first:end], from_scenario=True)
+
+    async def apply_events(self, *events: Event, from_scenario: bool) -> None:
+        """Apply events due together as one change (:meth:`ChurnState.apply_together`, as the
+        simulator does): failed servers stop, every actor adopts the table once, joined
+        servers start."""
+        now = self.now()
+        change = self.state().apply_together(events, now, from_scenario=from_scenario)
+        for event in events:
+            self.metrics.event(event, now)
+        for server in change.failed:
+            await self.pool.remove(server)
+        await self.push_table()
+        if change.joined:
+            await self.spawn(list(change.joined))
+
+    def table(self) -> Table:
+        """The current table, remembered by epoch (the observation checks each server's
+        column against the table it had)."""
+        table = self.state().table()
+        self.tables[table.epoch] = table.scenario
+        return table
+
+    async def push_table(self, actors: set[str] | frozenset[str] | None = None) -> None:
+        await self.pool.push(self.table(), actors)
+
+    # -- servers ------------------------------------------------------------------------------
+    def _clock_origin(self) -> tuple[float | None, float]:
+        """(the manual clock's time or None, the wall clock's origin or 0) for a start."""
+        if isinstance(self.clock, ManualClock):
+            return self.clock.now(), 0.0
+        return None, self.clock.started_at
+
+    async def spawn(self, names: list[str], start_clock: bool = False) -> None:
+        """New actors for ``names``, started on the current table.  ``start_clock``: the
+        run's first start — the wall clock starts once every actor is up, and the servers
+        know each other from the first round."""
+        await self.pool.create(names)
+        if start_clock and isinstance(self.clock, WallClock):
+            self.clock = WallClock(time.time())
+        now, started_at = self._clock_origin()
+        await self.pool.start_new(names, self.table(), now, started_at, everyone=start_clock)
+
+    async def _start_again(self, members: list[Member]) -> None:
+        now, started_at = self._clock_origin()
+        await self.pool.start(members, self.table(), now, started_at)
+
+    async def _relocate(self, actor: str) -> None:
+        """The servers of an actor whose node is gone: a new actor on an alive node hosts them,
+        as new incarnations (the others learn its handle; the old columns expire)."""
+        names = self.pool.kill(actor)
+        if not names:
+            return
+        self.restarts += len(names)
+        for name in names:
+            self.metrics.restart(name)
+        await self.record_faults(*(f"server {name} restarted on another node (its node is "
+                                   "gone)" for name in names))
+        await self.spawn(names)
+
+    async def _check_nodes(self) -> None:
+        """from-ray: every alive node without a server becomes one; a server pinned to a node
+        that is gone has failed with it."""
+        assert self.node_spec is not None
+        churn = self.state()
+        nodes = await ray_nodes()
+        alive = {str(n["NodeID"]) for n in nodes if n.get("Alive")}
+        for m in list(self.pool.members.values()):
+            if m.pinned and m.node is not None and m.node not in alive:
+                await self.apply_events(ServerFails(self.now(), -1, m.name), from_scenario=False)
+        pinned = self.pool.pinned
+        known = set(pinned.values())
+        for node in nodes:
+            if node.get("Alive") and node["NodeID"] not in known:
+                spec = self.node_spec(node)
+                pinned[spec["name"]] = node["NodeID"]
+                back = spec["name"] in churn.full.server_names  # a node came back
+                await self.apply_events(
+                    ServerJoins(self.now(), -1, spec["name"], None if back else spec),
+                    from_scenario=False)
+
+    # -- observing ----------------------------------------------------------------------------
+    async def observe(self) -> Observation:
+        """One observation at a time: the monitor, :meth:`advance` and :meth:`result` may ask
+        together, and an observation's round is the number of those made before it."""
+        async with self.observing:
+            return await self._observe_now()
+
+    async def _observe_now(self) -> Observation:
+        churn = self.state()
+        by_server = await self.pool.reports()
+        members = list(self.pool.members.values())
+        # the table as observed: a tenant's report may change the live one (a user joins)
+        # while this observation awaits its faults, restarts and pushes below
+        current = churn.current()
+        users_present = churn.users_present.copy()
+        servers_present = churn.servers_present.copy()
+        previous = self.last_allocation
+        reply = observe_reports(ObservationRequest(
+            round=len(self.observations), time=self.now(), scenario=current,
+            servers_present=servers_present, epoch=churn.epoch, tables=self.tables,
+            members=tuple(m.name for m in members), reports=by_server,
+            gone={m.name: m.gone for m in members}, sent=self.traffic,
+            previous_totals=(None if previous is None or previous.shape[0] != current.num_users
+                             else previous.sum(axis=1)),
+            config=self.config))
+        self.traffic = reply.sent
+        for name, error in reply.errors.items():
+            self.failure = f"server {name}: {error}"
+        for name, rep in by_server.items():
+            self.pids[name] = rep.pid
+        plan = plan_recovery(RecoveryRequest(
+            by_server, self.pool.members, reply.restart, reply.errors, reply.failed, self.erred,
+            churn.epoch, await alive_nodes() if reply.failed else ()))
+        self.erred = plan.erred
+        await self._recover(plan)
+        obs = reply.observation
+        self.observations.append(obs)
+        await self.pool.journal(self.observations)
+        self.last_allocation = reply.allocation
+        self.metrics.observe(
+            current, reply.allocation, users=users_present,
+            servers=servers_present, residual=obs.residual, holds=obs.holds,
+            now=obs.time, cap_excess=obs.cap_excess, distance=obs.distance,
+            reports=[ServerCounts(r.name, r.origin, r.rounds, r.messages, r.bytes,
+                                  r.round_seconds, r.staleness_seconds)
+                     for r in by_server.values() if r.running])
+        try:
+            self.ray_metrics.push()
+        except Exception as err:  # the export must not stop the observations
+            self.failure = f"Ray metrics export: {type(err).__name__}: {err}"
+        return obs
+
+    async def _recover(self, plan: RecoveryPlan) -> None:
+        """Carry out the observation's recovery plan (:mod:`psdsf_dist.runtime.recovery`)."""
+        restarted = [self.pool.new_incarnation(n) for n in (*plan.crashed, *plan.broke)]
+        for m in restarted:
+            self.restarts += 1
+            self.metrics.restart(m.name)
+        if restarted:  # one notes update, and the servers start together
+            await self.record_faults(
+                *(f"server {n} restarted after a crash" for n in plan.crashed),
+                *(f"server {n} restarted after an error" for n in plan.broke))
+            await self._start_again(restarted)
+        if plan.repush:
+            await self.push_table(plan.repush)
+        for name, error in plan.hopeless:
+            await self.record_faults(f"server {name} failed: its loop erred {ERROR_RESTARTS} "
+                                     f"times in a row ({error})")
+            await self.apply_events(ServerFails(self.now(), -1, name), from_scenario=False)
+        for actor in plan.relocate:
+            await self._relocate(actor)
+        for name in plan.fail:
+            if name in self.pool.members:
+                await self.apply_events(ServerFails(self.now(), -1, name), from_scenario=False)
+
+    # -- metrics ------------------------------------------------------------------------------
+    async def serve_metrics(self, port: int, bind: str, per_pair: bool) -> MetricsServer:
+        """Export the run's metrics on one HTTP endpoint served from this process (the same
+        one if already served); its port is noted for a restarted coordinator."""
+        if self.metrics_server is None:
+            metrics = self.metrics.metrics
+            metrics.per_pair = per_pair
+            self.metrics_server = MetricsServer(metrics.registry, port, bind).start()
+            # a restarted coordinator serves again on the port bound now (port 0 included)
+            await self.pool.note(metrics=(self.metrics_server.port, bind, per_pair))
+        return self.metrics_server
+
+    def _serve_noted_metrics(self) -> None:
+        """A restarted coordinator: the endpoint its predecessor served, on the same port."""
+        noted = self.pool.notes.get("metrics")
+        if noted is None or self.metrics_server is not None:
+            return
+        port, bind, per_pair = noted
+        metrics = self.metrics.metrics
+        metrics.per_pair = bool(per_pair)
+        try:
+            self.metrics_server = MetricsServer(metrics.registry, int(port), str(bind)).start()
+        except MetricsEndpointError as err:
+            self.failure = str(err)
+
+    # -- answers ------------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        return run_status(self.state(), self.now(), self.observations, self.events,
+                          sorted(self.pool.members), len(self.tables), self.restarts,
+                          self.restarted, self.coordinator_restarts, self.failure,
+                          self.desk.policy, self.desk.policy_changes, self.desk.unmanaged)
+
+    async def result(self) -> RunResult:
+        # read between observations: the table, the allocation and the trace agree
+        async with self.observing:
+            current = self.state().current()
+            X = self.last_allocation
+            if X is None or X.shape != (current.num_users, current.num_servers):
+                await self._observe_now()
+                current = self.state().current()  # the observation may have applied churn
+                X = self.last_allocation
+            assert X is not None
+            conv = event_convergence([*self.state().history, *self.faults], self.observations,
+                                     self.config.period, self.config.protocol.hold)
+            return RunResult(current, X.copy(), tuple(self.observations), tuple(conv),
+                             self.config, len(self.pool.members), self.restarts,
+                             tuple(self.pids.values()), self.coordinator_restarts)
+
+    def user_totals(self) -> dict[str, float]:
+        churn = self.state()
+        X = self.last_allocation
+        if X is None:
+            return {}
+        return {u: float(X[n].sum()) for n, u in enumerate(churn.full.user_names)
+                if n < X.shape[0] and churn.users_present[n]}
+

@@ -1,0 +1,48 @@
+"""A run's status as the coordinator answers it (``Run.status()``, ``psdsf-dist status``), pure:
+the churn state, the observations and the fault counts in, one JSON-able mapping out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from psdsf_dist.model.events import Event
+from psdsf_dist.model.tenant_policy import TenantPolicy
+from psdsf_dist.protocol.convergence import Observation
+from psdsf_dist.protocol.membership import ChurnState
+
+
+def run_status(churn: ChurnState, now: float, observations: Sequence[Observation],
+               events: Sequence[Event], members: list[str], tables_pushed: int, restarts: int,
+               coordinator_restarted: bool, coordinator_restarts: int, failure: str | None,
+               policy: TenantPolicy | None, policy_changes: Sequence[tuple[str, float]],
+               unmanaged: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
+    last = observations[-1] if observations else None
+    history = churn.history
+    last_event_at = history[-1][1] if history else 0.0
+    return {
+        "time": now,
+        "round": None if last is None else last.round,
+        "residual": None if last is None else last.residual,
+        "holds": None if last is None else last.holds,
+        "feasible": all(o.feasible for o in observations),
+        "utilization": None if last is None else last.utilization,
+        "since_last_event": now - last_event_at,
+        "last_event_at": last_event_at,
+        "servers": len(members),
+        "users": int(churn.users_present.sum()),
+        "epoch": churn.epoch,
+        "members": members,
+        "present_users": [u for u, p in zip(churn.full.user_names, churn.users_present,
+                                            strict=True) if p],
+        "events_applied": churn.scenario_events_applied,
+        "events_total": len(events),
+        "tables_pushed": tables_pushed,
+        "restarts": restarts,
+        "coordinator_restarted": coordinator_restarted,
+        "coordinator_restarts": coordinator_restarts,
+        "failure": failure,
+        "tenant_policy": None if policy is None else policy.to_raw(),
+        "policy_changes": [list(c) for c in policy_changes],
+        "unmanaged": {n: dict(u) for n, u in unmanaged.items() if any(v > 0 for v in u.values())},
+    }

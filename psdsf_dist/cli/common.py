@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from psdsf_dist.core.certificate import certificate
+from psdsf_dist.core.report import allocation_json, allocation_table
 from psdsf_dist.errors import PsdsfError, ScenarioError, ScenarioWarning, one_line
 from psdsf_dist.model import limits
 from psdsf_dist.model.defaults import DEFAULT_MODE, DEFAULT_SEED
@@ -30,6 +32,7 @@ from psdsf_dist.policies.registry import DEFAULT_POLICY, POLICIES, describe
 from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.protocol.convergence import CAP_EXCESS_RTOL, EventConvergence, Observation
 from psdsf_dist.protocol.distance import THRESHOLDS
+from psdsf_dist.protocol.outcome import ProtocolOutcome
 from psdsf_dist.protocol.update_rule import RULES
 from psdsf_dist.simulator.simulation import AUTO_SNAPSHOT_ABOVE
 
@@ -394,6 +397,27 @@ def convergence_lines(events: Sequence[EventConvergence], hold: int) -> list[str
         lines.append(f"  t={e.at:g}s {e.description}: {when}"
                      + (f"; within {within}" if within else ""))
     return lines
+
+
+def render_outcome(result: ProtocolOutcome, *, policy: str, json_output: bool, section: str,
+                   fields: dict[str, Any], summary: str) -> str:
+    """The report of ``simulate`` and ``run`` alike: the final allocation with its
+    certificate, the per-event convergence, the caps, then the run's own ``summary`` line;
+    with ``--json`` the allocation's JSON with the protocol settings and ``fields`` under
+    ``section``, the events and the trace."""
+    cfg = result.protocol
+    final = certificate(result.scenario, result.allocation, mode=cfg.mode, rtol=cfg.rtol,
+                        explain=not json_output)
+    if json_output:
+        extra = {section: {**protocol_json(cfg), **fields},
+                 "events": [e.to_json() for e in result.events],
+                 "trace": [o.to_json() for o in result.trace]}
+        return dumps(allocation_json(result.scenario, result.allocation, policy=policy,
+                                     mode=cfg.mode, certificate=final, extra=extra))
+    return "\n".join([allocation_table(result.scenario, result.allocation, policy=policy,
+                                       mode=cfg.mode, certificate=final), "",
+                      *convergence_lines(result.events, cfg.hold), cap_line(result.trace),
+                      summary])
 
 
 def add_name_option(p: argparse.ArgumentParser) -> None:

@@ -31,21 +31,16 @@ from psdsf_dist.cli.common import (
     CommandError,
     add_name_option,
     add_protocol_options,
-    cap_line,
-    convergence_lines,
-    dumps,
     emit,
     float_in,
     int_in,
     load,
     protocol_config,
-    protocol_json,
     read,
+    render_outcome,
     results_only_on_stdout,
     show_arg,
 )
-from psdsf_dist.core.certificate import certificate
-from psdsf_dist.core.report import allocation_json, allocation_table
 from psdsf_dist.errors import PsdsfError, ScenarioError
 from psdsf_dist.model.scenario import Scenario, parse_document
 from psdsf_dist.observability.metrics_server import DEFAULT_BIND
@@ -193,10 +188,10 @@ def run(args: argparse.Namespace) -> int:
     if final.get("failure"):
         print(f"psdsf-dist: run: {final['failure']}", file=sys.stderr)
         return EXIT_FAILURE
-    if not all(o.feasible for o in result.observations):
+    if not all(o.feasible for o in result.trace):
         print("psdsf-dist: run: a column exceeded its server's capacity", file=sys.stderr)
         return EXIT_FAILURE
-    if converge and not (result.observations and result.observations[-1].holds):
+    if converge and not (result.trace and result.trace[-1].holds):
         print("psdsf-dist: run: the certificate did not hold at the end", file=sys.stderr)
         return EXIT_FAILURE
     return 0
@@ -362,28 +357,16 @@ def _unmanaged_note(st: dict[str, Any]) -> str:
 
 
 def render(result: RunResult, *, json_output: bool, seconds: float) -> str:
-    cfg = result.config.protocol
-    final = certificate(result.scenario, result.allocation, mode=cfg.mode, rtol=cfg.rtol,
-                        explain=not json_output)
-    policy = f"psdsf-ray/{cfg.rule}"
-    if json_output:
-        extra = {
-            "run": {**protocol_json(cfg), "time_scale": result.config.time_scale,
-                    "servers": result.servers,
-                    "servers_per_actor": result.config.servers_per_actor,
-                    "restarts": result.restarts,
-                    "coordinator_restarts": result.coordinator_restarts, "seconds": seconds,
-                    "rounds": len(result.observations)},
-            "events": [e.to_json() for e in result.events],
-            "trace": [o.to_json() for o in result.observations],
-        }
-        return dumps(allocation_json(result.scenario, result.allocation, policy=policy,
-                                     mode=cfg.mode, certificate=final, extra=extra))
-    lines = [allocation_table(result.scenario, result.allocation, policy=policy, mode=cfg.mode,
-                              certificate=final), "", *convergence_lines(result.events, cfg.hold),
-             cap_line(result.observations)]
     processes = len(set(result.pids))
-    lines.append(f"{len(result.observations)} rounds of {result.servers} servers "
-                 f"({processes} actor process{'' if processes == 1 else 'es'}) in {seconds:.1f} s; "
-                 f"restarts: {result.restarts} server, {result.coordinator_restarts} coordinator")
-    return "\n".join(lines)
+    return render_outcome(
+        result, policy=f"psdsf-ray/{result.protocol.rule}", json_output=json_output,
+        section="run",
+        fields={"time_scale": result.config.time_scale, "servers": result.servers,
+                "servers_per_actor": result.config.servers_per_actor,
+                "restarts": result.restarts,
+                "coordinator_restarts": result.coordinator_restarts, "seconds": seconds,
+                "rounds": len(result.trace)},
+        summary=(f"{len(result.trace)} rounds of {result.servers} servers "
+                 f"({processes} actor process{'' if processes == 1 else 'es'}) in "
+                 f"{seconds:.1f} s; restarts: {result.restarts} server, "
+                 f"{result.coordinator_restarts} coordinator"))

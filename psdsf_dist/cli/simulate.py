@@ -12,17 +12,12 @@ from psdsf_dist.cli.common import (
     CommandError,
     add_gossip_option,
     add_protocol_options,
-    cap_line,
-    convergence_lines,
-    dumps,
     emit,
     int_in,
     load_within_work,
     protocol_config,
-    protocol_json,
+    render_outcome,
 )
-from psdsf_dist.core.certificate import certificate
-from psdsf_dist.core.report import allocation_json, allocation_table
 from psdsf_dist.errors import FeasibilityError, PsdsfError
 from psdsf_dist.protocol.convergence import Observation
 from psdsf_dist.simulator.simulation import SimConfig, SimulationResult, simulate
@@ -92,24 +87,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def render(result: SimulationResult, *, json_output: bool) -> str:
-    cfg = result.config.protocol
-    final = certificate(result.scenario, result.allocation, mode=cfg.mode, rtol=cfg.rtol,
-                        explain=not json_output)
-    policy = f"psdsf-async/{cfg.rule}"
-    if json_output:
-        extra = {
-            "simulation": {
-                **protocol_json(cfg), "rounds": result.config.rounds, "gossip": result.gossip,
-                "seconds": result.seconds, "seconds_per_round": result.seconds_per_round,
-            },
-            "events": [e.to_json() for e in result.events],
-            "trace": [rec.to_json() for rec in result.trace],
-        }
-        return dumps(allocation_json(result.scenario, result.allocation, policy=policy,
-                                     mode=cfg.mode, certificate=final, extra=extra))
-    lines = [allocation_table(result.scenario, result.allocation, policy=policy, mode=cfg.mode,
-                              certificate=final), "", *convergence_lines(result.events, cfg.hold),
-             cap_line(result.trace)]
-    lines.append(f"{len(result.trace)} rounds, {result.gossip} gossip, "
-                 f"{result.seconds_per_round:.4f} s per simulated round")
-    return "\n".join(lines)
+    return render_outcome(
+        result, policy=f"psdsf-async/{result.protocol.rule}", json_output=json_output,
+        section="simulation",
+        fields={"rounds": result.config.rounds, "gossip": result.gossip,
+                "seconds": result.seconds, "seconds_per_round": result.seconds_per_round},
+        summary=(f"{len(result.trace)} rounds, {result.gossip} gossip, "
+                 f"{result.seconds_per_round:.4f} s per simulated round"))

@@ -13,9 +13,10 @@ import numpy as np
 import numpy.typing as npt
 
 from psdsf_dist.errors import PsdsfError
-from psdsf_dist.model.scenario import Scenario
-from psdsf_dist.protocol.convergence import EventConvergence, Observation
+from psdsf_dist.protocol.config import ProtocolConfig
+from psdsf_dist.protocol.convergence import Observation
 from psdsf_dist.protocol.membership import Table
+from psdsf_dist.protocol.outcome import ProtocolOutcome
 from psdsf_dist.runtime.settings import RunConfig
 
 FloatArray = npt.NDArray[np.float64]
@@ -69,11 +70,7 @@ class ActorState:
 
 
 @dataclass(frozen=True)
-class RunResult:
-    scenario: Scenario
-    allocation: FloatArray
-    observations: tuple[Observation, ...]
-    events: tuple[EventConvergence, ...]
+class RunResult(ProtocolOutcome):
     config: RunConfig
     servers: int
     restarts: int
@@ -82,6 +79,10 @@ class RunResult:
     pids: tuple[int, ...]
     coordinator_restarts: int = 0
     """Times the coordinator was restarted (and rebuilt its state from the servers)."""
+
+    @property
+    def protocol(self) -> ProtocolConfig:
+        return self.config.protocol
 
 
 class TenantRunError(PsdsfError, RuntimeError):

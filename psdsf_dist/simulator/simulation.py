@@ -46,7 +46,6 @@ from psdsf_dist.model.events import Event, at_each_instant
 from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.protocol.convergence import (
-    EventConvergence,
     Observation,
     Traffic,
     event_convergence,
@@ -70,6 +69,7 @@ from psdsf_dist.protocol.node import (
     seed_peers,
     server_seed,
 )
+from psdsf_dist.protocol.outcome import ProtocolOutcome
 from psdsf_dist.protocol.transport import Transport
 from psdsf_dist.protocol.update_rule import RuleState, UpdateRule, uses_classes
 from psdsf_dist.simulator.clock import SimClock
@@ -104,15 +104,14 @@ class SimConfig:
 
 
 @dataclass(frozen=True)
-class SimulationResult:
-    scenario: Scenario
-    """The scenario as it stands at the end (absent users and failed servers ineligible)."""
-    allocation: FloatArray
-    trace: tuple[Observation, ...]
-    events: tuple[EventConvergence, ...]
+class SimulationResult(ProtocolOutcome):
     config: SimConfig
     gossip: str
     seconds: float
+
+    @property
+    def protocol(self) -> ProtocolConfig:
+        return self.config.protocol
 
     @property
     def seconds_per_round(self) -> float:

@@ -378,7 +378,7 @@ def test_prometheus_sees_what_the_ray_allocator_did(
     target = url.removeprefix("http://").removesuffix("/metrics")
     with running_prometheus(target, tmp_path_factory.mktemp("prometheus-ray")) as base:
         wait_for_target(base, target)
-        last = result.observations[-1]
+        last = result.trace[-1]
         eventually(lambda: True if scalar(base, "psdsf_certificate_residual") == last.residual
                    else None, "a scrape of the run's last observation")
         tasks = {dict(k)["user"]: v for k, v in query(base, "psdsf_user_tasks").items()}

@@ -351,7 +351,7 @@ def test_a_run_exports_through_ray_from_the_start(small_cluster: Path) -> None:
         wait_for(lambda: differences(text, ray_series(url, worker)), "the run's metrics")
         got = ray_series(url, worker)
         result = run.result()
-        last = result.observations[-1]
+        last = result.trace[-1]
         assert got["psdsf_certificate_residual", ()] == last.residual
         assert got["psdsf_converged", ()] == 1.0
         assert got["psdsf_members", (("role", "server"),)] == 6.0

@@ -78,7 +78,7 @@ def test_concurrent_result_calls_observe_once(manual_run: Run) -> None:
     # before the first observation each call must observe: one does, the others use it
     ray.get([manual_run.coordinator.result.remote() for _ in range(4)])
     res = manual_run.result()
-    assert [o.round for o in res.observations] == [0]
+    assert [o.round for o in res.trace] == [0]
 
 
 def test_churn_through_the_api(manual_run: Run) -> None:
@@ -236,9 +236,9 @@ def test_a_restarted_coordinator_keeps_membership_and_users(manual_run: Run) -> 
     assert told == ["start", "user u3 leaves", "coordinator restarted"]
     # nothing observed before the crash is forgotten: the trace goes on from it, so the start's
     # convergence is the one measured before
-    kept = len(earlier.observations)
-    assert res.observations[:kept] == earlier.observations
-    assert [o.round for o in res.observations] == list(range(len(res.observations)))
+    kept = len(earlier.trace)
+    assert res.trace[:kept] == earlier.trace
+    assert [o.round for o in res.trace] == list(range(len(res.trace)))
     assert res.events[0] == earlier.events[0] and res.events[0].rounds is not None
     assert res.restarts == 0  # the coordinator's own restart is an event, not a server's
     assert res.coordinator_restarts == 1 and after["coordinator_restarts"] == 1

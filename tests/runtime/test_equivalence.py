@@ -92,4 +92,4 @@ def test_across_actors_only_the_message_order_differs(small_cluster: Path) -> No
     assert [e.description for e in result.events] == [e.description for e in sim.events]
     assert all(e.rounds is not None for e in sim.events)
     assert all(e.rounds is not None for e in result.events)
-    assert all(o.feasible for o in result.observations)
+    assert all(o.feasible for o in result.trace)

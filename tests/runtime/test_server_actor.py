@@ -40,7 +40,7 @@ def test_real_clock_run_answers_while_working_and_converges(small_cluster: Path,
         assert final["holds"], final
         assert ray.get(server.status.remote())["servers"]["C-1"]["rounds"] > 1
         res = run.result()
-        assert all(o.feasible for o in res.observations)
+        assert all(o.feasible for o in res.trace)
         assert certificate(res.scenario, res.allocation, rtol=1e-3).holds
     finally:
         run.stop()

@@ -1,8 +1,9 @@
 """Clocks the actors run on: the wall clock, and a manual one that paced runs and tests move
 by hand.
 
-A server (and the coordinator) reads ``now()``, waits with ``await sleep(seconds)`` and starts
-background work (its exchanges) with ``spawn``; they do not touch time otherwise.
+The server actors, the coordinator and the tenants' queues (these on the wall clock) read
+``now()``, wait with ``await sleep(seconds)`` and start background work (a server's exchanges)
+with ``spawn``; they do not touch time otherwise.
 
 The manual clock is a discrete-event clock for asyncio tasks: :meth:`ManualClock.advance_to`
 wakes the sleepers due before the target one at a time, in order of their wake-up time (ties in

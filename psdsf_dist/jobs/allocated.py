@@ -68,6 +68,9 @@ class AllocatedRun:
     solves: int
     sample_job_std: FloatArray
     """(S,) standard deviation of the active jobs' aggregate running tasks at each sample."""
+    sample_active: IntArray
+    """(S,) active jobs (with unfinished tasks) at each sample: the std means something only
+    where two or more compete."""
 
 
 def imf(counts: FloatArray, slots: FloatArray) -> FloatArray:
@@ -241,6 +244,7 @@ def simulate_allocated(w: Workload, policy: str, *, recompute: str = "subjob",
     s_site: list[IntArray] = []
     s_user: list[IntArray] = []
     s_std: list[float] = []
+    s_active: list[int] = []
 
     left = [0] * J  # unfinished tasks per job
     unstarted: dict[int, list[int]] = {}  # per job: unstarted tasks per row
@@ -315,6 +319,7 @@ def simulate_allocated(w: Workload, policy: str, *, recompute: str = "subjob",
             s_user.append(busy_user.copy())
             agg = [int(running[i].sum()) for i in active if left[i]]
             s_std.append(float(np.std(agg)) if agg else 0.0)
+            s_active.append(len(agg))
             next_sample += step
 
     while nxt < J or heap:
@@ -355,4 +360,5 @@ def simulate_allocated(w: Workload, policy: str, *, recompute: str = "subjob",
                  np.array(s_site, dtype=np.int64).reshape(-1, m),
                  np.array(s_user, dtype=np.int64).reshape(-1, len(w.user_names)),
                  solves, plan_seconds, time.perf_counter() - t_wall, events)
-    return AllocatedRun(run, recompute, solves, np.array(s_std))
+    return AllocatedRun(run, recompute, solves, np.array(s_std),
+                        np.array(s_active, dtype=np.int64))

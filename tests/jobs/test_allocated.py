@@ -56,6 +56,10 @@ def test_two_jobs_amf_balances_aggregates_imf_does_not() -> None:
     run = simulate_allocated(w, "imf")
     assert run.run.finish.tolist() == [4.0, 4.0]
     assert amf.sample_job_std.max() == 0.0 and run.sample_job_std.max() == 1.0
+    # both jobs active until 2 s, then B alone under AMF; both until the end under IMF
+    assert set(amf.sample_active.tolist()) <= {0, 1, 2} and amf.sample_active.max() == 2
+    assert (run.sample_active[run.sample_job_std > 0] == 2).all()
+    assert len(amf.sample_active) == len(amf.sample_job_std)
     for r in (amf, run):
         check_run(w, r.run)
     # one solve per instant with a change: the arrivals (0 s), A's end and B's S2 sub-job's

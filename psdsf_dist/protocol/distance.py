@@ -13,7 +13,7 @@ within 1 % of what it gets at some PS-DSF allocation, never a claim closer than 
 at every allocation of the set, in particular at the solver's, and scale-free (scaling every
 column of a PS-DSF allocation by ``s`` gives ``|1 - s|`` when the set holds only that one).
 
-The set.  RDM PS-DSF is not unique (``/work/shared/spec/PSDSF.md``: ~5 % of random instances;
+The set.  RDM PS-DSF is not unique (~5 % of random instances;
 on the Google 2011 mix the protocol often settles on an exact PS-DSF allocation whose totals are
 2 % above the solver's for 97 of 100 users), so one reference is not enough: a run at an exact
 PS-DSF allocation would read 2 % off forever.  The set therefore holds (1) the solver's cold
@@ -35,9 +35,10 @@ and the cold solve alone makes the distance exact.
 Why not the certificate residual alone.  The residual (:mod:`psdsf_dist.core.certificate`) is
 the test of exactness, but it measures bottleneck conditions — relative gaps of ``V`` between
 consumers of a saturated resource, or unused capacity — not tasks, and has no fixed relation to
-how many tasks a user misses (issue 16 measured sequential sweeps whose totals were within 1 %
-long before their residual fell below 1e-2).  What a user feels is its total against what a
-fair allocation gives it: this number.
+how many tasks a user misses (sequential sweeps can have every total within 1 % of a PS-DSF
+allocation long before their residual falls below 1e-2: the distance-to-fair study in
+``experiments/results/``).  What a user feels is its total against what a fair allocation gives
+it: this number.
 
 Cost.  Per observation one N-vector gap per allocation of the set; a cold solve after each event
 (``experiments/results/core.md``: 3.6 ms for the paper's cluster, 0.77 s for 10,000 Google

@@ -5,8 +5,9 @@ weight (when the connecting call gave one) and backlog (tasks queued plus runnin
 allocation must follow: a user with work is present with ``max_tasks`` = its backlog, so
 capacity it cannot use goes to the others through PS-DSF itself (work conservation through
 the allocation); a user without work is absent, so it holds nothing.  :meth:`TenantBook.report`
-turns one report into the events that make the coordinator's table say so, in the scenario
-syntax (:mod:`psdsf_dist.model.events`), and :meth:`TenantBook.expired` makes the users of
+turns one report into the typed events that make the coordinator's table say so (built by
+:mod:`psdsf_dist.model.events`, which checks the tenant's values as it checks a scenario
+file's), and :meth:`TenantBook.expired` makes the users of
 queues that stopped reporting (their driver exited) leave.
 
 Each event changes the table every server adopts and restarts the update rule's convergence,
@@ -19,9 +20,18 @@ updated when it binds or is about to (the smaller of old and new backlog within
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+
+from psdsf_dist.model.events import (
+    Event,
+    UserJoins,
+    UserLeaves,
+    new_user_joins,
+    set_demand,
+    set_max_tasks,
+    set_weight,
+)
 
 TENANT_TIMEOUT_PERIODS = 5.0
 """A queue silent this many periods has gone (its driver exited) — unless Ray still reports
@@ -63,25 +73,28 @@ class TenantBook:
     tenants: dict[str, TenantRecord] = field(default_factory=dict)
 
     def report(self, user: str, demand: Mapping[str, float], weight: float | None,
-               backlog: int, now: float, table: UserInTable) -> list[dict[str, Any]]:
-        """The events one queue's report calls for (possibly none)."""
+               backlog: int, now: float, table: UserInTable,
+               resources: Sequence[str]) -> list[Event]:
+        """The events one queue's report calls for (possibly none); ``resources``: the
+        scenario's.  A value the scenario could not take (an unknown resource, a weight that
+        is not a finite positive number) raises :class:`~psdsf_dist.errors.ScenarioError`."""
         self.tenants[user] = TenantRecord(user, backlog, now)
         if backlog <= 0:
-            return [{"user_leaves": user}] if table.present else []
+            return [UserLeaves(0.0, -1, user)] if table.present else []
         if not table.known:
-            return [{"user_joins": {"name": user, "demand": dict(demand),
+            return [new_user_joins({"name": user, "demand": dict(demand),
                                     "weight": 1.0 if weight is None else weight,
-                                    "max_tasks": backlog}}]
-        out: list[dict[str, Any]] = []
+                                    "max_tasks": backlog})]
+        out: list[Event] = []
         if table.demand is None or not _same_demand(demand, table.demand):
-            out.append({"set_demand": {"user": user, "demand": dict(demand)}})
+            out.append(set_demand(user, dict(demand), resources))
         if weight is not None and weight != table.weight:
-            out.append({"set_weight": {"user": user, "weight": weight}})
+            out.append(set_weight(user, weight))
         if not table.present:
-            out.append({"set_max_tasks": {"user": user, "max_tasks": backlog}})
-            out.append({"user_joins": user})
+            out.append(set_max_tasks(user, backlog))
+            out.append(UserJoins(0.0, -1, user, None))
         elif cap_needs_update(table.max_tasks, backlog, table.allocated):
-            out.append({"set_max_tasks": {"user": user, "max_tasks": backlog}})
+            out.append(set_max_tasks(user, backlog))
         return out
 
     def silent(self, now: float, period: float) -> list[str]:
@@ -90,18 +103,18 @@ class TenantBook:
                 if now - r.last_seen > TENANT_TIMEOUT_PERIODS * period]
 
     def expired(self, now: float, period: float, present: Mapping[str, bool],
-                alive: Collection[str] = ()) -> list[dict[str, Any]]:
+                alive: Collection[str] = ()) -> list[Event]:
         """Events for the :meth:`silent` queues: their users leave (and are forgotten here) —
         but a queue in ``alive`` (Ray says its actor lives) only after
         ``LONG_SILENCE_PERIODS``."""
-        out: list[dict[str, Any]] = []
+        out: list[Event] = []
         for user in self.silent(now, period):
             if user in alive and \
                     now - self.tenants[user].last_seen <= LONG_SILENCE_PERIODS * period:
                 continue
             del self.tenants[user]
             if present.get(user, False):
-                out.append({"user_leaves": user})
+                out.append(UserLeaves(0.0, -1, user))
         return out
 
 

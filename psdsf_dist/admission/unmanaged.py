@@ -40,12 +40,13 @@ event that restarts the protocol's convergence).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from psdsf_dist.model.events import Event, UserJoins, UserLeaves, new_user_joins, set_demand
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -108,21 +109,22 @@ class UnmanagedEstimate:
 
 
 def unmanaged_events(server: str, usage: Mapping[str, float], *, known: bool, present: bool,
-                     demand: Mapping[str, float] | None) -> list[dict[str, Any]]:
+                     demand: Mapping[str, float] | None,
+                     resources: Sequence[str]) -> list[Event]:
     """The events that make the table's ``unmanaged@server`` user match ``usage`` (per
     resource; all zero: no unmanaged work), given what the table says of that user now."""
     user = unmanaged_user(server)
     if not any(v > 0 for v in usage.values()):
-        return [{"user_leaves": user}] if present else []
+        return [UserLeaves(0.0, -1, user)] if present else []
     spec = {r: float(v) for r, v in usage.items() if v > 0}
     if not known:
-        return [{"user_joins": {"name": user, "demand": spec, "servers": [server],
-                                "weight": UNMANAGED_WEIGHT, "max_tasks": 1}}]
-    out: list[dict[str, Any]] = []
+        return [new_user_joins({"name": user, "demand": spec, "servers": [server],
+                                "weight": UNMANAGED_WEIGHT, "max_tasks": 1})]
+    out: list[Event] = []
     if demand is None or _moved(usage, demand):
-        out.append({"set_demand": {"user": user, "demand": spec}})
+        out.append(set_demand(user, spec, resources))
     if not present:
-        out.append({"user_joins": user})
+        out.append(UserJoins(0.0, -1, user, None))
     return out
 
 

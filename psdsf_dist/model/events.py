@@ -162,6 +162,35 @@ class SetMaxTasks(Event):
         return f"user {self.user} max_tasks set to {self.max_tasks:g}"
 
 
+def new_user_joins(spec: Mapping[str, Any], *, at: float = 0.0, index: int = -1,
+                   fld: str = "event.user_joins") -> UserJoins:
+    """A new user's join, its entry checked like an entry of ``users`` (its keys here; its
+    values when the scenario grows by it)."""
+    entry = _check_new_user(spec, {}, fld)
+    return UserJoins(at, index, str(entry["name"]), entry)
+
+
+def set_demand(user: str, demand: Any, resources: Sequence[str], *, at: float = 0.0,
+               index: int = -1, fld: str = "event.set_demand") -> SetDemand:
+    """A demand change, checked: known resources, finite and >= 0, not all zero."""
+    d = resource_vector(demand, resources, f"{fld}.demand")
+    if not (d > 0).any():
+        raise ScenarioError(f"{fld}.demand", "all zero: a task must need some resource")
+    return SetDemand(at, index, user, {r: float(d[i]) for i, r in enumerate(resources)})
+
+
+def set_weight(user: str, weight: Any, *, at: float = 0.0, index: int = -1,
+               fld: str = "event.set_weight") -> SetWeight:
+    """A weight change, checked: a finite number > 0."""
+    return SetWeight(at, index, user, number(weight, f"{fld}.weight", positive=True))
+
+
+def set_max_tasks(user: str, max_tasks: Any, *, at: float = 0.0, index: int = -1,
+                  fld: str = "event.set_max_tasks") -> SetMaxTasks:
+    """A backlog change, checked: a number >= 0 (``inf``: unlimited)."""
+    return SetMaxTasks(at, index, user, number(max_tasks, f"{fld}.max_tasks", allow_inf=True))
+
+
 def parse_events(
     value: Any,
     doc: Mapping[str, Any],
@@ -289,25 +318,21 @@ def parse_events(
             u = _known_user(body, users_present, kf)
             if "demand" not in body:
                 raise ScenarioError(f"{kf}.demand", "missing")
-            d = resource_vector(body["demand"], resources, f"{kf}.demand")
-            if not (d > 0).any():
-                raise ScenarioError(f"{kf}.demand", "all zero: a task must need some resource")
-            out.append(SetDemand(at, j, u, {r: float(d[i]) for i, r in enumerate(resources)}))
+            out.append(set_demand(u, body["demand"], resources, at=at, index=j, fld=kf))
         elif kind == "set_weight":
             body = _mapping(body, kf)
             _only(body, {"user", "weight"}, kf)
             u = _known_user(body, users_present, kf)
             if "weight" not in body:
                 raise ScenarioError(f"{kf}.weight", "missing")
-            out.append(SetWeight(at, j, u, number(body["weight"], f"{kf}.weight", positive=True)))
+            out.append(set_weight(u, body["weight"], at=at, index=j, fld=kf))
         else:  # set_max_tasks
             body = _mapping(body, kf)
             _only(body, {"user", "max_tasks"}, kf)
             u = _known_user(body, users_present, kf)
             if "max_tasks" not in body:
                 raise ScenarioError(f"{kf}.max_tasks", "missing")
-            out.append(SetMaxTasks(at, j, u, number(body["max_tasks"], f"{kf}.max_tasks",
-                                                    allow_inf=True)))
+            out.append(set_max_tasks(u, body["max_tasks"], at=at, index=j, fld=kf))
     if any(isinstance(e, UserJoins | ServerJoins) and e.spec is not None for e in out):
         # new users and servers are checked like declared ones, by building the universe
         check_grown(doc, out, build)

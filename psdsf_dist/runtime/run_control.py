@@ -126,11 +126,20 @@ class RunControl:
         await self.pool.note(**notes)
 
     async def change(self, item: Mapping[str, Any]) -> tuple[bool, str]:
-        """One change in the scenario-file syntax, applied now: (True, its description) or
-        (False, why it was refused)."""
+        """One change in the scenario-file syntax (the operator's: the API and the CLI),
+        applied now: (True, its description) or (False, why it was refused)."""
         await self.ensure()
         try:
             event = self.state().parse(item)
+        except ScenarioError as err:
+            return False, str(err)
+        return await self.apply_event(event)
+
+    async def apply_event(self, event: Event) -> tuple[bool, str]:
+        """One typed change applied now: (True, its description) or (False, why the state
+        cannot take it)."""
+        await self.ensure()
+        try:
             await self.apply_events(event, from_scenario=False)
         except ScenarioError as err:
             return False, str(err)

@@ -8,7 +8,8 @@ tokens (:mod:`psdsf_dist.admission.identity`), the backlog reports turned into c
 node (:mod:`psdsf_dist.admission.unmanaged`).  The desk holds the state between calls (the
 latest reports, each user's queue actor, the policy as changed) and asks Ray whether a silent
 queue's actor still lives; every change it decides goes through the run's churn
-(:meth:`DeskHost.change`).
+(:meth:`DeskHost.apply_event`): typed events from the admission layer, no round trip
+through the scenario file's syntax.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from psdsf_dist.admission.identity import tenant_token, token_ok
 from psdsf_dist.admission.tenants import TenantBook, UserInTable
 from psdsf_dist.admission.unmanaged import is_unmanaged_user, unmanaged_events, unmanaged_user
 from psdsf_dist.errors import ScenarioError
+from psdsf_dist.model.events import Event, UserLeaves
 from psdsf_dist.model.tenant_policy import TenantPolicy, UnknownTenantError, parse_tenant_policy
 from psdsf_dist.protocol.membership import ChurnState
 from psdsf_dist.runtime.messages import FloatArray, TenantInfo, TenantReply, TenantRunError
@@ -52,7 +54,7 @@ class DeskHost(Protocol):
 
     def present(self, server: str) -> bool: ...
 
-    async def change(self, item: Mapping[str, Any]) -> tuple[bool, str]: ...
+    async def apply_event(self, event: Event) -> tuple[bool, str]: ...
 
     async def note(self, **notes: Any) -> None: ...
 
@@ -184,9 +186,14 @@ class TenantDesk:
                                        "driver (connect under another name)")
             self.queues[user] = queue
         async with self.host.lock:  # one report's events apply together
-            for item in self.book.report(user, demand, weight, backlog, self.host.now(),
-                                         self.user_in_table(user)):
-                ok, why = await self.host.change(item)
+            try:
+                events = self.book.report(user, demand, weight, backlog, self.host.now(),
+                                          self.user_in_table(user),
+                                          self.host.state().full.resources)
+            except ScenarioError as err:  # a value the scenario cannot take
+                events, error = [], str(err)
+            for event in events:
+                ok, why = await self.host.apply_event(event)
                 if not ok:
                     error = why
                     break
@@ -209,7 +216,7 @@ class TenantDesk:
         self.book.tenants.pop(user, None)
         self.queues.pop(user, None)
         if self.user_in_table(user).present:
-            await self.host.change({"user_leaves": user})
+            await self.host.apply_event(UserLeaves(0.0, -1, user))
 
     async def expire(self) -> None:
         """Users whose queues fell silent leave — at once if Ray reports the queue's actor
@@ -228,8 +235,8 @@ class TenantDesk:
         alive = {u for u, up in zip(silent, answers, strict=True) if up}
         names = churn.full.user_names
         present = {u: bool(p) for u, p in zip(names, churn.users_present, strict=True)}
-        for item in self.book.expired(now, period, present, alive):
-            await self.host.change(item)
+        for event in self.book.expired(now, period, present, alive):
+            await self.host.apply_event(event)
         for user in silent:
             if user not in self.book.tenants:
                 self.queues.pop(user, None)
@@ -250,9 +257,10 @@ class TenantDesk:
                     continue
                 self.unmanaged[m.name] = usage
                 table = self.user_in_table(unmanaged_user(m.name))
-                for item in unmanaged_events(m.name, usage, known=table.known,
-                                             present=table.present, demand=table.demand):
-                    ok, why = await self.host.change(item)
+                for event in unmanaged_events(m.name, usage, known=table.known,
+                                              present=table.present, demand=table.demand,
+                                              resources=self.host.state().full.resources):
+                    ok, why = await self.host.apply_event(event)
                     if not ok:
                         self.host.failure = f"unmanaged usage of server {m.name}: {why}"
                         break

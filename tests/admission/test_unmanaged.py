@@ -15,6 +15,7 @@ from psdsf_dist.admission.unmanaged import (
     unmanaged_sample,
     unmanaged_user,
 )
+from psdsf_dist.model.events import SetDemand, UserJoins, UserLeaves
 
 CAP = np.array([8.0, 16.0])
 
@@ -53,19 +54,24 @@ def test_the_estimate_never_exceeds_any_recent_sample(samples: list[list[float]]
 def test_events_make_the_table_follow_the_usage() -> None:
     user = unmanaged_user("s1")
     assert is_unmanaged_user(user) and not is_unmanaged_user("alice")
-    assert unmanaged_events("s1", {"CPU": 0.0}, known=False, present=False, demand=None) == []
+    res = ("CPU", "memory")
+    assert unmanaged_events("s1", {"CPU": 0.0}, known=False, present=False, demand=None,
+                            resources=res) == []
     joins = unmanaged_events("s1", {"CPU": 4.0, "memory": 0.0}, known=False, present=False,
-                             demand=None)
-    assert joins == [{"user_joins": {"name": user, "demand": {"CPU": 4.0}, "servers": ["s1"],
-                                     "weight": UNMANAGED_WEIGHT, "max_tasks": 1}}]
+                             demand=None, resources=res)
+    assert joins == [UserJoins(0.0, -1, user, {"name": user, "demand": {"CPU": 4.0},
+                                               "servers": ["s1"], "weight": UNMANAGED_WEIGHT,
+                                               "max_tasks": 1})]
     same = {"CPU": 4.0}
-    assert unmanaged_events("s1", {"CPU": 4.1}, known=True, present=True, demand=same) == []
-    assert unmanaged_events("s1", {"CPU": 2.0}, known=True, present=True, demand=same) == [
-        {"set_demand": {"user": user, "demand": {"CPU": 2.0}}}]
-    assert unmanaged_events("s1", {"CPU": 0.0}, known=True, present=True, demand=same) == [
-        {"user_leaves": user}]
-    assert unmanaged_events("s1", {"CPU": 4.0}, known=True, present=False, demand=same) == [
-        {"user_joins": user}]
+    assert unmanaged_events("s1", {"CPU": 4.1}, known=True, present=True, demand=same,
+                            resources=res) == []
+    assert unmanaged_events("s1", {"CPU": 2.0}, known=True, present=True, demand=same,
+                            resources=res) == [
+        SetDemand(0.0, -1, user, {"CPU": 2.0, "memory": 0.0})]
+    assert unmanaged_events("s1", {"CPU": 0.0}, known=True, present=True, demand=same,
+                            resources=res) == [UserLeaves(0.0, -1, user)]
+    assert unmanaged_events("s1", {"CPU": 4.0}, known=True, present=False, demand=same,
+                            resources=res) == [UserJoins(0.0, -1, user, None)]
 
 
 def test_a_node_is_blocked_only_when_a_users_old_tasks_outnumber_its_marked_ones() -> None:

@@ -245,18 +245,18 @@ def run(quick: bool) -> Section:
 def plot_zipf(per_job: Results, per_task: Results) -> str:
     fig, axes = figure(1, 3)
     panels = ((per_job, "mean_response_s", "mean job response time (s)",
-               "job response, one draw per job (Fig. 3.12)"),
+               "job response (Fig. 3.12),\none duration draw per job"),
               (per_task, "mean_response_s", "mean job response time (s)",
-               "job response, one draw per task"),
+               "job response,\none duration draw per task"),
               (per_job, "mean_wait_s", "mean task wait (s)",
-               "task wait before start, one draw per job"))
+               "task wait before start,\none duration draw per job"))
     for ax, (results, key, ylabel, title) in zip(axes[0], panels, strict=True):
         for s in SCHEDULERS:
             ax.plot(ZIPF, [np.mean([m[key] for m in results[(z, s)]]) for z in ZIPF],
                     marker="o", label=LABEL[s])
         ax.set_xlabel("Zipf skew of the tasks' sites")
         ax.set_ylabel(ylabel)
-        ax.set_title(f"Facebook trace: {title}", fontsize=9)
+        ax.set_title(f"Facebook trace: {title}", fontsize=8)
         ax.grid(alpha=0.3)
     axes[0][0].legend()
     return save(fig, "guan_jobs_zipf.png")

@@ -166,7 +166,7 @@ def new_user_joins(spec: Mapping[str, Any], *, at: float = 0.0, index: int = -1,
                    fld: str = "event.user_joins") -> UserJoins:
     """A new user's join, its entry checked like an entry of ``users`` (its keys here; its
     values when the scenario grows by it)."""
-    entry = _check_new_user(spec, {}, fld)
+    entry = _check_new_user(spec, fld)
     return UserJoins(at, index, str(entry["name"]), entry)
 
 
@@ -261,7 +261,7 @@ def parse_events(
             out.append(UserLeaves(at, j, u))
         elif kind == "user_joins":
             if isinstance(body, Mapping):
-                spec = _check_new_user(body, doc, kf)
+                spec = _check_new_user(body, kf)
                 u = str(spec["name"])
                 if u in users_present:
                     raise ScenarioError(f"{kf}.name", f"user {u!r} already exists")
@@ -372,7 +372,7 @@ def _check_labels(labels: Mapping[str, Any], fld: str) -> None:
         _label(v, f"{fld}.{k}")
 
 
-def _check_new_user(body: Mapping[str, Any], doc: Mapping[str, Any], fld: str) -> dict[str, Any]:
+def _check_new_user(body: Mapping[str, Any], fld: str) -> dict[str, Any]:
     hint = ", ".join(sorted(USER_KEYS))
     for k in body:
         if k not in USER_KEYS:

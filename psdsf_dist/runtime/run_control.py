@@ -40,7 +40,7 @@ from psdsf_dist.runtime.recovery import (
     plan_recovery,
 )
 from psdsf_dist.runtime.run_status import run_status
-from psdsf_dist.runtime.server_pool import ServerPool, alive_nodes, ray_nodes
+from psdsf_dist.runtime.server_pool import AliveNodes, ServerPool, alive_nodes, ray_nodes
 from psdsf_dist.runtime.settings import RunConfig
 from psdsf_dist.runtime.tenant_desk import TenantDesk
 
@@ -90,10 +90,9 @@ class RunControl:
         unmanaged work)."""
         self.observing = asyncio.Lock()
         self.failure: str | None = None
-        policy = scenario.tenant_policy
+        self.desk = TenantDesk(self, scenario.tenant_policy, secret)
         self.pool = ServerPool(run_id, config, dict(pinned or {}), detached_servers,
-                               secret if policy is not None else None)
-        self.desk = TenantDesk(self, policy, secret)
+                               self.desk.secret)
         self.metrics = RunMetrics(AllocatorMetrics())
         """Always kept: exported through Ray's metrics pipeline after every observation, and on
         an HTTP endpoint of its own once :meth:`serve_metrics` is asked for."""
@@ -121,9 +120,6 @@ class RunControl:
         churn = self.state()
         names = churn.full.server_names
         return server in names and bool(churn.servers_present[names.index(server)])
-
-    async def note(self, **notes: Any) -> None:
-        await self.pool.note(**notes)
 
     async def change(self, item: Mapping[str, Any]) -> tuple[bool, str]:
         """One change in the scenario-file syntax (the operator's: the API and the CLI),
@@ -389,7 +385,8 @@ class RunControl:
 
     async def _observe_now(self) -> Observation:
         churn = self.state()
-        by_server = await self.pool.reports()
+        alive = AliveNodes()
+        by_server = await self.pool.reports(alive)
         members = list(self.pool.members.values())
         # the table as observed: a tenant's report may change the live one (a user joins)
         # while this observation awaits its faults, restarts and pushes below
@@ -412,7 +409,7 @@ class RunControl:
             self.pids[name] = rep.pid
         plan = plan_recovery(RecoveryRequest(
             by_server, self.pool.members, reply.restart, reply.errors, reply.failed, self.erred,
-            churn.epoch, await alive_nodes() if reply.failed else ()))
+            churn.epoch, await alive.get() if reply.failed else ()))
         self.erred = plan.erred
         await self._recover(plan)
         obs = reply.observation
@@ -460,12 +457,15 @@ class RunControl:
         """Export the run's metrics on one HTTP endpoint served from this process (the same
         one if already served); its port is noted for a restarted coordinator."""
         if self.metrics_server is None:
-            metrics = self.metrics.metrics
-            metrics.per_pair = per_pair
-            self.metrics_server = MetricsServer(metrics.registry, port, bind).start()
+            self.metrics_server = self._open_endpoint(port, bind, per_pair)
             # a restarted coordinator serves again on the port bound now (port 0 included)
             await self.pool.note(metrics=(self.metrics_server.port, bind, per_pair))
         return self.metrics_server
+
+    def _open_endpoint(self, port: int, bind: str, per_pair: bool) -> MetricsServer:
+        metrics = self.metrics.metrics
+        metrics.per_pair = per_pair
+        return MetricsServer(metrics.registry, port, bind).start()
 
     def _serve_noted_metrics(self) -> None:
         """A restarted coordinator: the endpoint its predecessor served, on the same port."""
@@ -473,10 +473,8 @@ class RunControl:
         if noted is None or self.metrics_server is not None:
             return
         port, bind, per_pair = noted
-        metrics = self.metrics.metrics
-        metrics.per_pair = bool(per_pair)
         try:
-            self.metrics_server = MetricsServer(metrics.registry, int(port), str(bind)).start()
+            self.metrics_server = self._open_endpoint(int(port), str(bind), bool(per_pair))
         except MetricsEndpointError as err:
             self.failure = str(err)
 

@@ -175,10 +175,10 @@ class ServerPool:
                                for a, h in self.actors.items()
                                if actors is None or a in actors), return_exceptions=True)
 
-    async def reports(self) -> dict[str, ServerReport]:
+    async def reports(self, alive: AliveNodes) -> dict[str, ServerReport]:
         """Every answering actor's servers' reports, by server.  An actor that does not answer
-        counts towards its servers' ``gone`` unless Ray is restarting it on an alive node."""
-        nodes: list[set[str]] = []
+        counts towards its servers' ``gone`` unless Ray is restarting it on an alive node
+        (``alive``: read only if an actor does not answer)."""
 
         async def one(actor: str, handle: Any) -> list[ServerReport]:
             hosted = [m for m in self.members.values() if m.actor == actor]
@@ -188,9 +188,8 @@ class ServerPool:
                 restarting = isinstance(err, (ray.exceptions.ActorUnavailableError,
                                               TimeoutError))
                 if restarting:  # unless it waits for a node that is gone
-                    if not nodes:
-                        nodes.append(set(await alive_nodes()))
-                    restarting = all(m.node is None or m.node in nodes[0] for m in hosted)
+                    nodes = await alive.get()
+                    restarting = all(m.node is None or m.node in nodes for m in hosted)
                 if not restarting:  # dead, or never coming back
                     for m in hosted:
                         m.gone += 1
@@ -251,6 +250,19 @@ class ServerPool:
             ray.kill(handle, no_restart=True)
         self.actors.clear()
         self.members.clear()
+
+
+class AliveNodes:
+    """Ray's alive nodes, read at most once — when first asked — for one step (an observation
+    asks when an actor does not answer and again when a server failed)."""
+
+    def __init__(self) -> None:
+        self._read: asyncio.Task[list[str]] | None = None
+
+    async def get(self) -> set[str]:
+        if self._read is None:
+            self._read = asyncio.ensure_future(alive_nodes())
+        return set(await self._read)
 
 
 async def alive_nodes() -> list[str]:

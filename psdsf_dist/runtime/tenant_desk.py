@@ -56,8 +56,6 @@ class DeskHost(Protocol):
 
     async def apply_event(self, event: Event) -> tuple[bool, str]: ...
 
-    async def note(self, **notes: Any) -> None: ...
-
 
 class TenantDesk:
     def __init__(self, host: DeskHost, policy: TenantPolicy | None,
@@ -101,8 +99,8 @@ class TenantDesk:
                           if isinstance(t, Mapping)) if isinstance(change, Mapping) else ""
         text = "tenant policy changed" + (f" ({names})" if names else "")
         self.policy_changes.append((text, self.host.now()))
-        await self.host.note(tenant_policy=policy.to_raw(),
-                             policy_changes=list(self.policy_changes))
+        await self.host.pool.note(tenant_policy=policy.to_raw(),
+                                  policy_changes=list(self.policy_changes))
         return True, text
 
     def restore(self, notes: Mapping[str, Any], resources: tuple[str, ...]) -> None:

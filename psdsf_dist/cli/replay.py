@@ -119,8 +119,7 @@ def run(args: argparse.Namespace) -> int:
             run_ = simulate_jobs(w, s, order=args.order,
                                  work=PlanWork(limits.estimates, limits.waiting_jobs))
         except PlanLimitError as err:
-            name = "waiting_jobs" if err.limit == "waiting" else "estimates"
-            raise CommandError(f"{args.trace}: {s}: {err} ({_replan_hint(name)})") from None
+            raise CommandError(f"{args.trace}: {s}: {err} ({_replan_hint(err.limit)})") from None
         results.append(summary(run_, w))
         print(f"psdsf-dist: replay: {s}: {w.num_tasks} tasks in {run_.wall_seconds:.2f} s "
               f"({run_.events_per_second:,.0f} events/s)", file=sys.stderr)

@@ -82,7 +82,7 @@ class Sites:
 
 class PlanLimitError(PsdsfError, RuntimeError):
     """A simulation's plans would do more work than its :class:`PlanWork` limits allow;
-    ``limit`` names the limit ("waiting" or "estimates")."""
+    ``limit`` names the limit as the input limits do ("waiting_jobs" or "estimates")."""
 
     def __init__(self, message: str, limit: str) -> None:
         super().__init__(message)
@@ -110,7 +110,7 @@ class PlanWork:
         self.most_waiting = max(self.most_waiting, jobs)
         if self.max_waiting is not None and jobs > self.max_waiting:
             raise PlanLimitError(f"{jobs:,} jobs wait at once, more than the limit of "
-                                 f"{self.max_waiting:,}", "waiting")
+                                 f"{self.max_waiting:,}", "waiting_jobs")
 
     def spend(self) -> None:
         """Count one estimate; PlanLimitError past ``max_estimates``."""

@@ -163,7 +163,7 @@ def test_plan_work_counts_estimates_and_refuses_past_its_limits() -> None:
     with pytest.raises(PlanLimitError, match="6 jobs wait at once, more than the limit of 5"
                        ) as err:
         plan("ata", qs, sites, work=PlanWork(max_waiting=5))
-    assert err.value.limit == "waiting"
+    assert err.value.limit == "waiting_jobs"
     plan("ata", qs, sites, work=PlanWork(max_estimates=made, max_waiting=6))
     with pytest.raises(PlanLimitError, match=f"more than {made - 1} job estimates") as err:
         plan("ata", qs, sites, work=PlanWork(max_estimates=made - 1))

@@ -25,14 +25,18 @@ from experiments.reproductions.repro_drfh import paper_draw
 from psdsf_dist.jobs.slots import (
     JOB_CLASSES,
     SCHEDULERS,
+    TASK_SLOTS,
     MultiRun,
     MultiWorkload,
     google_servers,
     simulate_multi,
+    slot_count,
     synthetic_jobs,
 )
 
 SLOT_SIZES = (10, 12, 14, 16, 20)
+TABLE_II_SEEDS = (1, 2, 3, 4, 5)
+"""Table II alone runs on more seeds than the rest (each Slots run takes about a second)."""
 PAPER_TABLE_II = {10: (0.351, 0.234), 12: (0.422, 0.274), 14: (0.439, 0.280),
                   16: (0.454, 0.242), 20: (0.406, 0.200)}
 """Table II: CPU and memory utilisation of Slots per slots per maximum server."""
@@ -139,6 +143,72 @@ def fig4_dynamic() -> tuple[str, str]:
     return md, path
 
 
+def table_ii(quick: bool) -> tuple[str, list[dict[str, Any]]]:
+    """Table II under both readings of a task bigger than a slot (:data:`TASK_SLOTS`), medians
+    over :data:`TABLE_II_SEEDS` (two in quick mode): the table, the best slot size per seed,
+    and the rows for the CSV."""
+    servers, horizon, _ = sizes(quick)
+    seeds = TABLE_II_SEEDS[:2] if quick else TABLE_II_SEEDS
+    util: dict[tuple[str, int], list[np.ndarray[Any, Any]]] = {}
+    cover: list[float] = []
+    for seed in seeds:
+        w = stream(seed, servers, horizon)
+        for reading in TASK_SLOTS:
+            for k in SLOT_SIZES:
+                r = simulate_multi(w, "slots", horizon, slots_per_max=k, task_slots=reading)
+                util.setdefault((reading, k), []).append(r.utilisation(WARMUP_FRACTION * horizon))
+        cover.append(float((slot_count(w.capacity, BEST_K) / BEST_K).sum()
+                           / w.capacity[:, 0].sum()))
+    rows = [{"seed": seed, "scheduler": f"slots-{k}", "task_slots": reading,
+             "cpu_utilisation": u[0], "mem_utilisation": u[1]}
+            for (reading, k), us in util.items() for seed, u in zip(seeds, us, strict=True)]
+
+    def med(reading: str, k: int, i: int) -> float:
+        return float(np.median([u[i] for u in util[(reading, k)]]))
+
+    body = [[f"{k} per maximum server",
+             *(f"{pct(PAPER_TABLE_II[k][i])} / {pct(med('cover', k, i))} / "
+               f"{pct(med('one', k, i))}" for i in (0, 1))] for k in SLOT_SIZES]
+    best = {reading: [max(SLOT_SIZES, key=lambda k: float(sum(util[(reading, k)][n])))
+                      for n in range(len(seeds))] for reading in TASK_SLOTS}
+    d = stream(seeds[0], servers, horizon).demand
+    in_one = d[d.max(axis=1) <= 1 / BEST_K, 0]  # CPU of the jobs whose tasks fit one slot
+    md = "\n".join([
+        f"**Table II** — Slots utilisation by slot size, seeds {', '.join(map(str, seeds))} "
+        "(medians); cell: paper / ours, a task takes as many slots as cover it (`cover`) / "
+        "ours, one slot a task, a task bigger than a slot never starts (`one`):",
+        "",
+        table(["slots", "CPU utilisation", "memory utilisation"], body),
+        "",
+        "Best slot size by CPU + memory, per seed: "
+        + "; ".join(f"`{r}` {', '.join(map(str, best[r]))}" for r in TASK_SLOTS)
+        + " (paper: 14).",
+        "",
+        "**Why the band differs.**  The paper does not say what its Slots scheduler does with "
+        "a task bigger than a slot, and the two readings part exactly there.  Under `cover` "
+        "finer slots waste less of each slot, so utilisation keeps growing with k.  Under "
+        "`one` (a Hadoop slot runs one task) finer slots leave more tasks too big for any slot; "
+        "each blocks its user's queue for good, so utilisation peaks and then falls, as Table "
+        "II's does: its peak is at 12-14 here against the paper's 14-16, and its fall is "
+        "steeper because our demand law puts more tasks above a small slot.  The level at the "
+        f"best size ({pct(med('one', BEST_K, 0))} / {pct(med('cover', BEST_K, 0))} CPU at "
+        f"k = {BEST_K} against the paper's {pct(PAPER_TABLE_II[BEST_K][0])}) is set by the "
+        f"demands against the slot: a slot of 1/{BEST_K} is {pct(1 / BEST_K)} of the largest "
+        f"server; the {pct(len(in_one) / len(d))} of our jobs whose tasks fit in one use "
+        f"{pct(float(in_one.mean()) * BEST_K)} of its CPU on average (seed {seeds[0]}), and "
+        "the slots cover "
+        f"{pct(float(np.median(cover)))} of the pooled CPU (servers' memory-short remainders "
+        "make no slot): with every slot busy that is at most "
+        f"{pct(float(in_one.mean()) * BEST_K * float(np.median(cover)))} CPU, about what both "
+        f"readings measure, while the paper's {pct(PAPER_TABLE_II[BEST_K][0])} needs tasks that "
+        f"use at least {pct(PAPER_TABLE_II[BEST_K][0] / float(np.median(cover)))} of a slot's "
+        "CPU on average.  The trace's task demands are not in `../shared/data` (only its "
+        "machine mix is), so the paper's levels cannot be matched without fitting the "
+        "synthetic law to the table itself, which this report does not do.",
+    ])
+    return md, rows
+
+
 def run(quick: bool) -> Section:
     t0 = time.perf_counter()
     fig4_md, _ = fig4_dynamic()
@@ -154,13 +224,8 @@ def run(quick: bool) -> Section:
     for seed in seeds:
         w = stream(seed, servers, horizon)
         runs: dict[str, MultiRun] = {}
-        for k in SLOT_SIZES:
-            r = simulate_multi(w, "slots", horizon, slots_per_max=k)
-            util.setdefault(f"slots-{k}", []).append(r.utilisation(warm))
-            if k == BEST_K:
-                runs["slots"] = r
-        for s in ("drfh-ff", "drfh-bf"):
-            runs[s] = simulate_multi(w, s, horizon)
+        for s in ("slots", "drfh-ff", "drfh-bf"):
+            runs[s] = simulate_multi(w, s, horizon, slots_per_max=BEST_K)
             util.setdefault(s, []).append(runs[s].utilisation(warm))
         both = np.isfinite(runs["slots"].finish) & np.isfinite(runs["drfh-bf"].finish)
         cls = job_class(w.tasks)
@@ -183,42 +248,30 @@ def run(quick: bool) -> Section:
             first = runs
         print(f"  seed {seed}: {len(w.submit)} jobs, {len(w.durations)} tasks "
               f"({time.perf_counter() - t0:.0f} s)", flush=True)
-    for k in SLOT_SIZES:
-        for u in util[f"slots-{k}"]:
-            rows.append({"seed": "", "scheduler": f"slots-{k}", "cpu_utilisation": u[0],
-                         "mem_utilisation": u[1]})
+    t2_md, t2_rows = table_ii(quick)
     csv = save_csv("drfh_jobs.csv", rows)
+    t2_csv = save_csv("drfh_table_ii.csv", t2_rows)
 
     def med(v: list[Any], i: int) -> float:
         return float(np.median([x[i] for x in v]))
 
-    t2 = [[f"{k} per maximum server", f"{pct(PAPER_TABLE_II[k][0])} / "
-           f"{pct(med(util[f'slots-{k}'], 0))}",
-           f"{pct(PAPER_TABLE_II[k][1])} / {pct(med(util[f'slots-{k}'], 1))}"]
-          for k in SLOT_SIZES]
-    best = max(SLOT_SIZES, key=lambda k: med(util[f"slots-{k}"], 0)
-               + med(util[f"slots-{k}"], 1))
-    summary = [[LABEL[s], pct(med(util[s if s != "slots" else f"slots-{BEST_K}"], 0)),
-                pct(med(util[s if s != "slots" else f"slots-{BEST_K}"], 1)),
+    summary = [[LABEL[s], pct(med(util[s], 0)), pct(med(util[s], 1)),
                 f"{np.median(median_jct[s]):.0f} s", pct(float(np.median(done_ratio[s])))]
                for s in ("slots", "drfh-ff", "drfh-bf")]
     red = [[f"{lo}-{hi}", pct(float(np.median(reduction[c]))) if c in reduction else "-"]
            for c, (lo, hi) in enumerate(JOB_CLASSES)]
     figs = [_fig5(first, horizon, servers), _fig6(first, w0), _fig7(first, w0)]
-    bf, sl = np.median([u[0] for u in util["drfh-bf"]]), med(util[f"slots-{BEST_K}"], 0)
+    bf, sl = np.median([u[0] for u in util["drfh-bf"]]), med(util["slots"], 0)
     ff = float(np.median([u[0] for u in util["drfh-ff"]]))
-    bfm, slm = np.median([u[1] for u in util["drfh-bf"]]), med(util[f"slots-{BEST_K}"], 1)
+    bfm, slm = np.median([u[1] for u in util["drfh-bf"]]), med(util["slots"], 1)
     md = "\n".join([
         f"{servers} servers in Table I's proportions, {horizon / 3600:g} h, seeds "
         f"{', '.join(map(str, seeds))} (medians over seeds); the {CAPTION}.  Utilisation is the "
         f"mean after the first {WARMUP_FRACTION:.0%} of the run; the figures show seed "
-        f"{seeds[0]}.  Data: `{csv}`.",
+        f"{seeds[0]}; Slots is read as `cover` below (Table II's readings).  Data: `{csv}`, "
+        f"`{t2_csv}`.",
         "",
-        "**Table II** — Slots utilisation by slot size (cell: paper / ours):",
-        "",
-        table(["slots", "CPU utilisation", "memory utilisation"], t2),
-        "",
-        f"Our best slot size by CPU + memory is {best} per maximum server (paper: 14).",
+        t2_md,
         "",
         "**Figs. 5-7** — the three schedulers (paper: both DRFH above Slots, Best-Fit above "
         "First-Fit; larger jobs gain more):",
@@ -239,15 +292,7 @@ def run(quick: bool) -> Section:
         f"{pct(float(bf))} / {pct(ff)} CPU (the paper has Best-Fit uniformly above); with "
         "demands this small against the servers (medians 3 % and 1.5 % of the largest), both "
         "fill CPU and leave little for the choice of server to win back, so the paper's gap "
-        "between them is not reproduced on this stream.  Slots' utilisation is set by the "
-        "slot size against the task demands: a "
-        "task of demand d holds ceil(k max_r d_r) slots of 1/k, so with demands well under a "
-        "slot most of each slot is idle; larger k wastes less per task but strands the "
-        "remainder of servers whose min(CPU, memory) is not a multiple of 1/k and gives "
-        "multi-slot tasks to the big ones.  Where the band's exact values differ from Table "
-        "II, the cause is the job stream: the paper's is the Google trace's, ours is the "
-        "synthetic one above (its demand law sets where the slot-size optimum lies: here "
-        f"utilisation still grows at k = {SLOT_SIZES[-1]}, the paper's peaks at 14-16).",
+        "between them is not reproduced on this stream.",
         "",
         fig4_md,
     ])

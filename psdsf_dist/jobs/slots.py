@@ -10,11 +10,17 @@ big task does not block the others.  Within a user, jobs are served in arrival o
 
 * ``slots``: each server is cut into slots of ``1/k`` of the largest server in every
   resource (``k`` slots per maximum server, Hadoop's abstraction); a server of capacity ``c``
-  has ``floor(k * min_r c_r)`` slots.  A task takes ``ceil(k * max_r d_r)`` slots (one slot for
-  every task that fits in one; a task bigger than a slot takes as many as cover it, so no
-  resource is ever over-committed) on the first server, in server order, with that many free
-  slots.  The user served next is the one holding the fewest slots (the Fair Scheduler's
-  fairness in slots).
+  has ``floor(k * min_r c_r)`` slots.  A task takes its slots on the first server, in server
+  order, with that many free.  How many it takes is the ``task_slots`` reading (the paper
+  does not say what happens to a task bigger than a slot; no reading ever over-commits):
+
+  - ``"cover"``: ``ceil(k * max_r d_r)`` slots, one for every task that fits in one, as many
+    as cover it for a bigger task;
+  - ``"one"``: one slot, as a Hadoop slot runs one task; a task bigger than a slot never
+    starts, so its user, whose jobs are served in arrival order, waits behind it for good.
+
+  The user served next is the one holding the fewest slots (the Fair Scheduler's fairness
+  in slots).
 * ``drfh-bf`` (Best-Fit DRFH, the paper's equation (9)): the user of lowest global dominant
   share ``sum over its running tasks of max_r d_r / C_r`` (``C`` the pooled capacity) is
   served on the feasible server minimising ``H = || d / d_1 - a / a_1 ||_1`` (``a`` the
@@ -37,6 +43,8 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 SCHEDULERS = ("slots", "drfh-bf", "drfh-ff")
+TASK_SLOTS = ("cover", "one")
+"""The readings of how many slots a task takes (module docstring)."""
 DEFAULT_SLOTS_PER_MAX = 14
 """Table II's best slot size: the largest server cut into 14 slots."""
 EPS = 1e-9
@@ -115,9 +123,20 @@ def slot_count(capacity: FloatArray, k: int) -> IntArray:
     return np.asarray(np.floor(k * capacity.min(axis=1) + EPS), dtype=np.int64)
 
 
-def slots_needed(demand: FloatArray, k: int) -> IntArray:
-    """Slots per task of each demand vector: ``ceil(k * max_r d_r)`` and at least one."""
-    return np.asarray(np.maximum(np.ceil(k * demand.max(axis=1) - EPS), 1), dtype=np.int64)
+NEVER = np.iinfo(np.int64).max
+"""The slots a task that can never start needs: more than any server has."""
+
+
+def slots_needed(demand: FloatArray, k: int, task_slots: str = "cover") -> IntArray:
+    """Slots per task of each demand vector under the ``task_slots`` reading: ``"cover"``,
+    ``ceil(k * max_r d_r)`` and at least one; ``"one"``, one if the task fits in a slot,
+    else :data:`NEVER`."""
+    if task_slots not in TASK_SLOTS:
+        raise ValueError(f"unknown task_slots {task_slots!r} (expected one of {TASK_SLOTS})")
+    cover = np.maximum(np.ceil(k * demand.max(axis=1) - EPS), 1).astype(np.int64)
+    if task_slots == "one":
+        return np.asarray(np.where(cover == 1, 1, NEVER), dtype=np.int64)
+    return np.asarray(cover, dtype=np.int64)
 
 
 def best_fit(d: FloatArray, avail: FloatArray) -> int:
@@ -138,9 +157,10 @@ def best_fit(d: FloatArray, avail: FloatArray) -> int:
 
 
 def simulate_multi(w: MultiWorkload, scheduler: str, horizon: float, *,
-                   slots_per_max: int = DEFAULT_SLOTS_PER_MAX,
+                   slots_per_max: int = DEFAULT_SLOTS_PER_MAX, task_slots: str = "cover",
                    samples: int = 200) -> MultiRun:
-    """Run ``w`` under ``scheduler`` until ``horizon`` seconds (see the module docstring)."""
+    """Run ``w`` under ``scheduler`` until ``horizon`` seconds (see the module docstring;
+    ``slots_per_max`` and ``task_slots`` concern ``slots`` only)."""
     if scheduler not in SCHEDULERS:
         raise ValueError(f"unknown scheduler {scheduler!r} (expected one of {SCHEDULERS})")
     if not horizon > 0 or slots_per_max < 1 or samples < 1:
@@ -151,7 +171,8 @@ def simulate_multi(w: MultiWorkload, scheduler: str, horizon: float, *,
     dom = (w.demand / np.where(pool > 0, pool, np.inf)).max(axis=1)  # (J,) per task
     avail = w.capacity.astype(float).copy()
     free_slots = slot_count(w.capacity, slots_per_max)
-    need = slots_needed(w.demand, slots_per_max)
+    # the slot bookkeeping runs under every scheduler; only Slots reads it
+    need = slots_needed(w.demand, slots_per_max, task_slots if scheduler == "slots" else "cover")
     offset = w.offset.tolist()
     tasks = w.tasks.tolist()
     submit = w.submit.tolist()

@@ -8,7 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from psdsf_dist.jobs.slots import (
+    NEVER,
     SCHEDULERS,
+    TASK_SLOTS,
     MultiWorkload,
     best_fit,
     google_servers,
@@ -35,7 +37,22 @@ def test_slot_arithmetic() -> None:
     assert slot_count(cap, 14).tolist() == [14, 3, 0]
     d = np.array([[0.05, 0.01], [1 / 14, 0.0], [0.08, 0.2]])
     assert slots_needed(d, 14).tolist() == [1, 1, 3]
+    assert slots_needed(d, 14, "one").tolist() == [1, 1, NEVER]
+    with pytest.raises(ValueError, match="task_slots"):
+        slots_needed(d, 14, "two")
 
+
+def test_one_slot_per_task_blocks_a_user_behind_a_task_bigger_than_a_slot() -> None:
+    """Slots of 0.25: under "cover" user 0's (0.4, 0.1) job takes two slots a task and its
+    next job follows; under "one" the big job never starts and holds the small one back,
+    while user 1 runs in every slot it can get."""
+    w = workload([[1.0, 1.0]], [(0.0, 0, 1, 0.4, 0.1), (0.0, 0, 1, 0.1, 0.1),
+                                (0.0, 1, 8, 0.1, 0.1)])
+    cover = simulate_multi(w, "slots", 100.0, slots_per_max=4)
+    one = simulate_multi(w, "slots", 100.0, slots_per_max=4, task_slots="one")
+    assert np.isfinite(cover.finish).all()
+    assert np.isnan(one.finish[:2]).all() and one.finish[2] == pytest.approx(20.0)
+    assert one.sample_used[:, 0].max() == pytest.approx(0.4)  # four slots of user 1
 
 def test_best_fit_picks_the_server_shaped_like_the_task() -> None:
     avail = np.array([[0.5, 0.1], [0.1, 0.5], [0.3, 0.3]])
@@ -74,15 +91,16 @@ def test_a_big_task_does_not_block_smaller_users() -> None:
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.integers(0, 2**32 - 1), st.sampled_from(SCHEDULERS))
-def test_never_over_committed_and_every_started_task_is_recorded(seed: int,
-                                                                 scheduler: str) -> None:
+@given(st.integers(0, 2**32 - 1), st.sampled_from(SCHEDULERS), st.sampled_from(TASK_SLOTS))
+def test_never_over_committed_and_every_started_task_is_recorded(seed: int, scheduler: str,
+                                                                 task_slots: str) -> None:
     rng = np.random.default_rng(seed)
     cap = google_servers(rng, 6)
     w = synthetic_jobs(rng, cap, users=3, horizon=200.0, load=2.0,
                        class_weights=(1, 0, 0, 0, 0), cpu_median=0.05, mem_median=0.05,
                        sigma=0.8, mean_duration=30.0)
-    r = simulate_multi(w, scheduler, 200.0, slots_per_max=10, samples=20)
+    r = simulate_multi(w, scheduler, 200.0, slots_per_max=10, task_slots=task_slots,
+                       samples=20)
     assert np.all(r.sample_used <= 1 + 1e-9)
     started = np.isfinite(r.task_start)
     assert np.all(r.task_server[started] >= 0) and np.all(r.task_server[~started] == -1)

@@ -22,8 +22,9 @@ the book has given their room away meanwhile, Ray's own resource accounting queu
 at the node — the node is still never over-committed, only the book's ledger is.)
 
 **Pipelining.**  Between a task's end and the next one's start on the same slot the queue
-notices the end, submits, and the node's raylet grants a worker: 5-10 % of a 100 ms task on a
-loaded machine.  Where that gap cannot be given to anyone else, the lease lets the queue keep
+notices the end, submits, and the node's raylet grants a worker: a few per cent of a 100 ms
+task on a loaded machine (``experiments/notes/design_measurements.md``).  Where that gap
+cannot be given to anyone else, the lease lets the queue keep
 ``PIPELINE_DEPTH`` task waiting at the node beyond its slots (:attr:`Lease.pipeline`), so that
 Ray starts it the moment one of the user's tasks ends.  Only where it is safe: no other user
 claims or is allocated anything on this server, and the user's slots already fill it (one more
@@ -73,10 +74,9 @@ up to seven intervals in a row — a machine busy starting workers or taking a b
 submissions — keeps running its slots (with 3, leases ran out under such bursts and every
 user's tasks stalled for seconds).  It is also how long a gone driver's share stays claimed."""
 PIPELINE_DEPTH = 1
-"""Tasks a sole user whose slots fill the node keeps waiting there beyond its slots.  One
-8-CPU node, one user, 50-200 ms tasks: 7.64 of 8 slots busy on average without, 7.75 with one
-(plain Ray, every task submitted at once: 7.82); two or three waiting do no better (7.74,
-7.78)."""
+"""Tasks a sole user whose slots fill the node keeps waiting there beyond its slots: one
+closes most of the gap to plain Ray's slot use, two or three do no better
+(``experiments/notes/design_measurements.md``)."""
 
 
 @dataclass(frozen=True)

@@ -53,9 +53,9 @@ PIPELINE_HISTORY = 4
 """Tasks whose durations decide whether pipelining pays on a server
 (:meth:`ServerSlots.short_tasks`)."""
 PIPELINE_TASK_PERIODS = 1.0
-"""Pipelining pays for tasks of at most this many periods (median): it hides a launch gap of
-5-10 % of a 100 ms task; behind a task of minutes the waiting one would idle while slots free
-elsewhere."""
+"""Pipelining pays for tasks of at most this many periods (median): it hides a launch gap that
+matters to short tasks only; behind a task of minutes the waiting one would idle while slots
+free elsewhere."""
 
 
 class AllocatorGoneError(PsdsfError, RuntimeError):

@@ -25,10 +25,9 @@ PS-DSF allocation next to it), taken when the certificate residual says the run 
 certifies to the solver's own tolerance (``DEFAULT_RTOL``): it then is a PS-DSF allocation.
 (3) matters because a warm solve starts each class of identical servers from the mean of its
 members' columns: where the run split a class unevenly the mean is another allocation, and the
-sweeps from it can land on another PS-DSF allocation (measured: a suite scenario whose exact
-sequential sweeps reach residual 2e-15 read 1.75 % off against the warm solve's).  A warm
-solve from a nearly converged state takes a few sweeps
-(0.08 s, 4 sweeps, Google mix K = 100, N = 100).  In TDM the PS-DSF totals are unique (the
+sweeps from it can land on another PS-DSF allocation, so that an exactly converged run would
+read as off by per cents.  A warm solve from a nearly converged state takes a few sweeps
+(figures: ``experiments/notes/design_measurements.md``).  In TDM the PS-DSF totals are unique (the
 Eisenberg-Gale optimum is strictly concave in the totals: :mod:`psdsf_dist.core.eisenberg_gale`)
 and the cold solve alone makes the distance exact.
 
@@ -41,9 +40,9 @@ allocation long before their residual falls below 1e-2: the distance-to-fair stu
 it: this number.
 
 Cost.  Per observation one N-vector gap per allocation of the set; a cold solve after each event
-(``experiments/results/core.md``: 3.6 ms for the paper's cluster, 0.77 s for 10,000 Google
-servers and 100 users) and now and then a warm one.  A solve that does not certify within its
-budget adds nothing; with an empty set the distance is unknown (None), never a guess.
+(``experiments/results/core.md`` times them) and now and then a warm one.  A solve that does
+not certify within its budget adds nothing; with an empty set the distance is unknown (None),
+never a guess.
 
 Scope.  The set is kept per process, so a run's distances depend on the warm solves of the
 observations before them: the simulator clears it (:func:`forget`) when a run starts, so that a

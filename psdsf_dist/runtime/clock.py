@@ -13,8 +13,8 @@ whatever it spawned — run until all are asleep, done, or waiting on another ac
 actors are in and handled too.  Within one actor (no call leaves it) a paced run is thereby the
 simulator's event order exactly (``tests/runtime/test_equivalence.py`` holds the two together);
 across actors only the calls between them are unordered, and a wake-up does not wait for the
-round trips its exchanges started (waiting for them one wake-up after another made a paced
-120-server run 4x slower).
+round trips its exchanges started (waiting for them one wake-up after another made paced runs
+of many servers several times slower: ``experiments/notes/design_measurements.md``).
 """
 
 from __future__ import annotations

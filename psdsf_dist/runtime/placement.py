@@ -1,8 +1,8 @@
 """Where server actors go (pure): pinned to a node, or spread over the alive nodes.
 
 Every placed actor is pinned to its node by a *hard* node affinity: Ray does not honour a soft
-affinity for these zero-CPU actors (measured on a three-node ``ray.cluster_utils.Cluster``:
-six actors asked round-robin landed on two nodes).  So a server of the scenario does not come
+affinity for these zero-CPU actors (asked round-robin over three nodes, they landed on two:
+``experiments/notes/design_measurements.md``).  So a server of the scenario does not come
 back elsewhere by Ray's restart when its node goes; the coordinator places it again on an alive
 node (see :mod:`psdsf_dist.runtime.coordinator`, Faults), while a ``servers:
 from-ray`` server, which *is* its node, fails with it.

@@ -62,7 +62,8 @@ from psdsf_dist.runtime.settings import RunConfig
 FloatArray = npt.NDArray[np.float64]
 
 # Messages to one actor queued before the event loop next turns go in one call.  A timed wait
-# (even 2 ms) costs a scheduling quantum on a loaded machine: 4x slower rounds were measured.
+# (even of milliseconds) costs a scheduling quantum on a loaded machine, so there is none
+# (experiments/notes/design_measurements.md).
 BATCH_SECONDS = 0.0
 PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
 ORPHAN_CHECK_PERIODS = 4.0
@@ -328,8 +329,8 @@ class ServerActor:
         """Messages for hosted servers, ``[(origin, message), ...]`` pickled; their replies
         (each a message or None), pickled in the same order.  The transport pickles a batch
         itself: Ray would hand each message dataclass to cloudpickle's pure-Python pickler,
-        ~2.6x the time of the C pickler on a typical batch, and serialization was the largest
-        part of a busy server actor's CPU."""
+        several times slower than the C pickler, and serialization was the largest part of a
+        busy server actor's CPU (``experiments/notes/design_measurements.md``)."""
         messages: list[tuple[str, Message]] = pickle.loads(payload)
         return pickle.dumps([self._receive(to, m) for to, m in messages], PICKLE_PROTOCOL)
 

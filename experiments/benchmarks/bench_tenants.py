@@ -35,15 +35,19 @@ Measured
       from when every user is in until ``batch`` runs out (achieved and allocated: time
       averages over the window); plain Ray's against the same allocation;
     * time from a late user's first submission to 90 % of its allocation;
-    * overhead on the same cluster, PS-DSF against plain Ray, alternating, median of
+    * overhead on the same cluster, PS-DSF, the relay floor (:class:`Relay`: an actor that
+      only forwards each call to a Ray task) and plain Ray, alternating, median of
       ``--repeats``: throughput of 1,000 empty tasks and of 280 100 ms tasks (1 CPU each),
-      submitted with ``.remote`` each and with one ``map`` (plain Ray: ``.remote`` each, its
-      own bulk path), latency of one task submitted and awaited alone (p50, p99 of 200);
+      submitted with ``.remote`` each and with one ``map`` (the relay: one call for all;
+      plain Ray: ``.remote`` each, its own bulk path), latency of one task submitted and
+      awaited alone (p50, p99 of 200);
     * the allocator's CPU (seconds of CPU per second of wall clock) and memory (PSS) — the
       coordinator, the server actors and the tenants' queues — over the PS-DSF phase.
 
 Ray's semantics (``--semantics``: ``tenants_semantics.md``, ``.csv``; ~5 minutes), on a
-cluster of its own (one 8-CPU node), PS-DSF and plain Ray alternating, ``--runs`` runs each:
+cluster of its own (one 8-CPU node with a 2 GiB object store: ``ray.cluster_utils``' default of
+150 MB spills a 100 MB result the moment a second copy exists, and a result through the
+queue has two for a moment), PS-DSF and plain Ray alternating, ``--runs`` runs each:
 
     * nested: 20 outer tasks each waiting (``ray.get``) for one inner task of the same user,
       every task 1 CPU and 0.2 s of work: wall time;
@@ -65,6 +69,7 @@ cluster of its own (one 8-CPU node), PS-DSF and plain Ray alternating, ``--runs`
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import csv
 import math
@@ -377,25 +382,58 @@ def time_to_share(phase: Phase, reference: Phase, user: str, share: float = 0.9)
 
 
 # -- overhead ---------------------------------------------------------------------------------
+@ray.remote(num_cpus=0)
+class Relay:
+    """The least any queue between a caller and its tasks costs: an async actor that forwards
+    each call to one Ray task and returns its awaited value (no admission, no bookkeeping)."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+
+    async def call(self, *args: Any) -> Any:
+        return await self.fn.remote(*args)
+
+    async def many(self, items: list[Any]) -> list[Any]:
+        return list(await asyncio.gather(*(self.fn.remote(x) for x in items)))
+
+
+PATHS = ("psdsf", "relay", "plain")
+OVERHEAD_ROWS = (("empty_tps", "empty tasks / s (`.remote` each)", ""),
+                 ("empty_map_tps", "empty tasks / s (`map`)", ""),
+                 ("100ms_tps", "100 ms tasks / s (`.remote` each)", ""),
+                 ("100ms_map_tps", "100 ms tasks / s (`map`)", ""),
+                 ("latency_p50", "latency p50", " ms"),
+                 ("latency_p99", "latency p99", " ms"))
+
+
 def overhead(repeats: int) -> dict[str, list[float]]:
+    """Throughput and latency through a tenant's queue, through a :class:`Relay` and in plain
+    Ray, interleaved: ``{row}_{path}`` of :data:`OVERHEAD_ROWS` and :data:`PATHS`."""
     t = Tenant.connect("probe", run_id=RUN_ID)
-    tenant_empty = t.remote(num_cpus=1)(empty)
-    tenant_100 = t.remote(num_cpus=1)(hundred_ms)
-    plain_empty = ray.remote(empty).options(num_cpus=1)
-    plain_100 = ray.remote(hundred_ms).options(num_cpus=1)
-    out: dict[str, list[float]] = {k: [] for k in (
-        "empty_tps_psdsf", "empty_tps_plain", "100ms_tps_psdsf", "100ms_tps_plain",
-        "latency_p50_psdsf", "latency_p50_plain", "latency_p99_psdsf", "latency_p99_plain",
-        "empty_map_tps_psdsf", "empty_map_tps_plain", "100ms_map_tps_psdsf",
-        "100ms_map_tps_plain")}
+    plain = {"empty": ray.remote(empty).options(num_cpus=1),
+             "100ms": ray.remote(hundred_ms).options(num_cpus=1)}
+    tenant = {"empty": t.remote(num_cpus=1)(empty), "100ms": t.remote(num_cpus=1)(hundred_ms)}
+    relay = {k: Relay.remote(fn) for k, fn in plain.items()}  # type: ignore[attr-defined]
+    out: dict[str, list[float]] = {f"{key}_{path}": [] for key, _, _ in OVERHEAD_ROWS
+                                   for path in PATHS}
 
     cpus = int(sum(n["Resources"].get("CPU", 0.0)
                    for n in ray.nodes() if n["Alive"]))  # type: ignore[no-untyped-call]
 
-    def rate(fn: Any, n: int, bulk: bool = False) -> float:
-        """Tasks per second: ``n`` submitted at once (``map`` in one call where ``bulk``)."""
+    def submit(path: str, kind: str, n: int, bulk: bool) -> list[Any]:
+        if path == "psdsf":
+            fn = tenant[kind]
+            return list(fn.map(range(n))) if bulk else ray.get([fn.remote() for _ in range(n)])
+        if path == "relay":
+            r = relay[kind]
+            return list(ray.get(r.many.remote(list(range(n))))) if bulk else \
+                ray.get([r.call.remote() for _ in range(n)])
+        return ray.get([plain[kind].remote() for _ in range(n)])  # plain Ray has no bulk call
+
+    def rate(path: str, kind: str, n: int, bulk: bool = False) -> float:
+        """Tasks per second: ``n`` submitted at once (in one call where ``bulk``)."""
         t0 = time.perf_counter()
-        values = list(fn.map(range(n))) if bulk else ray.get([fn.remote() for _ in range(n)])
+        values = submit(path, kind, n, bulk)
         seconds = time.perf_counter() - t0
         if values and values[0] is not None:  # 100 ms tasks: never more at once than CPUs
             most = most_at_once(values)
@@ -403,34 +441,46 @@ def overhead(repeats: int) -> dict[str, list[float]]:
                 raise RuntimeError(f"{most} one-CPU tasks ran at once on {cpus} CPUs")
         return n / seconds
 
-    def latency(fn: Any, n: int = 200) -> tuple[float, float]:
+    def latency(path: str, n: int = 200) -> tuple[float, float]:
         seen = []
         for _ in range(n):
             t0 = time.perf_counter()
-            ray.get(fn.remote())
+            submit(path, "empty", 1, False)
             seen.append(time.perf_counter() - t0)
         q = np.percentile(seen, [50, 99])
         return float(q[0]), float(q[1])
 
-    rate(tenant_empty, 200)  # warm both paths (workers, the queue's leases)
-    rate(plain_empty, 200)
+    for path in PATHS:  # warm every path (workers, the queue's leases)
+        rate(path, "empty", 200)
     for _ in range(repeats):
-        out["empty_tps_psdsf"].append(rate(tenant_empty, 1000))
-        out["empty_tps_plain"].append(rate(plain_empty, 1000))
-        out["100ms_tps_psdsf"].append(rate(tenant_100, 280))
-        out["100ms_tps_plain"].append(rate(plain_100, 280))
-        out["empty_map_tps_psdsf"].append(rate(tenant_empty, 1000, bulk=True))
-        out["empty_map_tps_plain"].append(rate(plain_empty, 1000))
-        out["100ms_map_tps_psdsf"].append(rate(tenant_100, 280, bulk=True))
-        out["100ms_map_tps_plain"].append(rate(plain_100, 280))
-        p50, p99 = latency(tenant_empty)
-        out["latency_p50_psdsf"].append(p50)
-        out["latency_p99_psdsf"].append(p99)
-        p50, p99 = latency(plain_empty)
-        out["latency_p50_plain"].append(p50)
-        out["latency_p99_plain"].append(p99)
+        for path in PATHS:
+            out[f"empty_tps_{path}"].append(rate(path, "empty", 1000))
+            out[f"100ms_tps_{path}"].append(rate(path, "100ms", 280))
+            out[f"empty_map_tps_{path}"].append(rate(path, "empty", 1000, bulk=True))
+            out[f"100ms_map_tps_{path}"].append(rate(path, "100ms", 280, bulk=True))
+            p50, p99 = latency(path)
+            out[f"latency_p50_{path}"].append(p50)
+            out[f"latency_p99_{path}"].append(p99)
+    for r in relay.values():
+        ray.kill(r)
     t.close()
     return out
+
+
+def overhead_table(over: dict[str, list[float]]) -> list[str]:
+    """The overhead rows as a markdown table: PS-DSF, the relay floor and plain Ray (medians),
+    and the ratios to plain Ray."""
+    med = {k: statistics.median(v) for k, v in over.items()}
+    lines = [f"| overhead (median of {len(over['empty_tps_psdsf'])}) | PS-DSF | relay floor | "
+             "plain Ray | PS-DSF / plain | relay / plain |", "|---|---|---|---|---|---|"]
+    for key, label, unit in OVERHEAD_ROWS:
+        a, r, b = (med[f"{key}_{path}"] for path in PATHS)
+        scale = 1000.0 if unit else 1.0
+        lines.append(f"| {label} | {a * scale:.1f}{unit} | {r * scale:.1f}{unit} | "
+                     f"{b * scale:.1f}{unit} | {a / b:.2f} | {r / b:.2f} |")
+    return [*lines, "", "Relay floor: an async actor that forwards each call to one Ray task "
+                    "and returns its awaited value, nothing else — what any queue between the "
+                    "caller and its tasks costs at least."]
 
 
 def nested_seconds(outer: Any) -> float:
@@ -569,11 +619,16 @@ def beside_probe(address: str) -> tuple[int, bool]:
     return proc.returncode, seen
 
 
+SEMANTICS_STORE_BYTES = 2 * 2**30
+"""The semantics cluster's object store (module docstring)."""
+
+
 def semantics(runs: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """The measurements of ``--semantics`` (module docstring); returns them by name, and the
     overhead rows."""
     cluster: Any = Cluster(initialize_head=True,
-                           head_node_args={"num_cpus": 8, "memory": 8 * 2**30})
+                           head_node_args={"num_cpus": 8, "memory": 8 * 2**30,
+                                           "object_store_memory": SEMANTICS_STORE_BYTES})
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, namespace="psdsf", log_to_driver=False,
              configure_logging=False)
@@ -671,16 +726,7 @@ def semantics_report(out: dict[str, list[float]], over: dict[str, list[float]]) 
                        ("cancel_ran_to_end", "cancel: the running task reached its end (runs)")):
         lines.append(f"| {label} | {int(sum(out[f'{key}_psdsf']))} of {runs} | "
                      f"{int(sum(out[f'{key}_plain']))} of {runs} | |")
-    omed = {k: statistics.median(v) for k, v in over.items()}
-    for key, label, scale, unit in (("empty_map_tps", "empty tasks / s (`map`)", 1.0, ""),
-                                    ("empty_tps", "empty tasks / s (`.remote` each)", 1.0, ""),
-                                    ("100ms_map_tps", "100 ms tasks / s (`map`)", 1.0, ""),
-                                    ("100ms_tps", "100 ms tasks / s (`.remote` each)", 1.0, ""),
-                                    ("latency_p50", "latency p50", 1000.0, " ms"),
-                                    ("latency_p99", "latency p99", 1000.0, " ms")):
-        a, b = omed[f"{key}_psdsf"], omed[f"{key}_plain"]
-        lines.append(f"| {label} | {a * scale:.1f}{unit} | {b * scale:.1f}{unit} | "
-                     f"{a / b:.2f} |")
+    lines += ["", *overhead_table(over)]
     lines += ["", f"| lifecycle (each of {runs} runs) | result |", "|---|---|",
               f"| kill -9 of the driver, new run of the name: to a tenant's task value (s) | "
               f"{med['restart_s']:.1f} ({each('restart_s', '.1f')}) |",
@@ -883,19 +929,7 @@ def report(runs: list[tuple[Phase, Phase, dict[str, float]]], over: dict[str, li
     for name, pairs in late.items():
         lines.append(f"| {name} | {spread([p for p, _ in pairs], '.1f')} | "
                      f"{spread([q for _, q in pairs], '.1f')} |")
-    med = {k: statistics.median(v) for k, v in over.items()}
-    lines += ["", f"| overhead (median of {len(over['empty_tps_psdsf'])}) | PS-DSF | plain Ray | "
-              "ratio |", "|---|---|---|---|"]
-    for key, label, unit in (("empty_tps", "empty tasks / s (`.remote` each)", ""),
-                             ("empty_map_tps", "empty tasks / s (`map`)", ""),
-                             ("100ms_tps", "100 ms tasks / s (`.remote` each)", ""),
-                             ("100ms_map_tps", "100 ms tasks / s (`map`)", ""),
-                             ("latency_p50", "latency p50", " ms"),
-                             ("latency_p99", "latency p99", " ms")):
-        a_, b_ = med[f"{key}_psdsf"], med[f"{key}_plain"]
-        scale = 1000.0 if unit else 1.0
-        lines.append(f"| {label} | {a_ * scale:.1f}{unit} | {b_ * scale:.1f}{unit} | "
-                     f"{a_ / b_:.2f} |")
+    lines += ["", *overhead_table(over)]
     usage = [u for _, _, u in runs]
     lines += ["", f"Allocator over the PS-DSF phases ({usage[0]['processes']:.0f} processes: "
               "coordinator, 3 server actors, the tenants' queues): "

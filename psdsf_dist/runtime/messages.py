@@ -6,7 +6,7 @@ result (:class:`RunResult`).  Plain frozen dataclasses, no Ray: any process may 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -111,3 +111,37 @@ class TenantReply:
     """Present server -> (its actor, its Ray node id)."""
     error: str | None
     """Why the report's change was refused (e.g. a demand the scenario cannot take)."""
+
+
+@dataclass
+class QueueStatus:
+    user: str
+    queued: int
+    running: dict[str, int]
+    """Server -> tasks running there (launched and not ended; ``pipelined`` of them may still
+    wait at the node for one of the user's own to end)."""
+    slots: dict[str, int]
+    """Server -> slots of its current lease (0: none, or expired)."""
+    admitted: int
+    completed: int
+    retried: int
+    failed: int
+    present_servers: int
+    gone: str | None
+    nodes: dict[str, str] = field(default_factory=dict)
+    """Server -> Ray node id."""
+    pipelined: dict[str, int] = field(default_factory=dict)
+    """Server -> tasks launched beyond the lease's slots, waiting at the node (pipelining)."""
+    withdrawn: int = 0
+    """Tasks of bulk submissions withdrawn by their caller before they started (not in
+    ``failed``)."""
+    cancelled: int = 0
+    """Tasks cancelled by their caller, queued (never started) or running (not in
+    ``failed``)."""
+    borrowed: int = 0
+    """Children running in their parent's slot now (not in ``running``)."""
+    actors: int = 0
+    """The tenant's live actors (each holds a slot: in ``running``)."""
+    preempted: int = 0
+    """Times a preemptible task was stopped to make room and queued again (it runs again
+    from the start; not in ``retried``, ``failed`` or ``cancelled``)."""

@@ -43,13 +43,10 @@ iterator early (``close()``, or a ``with`` block) withdraws what has not started
 
 from __future__ import annotations
 
-import contextvars
-import functools
 import inspect
 import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
 from types import TracebackType
 from typing import Any, overload
 
@@ -71,7 +68,7 @@ from psdsf_dist.admission.shapes import (
     check_weight,
     task_shape,
 )
-from psdsf_dist.runtime.messages import TenantInfo
+from psdsf_dist.runtime.messages import QueueStatus, TenantInfo
 from psdsf_dist.runtime.names import (
     DEFAULT_RUN_ID,
     NAMESPACE,
@@ -80,8 +77,8 @@ from psdsf_dist.runtime.names import (
     check_run_name,
     coordinator_name,
 )
-from psdsf_dist.runtime.running_marks import mark_end, mark_start
-from psdsf_dist.runtime.tenant_queue import AllocatorGoneError, QueueStatus, RemoteTenantQueue
+from psdsf_dist.runtime.tenant_queue import AllocatorGoneError, RemoteTenantQueue
+from psdsf_dist.runtime.tenant_worker import marked_actor, running_in, tenant_task
 
 CONNECT_TIMEOUT = 30.0
 
@@ -90,51 +87,6 @@ LARGE_ARGUMENT_BYTES = 100 * 1024
 """An argument this large (a numpy array's data, bytes, a string) goes to the object store
 once, from the caller, and the queue passes its ref on (Ray's own limit for arguments sent
 inline): the queue never copies it."""
-
-_RUNNING: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
-    "psdsf_tenant_task", default=None)
-"""In a worker running a tenant's task: (its queue's actor id, its node id)."""
-
-
-def tenant_task(function: Callable[..., Any], queue_id: str,
-                user: str = "") -> Callable[..., Any]:
-    """``function`` as the Ray task body of a tenant's task: the same name, signature and
-    result, run with :data:`_RUNNING` set, so that a task it submits through the same
-    tenant is known as its child (it borrows its slot: ``tenant_queue``, "Nested tasks")."""
-    # the bodies are pickled by value: they reach the module's context variable only through
-    # the module-level helpers (pickled by reference)
-    if inspect.iscoroutinefunction(function):
-        @functools.wraps(function)
-        async def tenant_task_async(*args: Any, **kwargs: Any) -> Any:
-            token, mark = _enter(queue_id, user)
-            try:
-                return await function(*args, **kwargs)
-            finally:
-                _leave(token, mark)
-        return tenant_task_async
-
-    @functools.wraps(function)
-    def tenant_task_body(*args: Any, **kwargs: Any) -> Any:
-        token, mark = _enter(queue_id, user)
-        try:
-            return function(*args, **kwargs)
-        finally:
-            _leave(token, mark)
-    return tenant_task_body
-
-
-def _enter(queue_id: str, user: str) -> tuple[contextvars.Token[tuple[str, str] | None],
-                                               Path | None]:
-    """Entering a task's body: it is known as running, to its children (``_RUNNING``) and to
-    its node's server (a mark: :mod:`psdsf_dist.runtime.running_marks`)."""
-    node = ray.get_runtime_context().get_node_id()
-    return _RUNNING.set((queue_id, node)), (mark_start(node, user) if user else None)
-
-
-def _leave(token: contextvars.Token[tuple[str, str] | None], mark: Path | None) -> None:
-    _RUNNING.reset(token)
-    mark_end(mark)
-
 
 def by_reference(value: Any) -> Any:
     """``value``, or its ObjectRef in the object store if it is large
@@ -167,7 +119,7 @@ class TenantFunction:
 
     def _parent_node(self) -> str | None:
         """The node of the running task of this tenant this call is made from, if any."""
-        running = _RUNNING.get()
+        running = running_in()
         return running[1] if running is not None and running[0] == self._queue_id else None
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
@@ -255,22 +207,6 @@ class TaskResults(Iterator[Any]):
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
         self.close()
-
-
-def marked_actor(cls: type, user: str) -> type:
-    """``cls`` whose actors mark themselves running on their node when constructed
-    (:mod:`psdsf_dist.runtime.running_marks`; the mark goes with the actor's process), so that
-    its node's server does not count them as unmanaged work."""
-
-    class Marked(cls):  # type: ignore[misc]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            mark_start(ray.get_runtime_context().get_node_id(), user)
-            super().__init__(*args, **kwargs)
-
-    Marked.__name__ = cls.__name__
-    Marked.__qualname__ = cls.__qualname__
-    Marked.__doc__ = cls.__doc__
-    return Marked
 
 
 class TenantActorClass:

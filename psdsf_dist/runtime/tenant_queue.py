@@ -77,11 +77,13 @@ Nested tasks
     A child lost to a node failure goes back to the queue as an ordinary task.
 
 Bulk submissions
-    :meth:`TenantQueue.submit` is one Ray actor call per task, ~1 ms of the queue's CPU on
-    this machine; a burst of thousands takes seconds to receive, while the queue also
-    launches the user's tasks.  A bulk submission (:meth:`TenantQueue.submit_many`, the
-    client's ``map``) is one call for all of them, and its results come back as a stream (a
-    Ray generator), several finished tasks per message.
+    :meth:`TenantQueue.submit` is one Ray actor call per task; a burst of thousands takes
+    seconds to receive, while the queue also launches the user's tasks.  A bulk submission
+    (:meth:`TenantQueue.submit_many`, the client's ``map``) is one call for all of them, and
+    its results come back as a stream (a Ray generator), several finished tasks per message.
+
+The Ray calls that launch and watch the tasks are :class:`~psdsf_dist.runtime.task_runner.
+TaskRunner`'s; this actor receives the callers' calls and talks with the allocator.
 """
 
 from __future__ import annotations
@@ -92,11 +94,9 @@ import contextvars
 import functools
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from psdsf_dist.admission.leases import LEASE_INTERVALS_PER_PERIOD
 from psdsf_dist.admission.shapes import ShapeError
@@ -104,11 +104,6 @@ from psdsf_dist.admission.tenant_queue_state import (
     ALLOCATOR_SILENCE_PERIODS,
     AllocatorGoneError,
     Ask,
-    CancelAction,
-    Ended,
-    Launch,
-    Outcome,
-    Signal,
     TaskCancelledError,
     TaskWithdrawnError,
     TenantQueueState,
@@ -116,64 +111,13 @@ from psdsf_dist.admission.tenant_queue_state import (
 )
 from psdsf_dist.observability.tenant_metrics import TenantMetrics
 from psdsf_dist.runtime.clock import Clock, WallClock
-from psdsf_dist.runtime.messages import TenantReply
-from psdsf_dist.runtime.names import NAMESPACE, actor_key, coordinator_name
+from psdsf_dist.runtime.messages import QueueStatus, TenantReply
+from psdsf_dist.runtime.names import NAMESPACE, coordinator_name
+from psdsf_dist.runtime.task_runner import QueuedTask, TaskRunner
 
 ASK_TIMEOUT_INTERVALS = 4.0
 """An ask unanswered this long is given up and asked again (a late answer still counts from
 when its ask was sent; the lease it renews lasts ``LEASE_TTL_INTERVALS``)."""
-
-
-@dataclass
-class _Task:
-    """What the queue holds of a task for Ray (its bookkeeping is the state's)."""
-
-    function: tuple[Any, dict[str, Any]]
-    """The Ray remote function (or actor class) and its options (the tenant's shape, passed
-    options)."""
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    result: asyncio.Future[Any]
-    num_returns: int = 1
-    actor: bool = False
-    refs: Any = None
-    """The launched Ray task's returns (``num_returns`` of them; None while queued)."""
-
-
-@dataclass
-class QueueStatus:
-    user: str
-    queued: int
-    running: dict[str, int]
-    """Server -> tasks running there (launched and not ended; ``pipelined`` of them may still
-    wait at the node for one of the user's own to end)."""
-    slots: dict[str, int]
-    """Server -> slots of its current lease (0: none, or expired)."""
-    admitted: int
-    completed: int
-    retried: int
-    failed: int
-    present_servers: int
-    gone: str | None
-    nodes: dict[str, str] = field(default_factory=dict)
-    """Server -> Ray node id."""
-    pipelined: dict[str, int] = field(default_factory=dict)
-    """Server -> tasks launched beyond the lease's slots, waiting at the node (pipelining)."""
-    withdrawn: int = 0
-    """Tasks of bulk submissions withdrawn by their caller before they started (not in
-    ``failed``)."""
-    cancelled: int = 0
-    """Tasks cancelled by their caller, queued (never started) or running (not in
-    ``failed``)."""
-    borrowed: int = 0
-    """Children running in their parent's slot now (not in ``running``)."""
-    actors: int = 0
-    """The tenant's live actors (each holds a slot: in ``running``)."""
-    preempted: int = 0
-    """Times a preemptible task was stopped to make room and queued again (it runs again
-    from the start; not in ``retried``, ``failed`` or ``cancelled``)."""
-
-
 
 
 class TenantQueue:
@@ -192,20 +136,16 @@ class TenantQueue:
         self.clock: Clock = WallClock(time.time())
         """The queue's one clock: its leases, asks, task ages and pauses all read it."""
         self.state = TenantQueueState(user, period, self.clock.now())
-        self.tasks: dict[int, _Task] = {}
+        self.metrics = TenantMetrics(user)
+        self.runner = TaskRunner(self.state, self.clock, self.metrics, period)
+        """Launches and watches the tasks; ``runner.tasks`` holds what Ray needs of each."""
         self.handles: dict[str, Any] = {}
         """Server name -> its actor handle."""
         self.functions: dict[str, Any] = {}
-        self.placed: dict[tuple[int, str, int], Any] = {}
-        self.actors: dict[str, Any] = {}
-        """The tenant's live actors: actor id -> handle (this queue owns them)."""
         self.by_key: dict[str, int] = {}
         """The :meth:`submit` call's Ray task id -> its task (to cancel it by its ref)."""
         self.work = asyncio.Event()
         self.loops: list[asyncio.Task[None]] = []
-        self.watchers: set[asyncio.Task[None]] = set()
-        self.closed = False
-        self.metrics = TenantMetrics(user)
 
     async def start(self) -> None:
         """Start the report and ask loops (the client waits for this at connect)."""
@@ -237,7 +177,8 @@ class TenantQueue:
         result: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         task_id = self.state.new_task(max_retries, self.clock.now(), parent_node=parent_node,
                                       preemptible=preemptible)
-        self.tasks[task_id] = _Task(function, tuple(args), dict(kwargs), result, num_returns)
+        self.runner.tasks[task_id] = QueuedTask(function, tuple(args), dict(kwargs), result,
+                                                num_returns)
         key = ray.get_runtime_context().get_task_id()
         if key is not None:
             self.by_key[key] = task_id
@@ -247,7 +188,7 @@ class TenantQueue:
         except ray.exceptions.RayTaskError as err:
             return err if num_returns == 1 else (err,) * num_returns
         except asyncio.CancelledError:
-            self._cancel(task_id, force=False)
+            self.runner.cancel(task_id, force=False)
             raise
         finally:
             if key is not None:
@@ -263,7 +204,7 @@ class TenantQueue:
         args, kwargs = call
         result: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         task_id = self.state.new_task(0, self.clock.now(), actor=True)
-        self.tasks[task_id] = _Task(cls, tuple(args), dict(kwargs), result, actor=True)
+        self.runner.tasks[task_id] = QueuedTask(cls, tuple(args), dict(kwargs), result, actor=True)
         self._submit([task_id])
         return await result
 
@@ -274,17 +215,8 @@ class TenantQueue:
         task_id = self.by_key.get(key)
         if task_id is None:
             return False
-        self._cancel(task_id, force=force)
+        self.runner.cancel(task_id, force=force)
         return True
-
-    def _cancel(self, task_id: int, *, force: bool) -> None:
-        action, ended = self.state.cancel(task_id)
-        if action is CancelAction.WITHDRAWN and ended is not None:
-            self._settle([ended])
-        elif action is CancelAction.INTERRUPT:
-            task = self.tasks[task_id]
-            if task.refs is not None:
-                ray.cancel(task.refs[0], force=force)
 
     async def submit_many(self, function_box: list[Any], calls: list[Any], max_retries: int,
                           batch: str, num_returns: int = 1, parent_node: str | None = None,
@@ -310,7 +242,7 @@ class TenantQueue:
             for (args, kwargs), future in zip(calls, futures, strict=True):
                 task_id = self.state.new_task(max_retries, now, batch=batch,
                                               parent_node=parent_node, preemptible=preemptible)
-                self.tasks[task_id] = _Task(function, tuple(args), dict(kwargs), future,
+                self.runner.tasks[task_id] = QueuedTask(function, tuple(args), dict(kwargs), future,
                                             num_returns)
                 ids.append(task_id)
             self._submit(ids)
@@ -327,7 +259,7 @@ class TenantQueue:
         running ones finish.  Returns how many were withdrawn."""
         ended = self.state.withdraw(TaskWithdrawnError(
             f"user {self.user!r}: withdrawn by its caller before it started"), batch)
-        self._settle(ended)
+        self.runner.settle(ended)
         return len(ended)
 
     async def status(self) -> QueueStatus:
@@ -341,17 +273,16 @@ class TenantQueue:
                            len(st.servers), st.gone,
                            {n: s.node for n, s in st.servers.items()},
                            {n: s.waiting for n, s in st.servers.items()}, st.withdrawn,
-                           st.cancelled, st.borrowed, len(self.actors), st.preempted)
+                           st.cancelled, st.borrowed, len(self.runner.actors), st.preempted)
 
     async def close(self) -> None:
         """Drop what is queued, give the slots back and leave (the driver is done)."""
         for loop_task in self.loops:
             loop_task.cancel()
-        self.closed = True
-        self._settle(self.state.close())  # later submissions fail at once
+        self.runner.closed = True
+        self.runner.settle(self.state.close())  # later submissions fail at once
         self.metrics.flush()
-        for handle in self.actors.values():  # ours: they end with the tenant
-            ray.kill(handle, no_restart=True)
+        self.runner.kill_actors()  # ours: they end with the tenant
         calls = [self.handles[s].release.remote(s, self.user, self.token)
                  for s in self.state.servers if s in self.handles]
         calls.append(self.coordinator.tenant_leave.remote(self.user, self.handle, self.token))
@@ -375,136 +306,9 @@ class TenantQueue:
         launches, woke = self.state.submit(ids, now)
         if woke:
             self.work.set()  # report at once: a late user should not wait a period to join
-        _outside_any_call(functools.partial(self._launch_all, launches))
+        self.runner.launch_all(launches)
         for name in self.state.asks_urgent(now):
             self._send_ask(name)
-
-    def _hold(self, task: asyncio.Task[None]) -> None:
-        """Keep a reference to ``task`` until it ends (the loop keeps only weak ones)."""
-        self.watchers.add(task)
-        task.add_done_callback(self.watchers.discard)
-
-    def _settle(self, ended: list[Ended]) -> None:
-        """Give the callers of tasks the queue ended their errors."""
-        for end in ended:
-            task = self.tasks.pop(end.task)
-            if end.error is not None and not task.result.done():
-                task.result.set_exception(end.error)
-
-    def _placed(self, function: tuple[Any, dict[str, Any]], node: str,
-                num_returns: int = 1) -> Any:
-        """The function with its options and hard affinity to ``node``, made once per node
-        (Ray's options wrapper costs ~30 us to build)."""
-        key = (id(function), node, num_returns)
-        placed = self.placed.get(key)
-        if placed is None:
-            remote, options = function
-            placed = remote.options(
-                **options, max_retries=0, num_returns=num_returns,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
-            self.placed[key] = placed
-        return placed
-
-    # -- placing tasks ------------------------------------------------------------------------
-    def _pump(self) -> None:
-        self._launch_all(self.state.pump(self.clock.now()))
-
-    def _launch_all(self, launches: list[Launch]) -> None:
-        """Launch what the state decided.  Outside the context of the call that happens to
-        launch it (:func:`_outside_any_call`): Ray counts a task launched in an actor call as
-        that call's child, and cancelling the call cancels its children."""
-        loop = asyncio.get_running_loop()
-        for launch in launches:
-            task = self.tasks[launch.task]
-            try:
-                if task.actor:
-                    remote_class, options = task.function
-                    handle = remote_class.options(
-                        **options, max_restarts=0,
-                        scheduling_strategy=NodeAffinitySchedulingStrategy(launch.node,
-                                                                           soft=False),
-                    ).remote(*task.args, **task.kwargs)
-                    task.refs = [handle]
-                    watch = self._watch_actor(launch, handle)
-                else:
-                    out = self._placed(task.function, launch.node, task.num_returns).remote(
-                        *task.args, **task.kwargs)
-                    task.refs = out if task.num_returns > 1 else [out]
-                    watch = self._watch(launch)
-            except Exception as err:  # e.g. arguments Ray cannot serialize: the caller's error
-                self.tasks.pop(launch.task)
-                if not task.result.done():
-                    task.result.set_exception(err)
-                decision = self.state.ended(launch.task, Signal.LAUNCH_FAILED,
-                                            self.clock.now())
-                self._launch_all(decision.launches)
-                continue
-            self.metrics.admitted(launch.server, launch.waited)
-            self._hold(loop.create_task(watch, context=contextvars.Context()))
-
-    async def _watch_actor(self, launch: Launch, handle: Any) -> None:
-        """Hand the actor out once constructed, then hold its slot until it ends (its
-        ``__ray_ready__`` raises once it is dead; asked once a period)."""
-        task = self.tasks[launch.task]
-        key = actor_key(handle)
-        signal = Signal.FAILED
-        error: Exception | None = None
-        try:
-            await handle.__ray_ready__.remote()
-            self.actors[key] = handle
-            if not task.result.done():
-                task.result.set_result(handle)
-            signal = Signal.DONE  # constructed: whenever it ends, it completed
-            while True:
-                await self.clock.sleep(self.period)
-                await handle.__ray_ready__.remote()
-        except ray.exceptions.RayError as err:  # it ended (killed, its constructor raised, ...)
-            error = err
-        finally:
-            self.actors.pop(key, None)
-            self._ended(launch, signal, error)
-
-    async def _watch(self, launch: Launch) -> None:
-        task = self.tasks[launch.task]
-        value: Any = None
-        error: Exception | None = None
-        try:
-            values = [await ref for ref in task.refs]
-            value = values[0] if task.num_returns == 1 else tuple(values)
-            signal = Signal.DONE
-        except ray.exceptions.TaskCancelledError as err:
-            # interrupted (its caller's cancel, or preempted); Ray raises it as a RayTaskError
-            # too, which is not the task's own error
-            error, signal = err, Signal.LOST
-        except ray.exceptions.RayTaskError as err:  # the task's own code raised
-            error, signal = err, Signal.DONE
-        except ray.exceptions.RayError as err:
-            # lost to the system (node or worker died, node gone before it started), or
-            # cancelled by its caller
-            error, signal = err, Signal.LOST
-        self._ended(launch, signal, error, value)
-
-    def _ended(self, launch: Launch, signal: Signal, error: Exception | None,
-               value: Any = None) -> None:
-        decision = self.state.ended(launch.task, signal, self.clock.now())
-        if decision.retried:
-            self.metrics.retried(launch.server)
-        if decision.preempted:
-            self.metrics.preempted(launch.server)
-        if decision.retried or decision.preempted:
-            self.tasks[launch.task].refs = None
-        if decision.ended is not None:
-            task = self.tasks.pop(launch.task)
-            if decision.ended.outcome is Outcome.COMPLETED:
-                self.metrics.completed(launch.server)
-            if not task.result.done():
-                if error is not None:
-                    task.result.set_exception(error)
-                else:
-                    task.result.set_result(value)
-        self._launch_all(decision.launches)
-        if self.closed:
-            self.metrics.flush()  # the report loop that flushes is gone
 
     # -- talking to the allocator -------------------------------------------------------------
     async def _report_loop(self) -> None:
@@ -524,14 +328,14 @@ class TenantQueue:
                 silence)
         except (TimeoutError, ray.exceptions.RayError) as err:
             dead = isinstance(err, ray.exceptions.ActorDiedError)
-            self._settle(self.state.report_failed(self.clock.now(), self.run_id, dead,
+            self.runner.settle(self.state.report_failed(self.clock.now(), self.run_id, dead,
                                                   type(err).__name__))
             if not dead and self.state.gone is None:
                 await self.clock.sleep(self.period)  # not every error is a timeout: pace retries
             return
         for name, (handle, _node) in reply.servers.items():
             self.handles[name] = handle
-        self._settle(self.state.report_answered(
+        self.runner.settle(self.state.report_answered(
             self.clock.now(), backlog, {n: node for n, (_h, node) in reply.servers.items()},
             reply.error))
         for name in [n for n in self.handles if n not in self.state.servers]:
@@ -552,7 +356,7 @@ class TenantQueue:
             return
         now = self.clock.now()
         ask = self.state.ask_sent(name, now)
-        self._hold(asyncio.get_running_loop().create_task(
+        self.runner.hold(asyncio.get_running_loop().create_task(
             self._ask(name, ask, now), context=contextvars.Context()))
 
     async def _ask(self, name: str, ask: Ask, sent: float) -> None:
@@ -566,22 +370,10 @@ class TenantQueue:
             pass  # the old lease runs out on its own
         else:
             answer = (lease.slots, lease.pipeline, lease.ttl)
-            self._interrupt(self.state.preempt(name, lease.preempt))
+            self.runner.interrupt(self.state.preempt(name, lease.preempt))
         finally:
-            self._launch_all(self.state.ask_answered(name, sent, answer, self.clock.now()))
-
-    def _interrupt(self, ids: list[int]) -> None:
-        """Interrupt launched tasks as ``ray.cancel`` does (their watchers see them end)."""
-        for task_id in ids:
-            task = self.tasks.get(task_id)
-            if task is not None and task.refs is not None:
-                ray.cancel(task.refs[0])
-
-
-def _outside_any_call(step: Any) -> None:
-    """Run ``step`` outside the context of the actor call running now (see
-    :meth:`TenantQueue._launch_all`): the tasks it launches are nobody's children."""
-    contextvars.Context().run(step)
+            self.runner.launch_all(self.state.ask_answered(name, sent, answer,
+                                                           self.clock.now()))
 
 
 def _put_ended(ended: asyncio.Queue[tuple[int, asyncio.Future[Any]]], index: int,
@@ -591,5 +383,5 @@ def _put_ended(ended: asyncio.Queue[tuple[int, asyncio.Future[Any]]], index: int
 
 RemoteTenantQueue: Any = ray.remote(TenantQueue)
 
-__all__ = ["AllocatorGoneError", "QueueStatus", "RemoteTenantQueue", "ShapeError",
+__all__ = ["AllocatorGoneError", "RemoteTenantQueue", "ShapeError",
            "TaskCancelledError", "TaskWithdrawnError", "TenantQueue", "TenantRefusedError"]

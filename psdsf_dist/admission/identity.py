@@ -30,6 +30,13 @@ def tenant_token(secret: str, user: str) -> str:
     return hmac.new(secret.encode(), b"tenant:" + user.encode(), hashlib.sha256).hexdigest()
 
 
+def secret_ok(secret: str | None, given: str | None) -> bool:
+    """Whether ``given`` is the run's ``secret`` (None: the run has none, anything goes),
+    compared in constant time."""
+    return secret is None or (
+        given is not None and hmac.compare_digest(given.encode(), secret.encode()))
+
+
 def token_ok(secret: str | None, user: str, token: str | None) -> bool:
     """Whether ``token`` proves ``user`` in the run of ``secret`` (no secret: nothing is
     checked, an open run)."""

@@ -87,6 +87,31 @@ def node_blocked(overdue: Mapping[str, int], marked: Mapping[str, int]) -> bool:
     return any(k > marked.get(user, 0) for user, k in overdue.items())
 
 
+def held_by_tenants(counts: Mapping[str, int], user_index: Mapping[str, int],
+                    demand: FloatArray, capacity: FloatArray) -> FloatArray:
+    """What ``counts`` tasks per user hold on a node (users not in the table hold nothing)."""
+    own = np.zeros_like(np.asarray(capacity, dtype=float))
+    for user, running in counts.items():
+        if user in user_index:
+            own += running * np.asarray(demand[user_index[user]], dtype=float)
+    return own
+
+
+def node_sample(capacity: FloatArray, available: FloatArray, user_index: Mapping[str, int],
+                demand: FloatArray, reported: Mapping[str, int], marked: Mapping[str, int],
+                overdue: Mapping[str, int]) -> FloatArray:
+    """One sample of a node's unmanaged usage: its capacity less what Ray reports
+    ``available`` there and less what the tenants' tasks hold — the more of what their queues
+    report running (``reported``, including tasks that wait at the node for room) and what
+    is marked running (bodies started), except while a task waits at the node for room held
+    by others (:func:`node_blocked`): then only the marked ones, the upper bound."""
+    marked_own = held_by_tenants(marked, user_index, demand, capacity)
+    if node_blocked(overdue, marked):
+        return unmanaged_sample(capacity, available, marked_own)
+    reported_own = held_by_tenants(reported, user_index, demand, capacity)
+    return unmanaged_sample(capacity, available, np.maximum(reported_own, marked_own))
+
+
 @dataclass
 class UnmanagedEstimate:
     """One server's unmanaged usage, with hysteresis (module docstring)."""

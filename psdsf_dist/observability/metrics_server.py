@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import threading
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Any, Self
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, start_http_server
 
 from psdsf_dist.errors import PsdsfError
+
+if TYPE_CHECKING:  # the metrics module is not needed to serve a registry
+    from psdsf_dist.observability.metrics import AllocatorMetrics
 
 DEFAULT_BIND = "127.0.0.1"
 DEFAULT_PORT = 9475
@@ -85,3 +88,43 @@ class MetricsServer:
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
                  traceback: TracebackType | None) -> None:
         self.stop()
+
+
+class MetricsEndpoint:
+    """A run's one metrics endpoint: opened when asked for, opened again by a restarted
+    coordinator on the port its predecessor bound (from the noted ``(port, bind,
+    per_pair)``), stopped with the run."""
+
+    def __init__(self, metrics: AllocatorMetrics) -> None:
+        self.metrics = metrics
+        self.server: MetricsServer | None = None
+        self._opened: tuple[int, str, bool] | None = None
+
+    def open(self, port: int, bind: str, per_pair: bool) -> MetricsServer:
+        """Serve the metrics on ``bind:port`` (0: any free port); :class:`MetricsEndpointError`
+        if it cannot be bound."""
+        self.metrics.per_pair = per_pair
+        self.server = MetricsServer(self.metrics.registry, port, bind).start()
+        self._opened = (self.server.port, bind, per_pair)
+        return self.server
+
+    def noted(self) -> tuple[int, str, bool] | None:
+        """What a restarted coordinator needs to open the same endpoint (None: none open)."""
+        return self._opened
+
+    def reopen(self, noted: Any) -> str | None:
+        """Open the endpoint ``noted`` by a predecessor, unless one is open; the error, or
+        None."""
+        if noted is None or self.server is not None:
+            return None
+        port, bind, per_pair = noted
+        try:
+            self.open(int(port), str(bind), bool(per_pair))
+        except MetricsEndpointError as err:
+            return str(err)
+        return None
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None

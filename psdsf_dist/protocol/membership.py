@@ -117,6 +117,14 @@ class ChurnState:
                      self.servers_present.copy(), tuple(self.history),
                      self.scenario_events_applied)
 
+    def due(self, events: Sequence[Event], now: float, time_scale: float) -> tuple[Event, ...]:
+        """The scenario's ``events`` not applied yet whose time (scaled by ``time_scale``) has
+        come by ``now``, in order."""
+        first = end = self.scenario_events_applied
+        while end < len(events) and events[end].at * time_scale <= now + 1e-9:
+            end += 1
+        return tuple(events[first:end])
+
     def present_servers(self) -> list[str]:
         return [s for s, up in zip(self.full.server_names, self.servers_present, strict=True)
                 if up]

@@ -53,7 +53,8 @@ import ray
 
 from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.runtime.messages import FloatArray, RunResult, TenantInfo, TenantReply
-from psdsf_dist.runtime.run_control import NodeSpec, RunControl
+from psdsf_dist.runtime.run_control import RunControl
+from psdsf_dist.runtime.server_care import NodeSpec
 from psdsf_dist.runtime.settings import RunConfig
 
 

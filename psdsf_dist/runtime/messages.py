@@ -16,6 +16,7 @@ from psdsf_dist.errors import PsdsfError
 from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.protocol.convergence import Observation
 from psdsf_dist.protocol.membership import Table
+from psdsf_dist.protocol.node import ServerNode
 from psdsf_dist.protocol.outcome import ProtocolOutcome
 from psdsf_dist.runtime.settings import RunConfig
 
@@ -38,6 +39,16 @@ class ServerReport:
     """Durations of the server procedure (the update rule) in the latest rounds, oldest first."""
     staleness_seconds: float | None = None
     """Median age of the other servers' columns in the totals at the latest round."""
+
+    @classmethod
+    def of(cls, name: str, node: ServerNode | None, running: bool, error: str | None,
+           pid: int) -> ServerReport:
+        """The report of a hosted server (``node`` None: not started)."""
+        if node is None:
+            return cls(name, False, "", -1, np.zeros(0), 0, 0, 0, error, pid)
+        return cls(name, running, node.origin, node.table.epoch, np.array(node.column),
+                   node.traffic.messages, node.traffic.bytes, node.rounds, error, pid,
+                   tuple(node.round_seconds), node.staleness_seconds)
 
 
 @dataclass(frozen=True)
@@ -87,6 +98,10 @@ class RunResult(ProtocolOutcome):
 
 class TenantRunError(PsdsfError, RuntimeError):
     """A tenant connected to a run that does not take tenants."""
+
+
+class NotStartedError(RuntimeError):
+    """A call to a run that was never started (and is not a restarted coordinator)."""
 
 
 @dataclass(frozen=True)

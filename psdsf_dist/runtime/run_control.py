@@ -7,53 +7,45 @@ Each step's decisions are pure and live elsewhere: the churn in
 in :func:`~psdsf_dist.runtime.recovery.plan_recovery`, a restart's state in
 :func:`~psdsf_dist.runtime.rebuild.rebuild_state`, the status in
 :func:`~psdsf_dist.runtime.run_status.run_status`.  This class sequences them and keeps their
-state between calls; the Ray work goes to a
-:class:`~psdsf_dist.runtime.server_pool.ServerPool` (the server actors) and a
-:class:`~psdsf_dist.runtime.tenant_desk.TenantDesk` (the tenants).
+state between calls; the Ray work goes to a :class:`~psdsf_dist.runtime.server_pool.ServerPool`
+(the server actors, whose faults :class:`~psdsf_dist.runtime.server_care.ServerCare` carries
+out) and a :class:`~psdsf_dist.runtime.tenant_desk.TenantDesk` (the tenants).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
+from psdsf_dist.admission.identity import secret_ok
 from psdsf_dist.errors import ScenarioError
-from psdsf_dist.model.events import Event, ServerFails, ServerJoins
+from psdsf_dist.model.events import Event, ServerFails
 from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.observability.metrics import AllocatorMetrics, RunMetrics, ServerCounts
-from psdsf_dist.observability.metrics_server import MetricsEndpointError, MetricsServer
+from psdsf_dist.observability.metrics_server import MetricsEndpoint, MetricsServer
 from psdsf_dist.observability.ray_export import RayMetricsExport
 from psdsf_dist.protocol.convergence import Observation, event_convergence
 from psdsf_dist.protocol.membership import ChurnState, Table
 from psdsf_dist.runtime.clock import ManualClock, WallClock
-from psdsf_dist.runtime.members import Member
-from psdsf_dist.runtime.messages import FloatArray, RunResult
+from psdsf_dist.runtime.messages import FloatArray, NotStartedError, RunResult
 from psdsf_dist.runtime.observation import ObservationRequest, observe_reports
 from psdsf_dist.runtime.rebuild import rebuild_state
-from psdsf_dist.runtime.recovery import (
-    ERROR_RESTARTS,
-    RecoveryPlan,
-    RecoveryRequest,
-    plan_recovery,
-)
-from psdsf_dist.runtime.run_status import run_status
-from psdsf_dist.runtime.server_pool import AliveNodes, ServerPool, alive_nodes, ray_nodes
+from psdsf_dist.runtime.recovery import RecoveryRequest, plan_recovery
+from psdsf_dist.runtime.run_status import run_status, user_totals
+from psdsf_dist.runtime.server_care import NodeSpec, ServerCare
+from psdsf_dist.runtime.server_pool import AliveNodes, ServerPool, alive_nodes
 from psdsf_dist.runtime.settings import RunConfig
 from psdsf_dist.runtime.tenant_desk import TenantDesk
 
 NODE_CHECK_PERIODS = 5  # from-ray runs: look for new nodes this often
 
-NodeSpec = Callable[[Mapping[str, Any]], dict[str, Any]]
-
-
-class NotStartedError(RuntimeError):
-    """A call to a run that was never started (and is not a restarted coordinator)."""
-
 
 class RunControl:
+    """A run's state between the coordinator's calls, and the steps over it (module
+    docstring)."""
+
     def __init__(self, run_id: str, scenario: Scenario, config: RunConfig,
                  pinned: Mapping[str, str] | None, detached_servers: bool,
                  node_spec: NodeSpec | None, secret: str | None, restarted: bool) -> None:
@@ -91,13 +83,14 @@ class RunControl:
         self.observing = asyncio.Lock()
         self.failure: str | None = None
         self.desk = TenantDesk(self, scenario.tenant_policy, secret)
+        self.care = ServerCare(self)
         self.pool = ServerPool(run_id, config, dict(pinned or {}), detached_servers,
                                self.desk.secret)
         self.metrics = RunMetrics(AllocatorMetrics())
         """Always kept: exported through Ray's metrics pipeline after every observation, and on
         an HTTP endpoint of its own once :meth:`serve_metrics` is asked for."""
         self.ray_metrics = RayMetricsExport(self.metrics.metrics.registry)
-        self.metrics_server: MetricsServer | None = None
+        self.endpoint = MetricsEndpoint(self.metrics.metrics)
         self.ready = False
 
     # -- what the tenant desk asks (DeskHost) -------------------------------------------------
@@ -143,25 +136,9 @@ class RunControl:
 
     async def operator_change(self, item: Mapping[str, Any]) -> tuple[bool, str]:
         """The operator's change (:meth:`Coordinator.apply`, secret checked): churn, or a
-        change of the tenant policy.  With a policy, the operator's ``set_weight`` is the
-        tenant's ceiling from then on."""
+        change of the tenant policy (:meth:`TenantDesk.operator_change`)."""
         await self.ensure()
-        desk = self.desk
-        if isinstance(item, Mapping) and "tenant_policy" in item:
-            return await desk.change_policy(item["tenant_policy"], self.scenario.resources)
-        if desk.policy is not None and isinstance(item, Mapping) \
-                and isinstance(item.get("set_weight"), Mapping):
-            user = item["set_weight"].get("user")
-            if isinstance(user, str):
-                ok, text = await self.change(item)
-                if ok:
-                    entry = (desk.policy.entry(user).to_raw(user) if desk.known(user)
-                             else {"name": user})
-                    await desk.change_policy({"tenants": [
-                        {**entry, "weight": item["set_weight"].get("weight")}]},
-                        self.scenario.resources)
-                return ok, text
-        return await self.change(item)
+        return await self.desk.operator_change(item)
 
     # -- life cycle ---------------------------------------------------------------------------
     async def start(self) -> int:
@@ -169,8 +146,7 @@ class RunControl:
         self.churn, self.events = ChurnState.start(self.scenario)
         self.ready = True
         names = self.churn.present_servers()
-        # The run's clock starts once every actor is up (120 take minutes on a busy machine):
-        # event times count from when the servers can act on them.
+        # the clock starts once every actor is up: event times count from when servers can act
         await self.spawn(names, start_clock=True)
         if self.config.clock == "real":
             self.monitor = asyncio.get_running_loop().create_task(self._monitor())
@@ -187,7 +163,9 @@ class RunControl:
                 raise NotStartedError("the run has not been started")
             await self._rebuild()
             self.ready = True
-            self._serve_noted_metrics()
+            error = self.endpoint.reopen(self.pool.notes.get("metrics"))
+            if error is not None:
+                self.failure = error
             if self.config.clock == "real" and self.monitor is None:
                 self.monitor = asyncio.get_running_loop().create_task(self._monitor())
 
@@ -222,17 +200,14 @@ class RunControl:
             await self.spawn(list(got.missing_restart))
 
     def authorised(self, secret: str | None) -> bool:
-        return self.secret is None or (
-            secret is not None and hmac.compare_digest(secret.encode(), self.secret.encode()))
+        return secret_ok(self.secret, secret)
 
     def stop(self) -> None:
         if self.monitor is not None:
             self.monitor.cancel()
             self.monitor = None
         self.pool.stop()
-        if self.metrics_server is not None:
-            self.metrics_server.stop()
-            self.metrics_server = None
+        self.endpoint.stop()
 
     async def record_faults(self, *descriptions: str) -> None:
         """Faults as events of the run (their re-convergence is measured like churn's), kept
@@ -268,7 +243,7 @@ class RunControl:
             await self._due_events()
             out.append((await self.observe()).to_json())
             if self.node_spec is not None and len(self.observations) % NODE_CHECK_PERIODS == 0:
-                await self._check_nodes()
+                await self.care.check_nodes()
         return out
 
     async def _monitor(self) -> None:
@@ -282,20 +257,15 @@ class RunControl:
                 self.metrics.metrics.set_unmanaged(self.desk.unmanaged)
                 await self.observe()
                 if self.node_spec is not None and len(self.observations) % NODE_CHECK_PERIODS == 0:
-                    await self._check_nodes()
+                    await self.care.check_nodes()
             except Exception as err:  # keep observing; the failure shows in status
                 self.failure = f"{type(err).__name__}: {err}"
 
     # -- churn --------------------------------------------------------------------------------
     async def _due_events(self) -> None:
-        churn = self.state()
-        now = self.now()
-        first = end = churn.scenario_events_applied
-        while end < len(self.events) and \
-                self.events[end].at * self.config.time_scale <= now + 1e-9:
-            end += 1
-        if end > first:
-            await self.apply_events(*self.events[first:end], from_scenario=True)
+        due = self.state().due(self.events, self.now(), self.config.time_scale)
+        if due:
+            await self.apply_events(*due, from_scenario=True)
 
     async def apply_events(self, *events: Event, from_scenario: bool) -> None:
         """Apply events due together as one change (:meth:`ChurnState.apply_together`, as the
@@ -322,7 +292,7 @@ class RunControl:
         await self.pool.push(self.table(), actors)
 
     # -- servers ------------------------------------------------------------------------------
-    def _clock_origin(self) -> tuple[float | None, float]:
+    def clock_origin(self) -> tuple[float | None, float]:
         """(the manual clock's time or None, the wall clock's origin or 0) for a start."""
         if isinstance(self.clock, ManualClock):
             return self.clock.now(), 0.0
@@ -335,46 +305,8 @@ class RunControl:
         await self.pool.create(names)
         if start_clock and isinstance(self.clock, WallClock):
             self.clock = WallClock(time.time())
-        now, started_at = self._clock_origin()
+        now, started_at = self.clock_origin()
         await self.pool.start_new(names, self.table(), now, started_at, everyone=start_clock)
-
-    async def _start_again(self, members: list[Member]) -> None:
-        now, started_at = self._clock_origin()
-        await self.pool.start(members, self.table(), now, started_at)
-
-    async def _relocate(self, actor: str) -> None:
-        """The servers of an actor whose node is gone: a new actor on an alive node hosts them,
-        as new incarnations (the others learn its handle; the old columns expire)."""
-        names = self.pool.kill(actor)
-        if not names:
-            return
-        self.restarts += len(names)
-        for name in names:
-            self.metrics.restart(name)
-        await self.record_faults(*(f"server {name} restarted on another node (its node is "
-                                   "gone)" for name in names))
-        await self.spawn(names)
-
-    async def _check_nodes(self) -> None:
-        """from-ray: every alive node without a server becomes one; a server pinned to a node
-        that is gone has failed with it."""
-        assert self.node_spec is not None
-        churn = self.state()
-        nodes = await ray_nodes()
-        alive = {str(n["NodeID"]) for n in nodes if n.get("Alive")}
-        for m in list(self.pool.members.values()):
-            if m.pinned and m.node is not None and m.node not in alive:
-                await self.apply_events(ServerFails(self.now(), -1, m.name), from_scenario=False)
-        pinned = self.pool.pinned
-        known = set(pinned.values())
-        for node in nodes:
-            if node.get("Alive") and node["NodeID"] not in known:
-                spec = self.node_spec(node)
-                pinned[spec["name"]] = node["NodeID"]
-                back = spec["name"] in churn.full.server_names  # a node came back
-                await self.apply_events(
-                    ServerJoins(self.now(), -1, spec["name"], None if back else spec),
-                    from_scenario=False)
 
     # -- observing ----------------------------------------------------------------------------
     async def observe(self) -> Observation:
@@ -411,7 +343,7 @@ class RunControl:
             by_server, self.pool.members, reply.restart, reply.errors, reply.failed, self.erred,
             churn.epoch, await alive.get() if reply.failed else ()))
         self.erred = plan.erred
-        await self._recover(plan)
+        await self.care.recover(plan)
         obs = reply.observation
         self.observations.append(obs)
         await self.pool.journal(self.observations)
@@ -429,54 +361,16 @@ class RunControl:
             self.failure = f"Ray metrics export: {type(err).__name__}: {err}"
         return obs
 
-    async def _recover(self, plan: RecoveryPlan) -> None:
-        """Carry out the observation's recovery plan (:mod:`psdsf_dist.runtime.recovery`)."""
-        restarted = [self.pool.new_incarnation(n) for n in (*plan.crashed, *plan.broke)]
-        for m in restarted:
-            self.restarts += 1
-            self.metrics.restart(m.name)
-        if restarted:  # one notes update, and the servers start together
-            await self.record_faults(
-                *(f"server {n} restarted after a crash" for n in plan.crashed),
-                *(f"server {n} restarted after an error" for n in plan.broke))
-            await self._start_again(restarted)
-        if plan.repush:
-            await self.push_table(plan.repush)
-        for name, error in plan.hopeless:
-            await self.record_faults(f"server {name} failed: its loop erred {ERROR_RESTARTS} "
-                                     f"times in a row ({error})")
-            await self.apply_events(ServerFails(self.now(), -1, name), from_scenario=False)
-        for actor in plan.relocate:
-            await self._relocate(actor)
-        for name in plan.fail:
-            if name in self.pool.members:
-                await self.apply_events(ServerFails(self.now(), -1, name), from_scenario=False)
-
     # -- metrics ------------------------------------------------------------------------------
     async def serve_metrics(self, port: int, bind: str, per_pair: bool) -> MetricsServer:
         """Export the run's metrics on one HTTP endpoint served from this process (the same
         one if already served); its port is noted for a restarted coordinator."""
-        if self.metrics_server is None:
-            self.metrics_server = self._open_endpoint(port, bind, per_pair)
+        if self.endpoint.server is None:
+            self.endpoint.open(port, bind, per_pair)
             # a restarted coordinator serves again on the port bound now (port 0 included)
-            await self.pool.note(metrics=(self.metrics_server.port, bind, per_pair))
-        return self.metrics_server
-
-    def _open_endpoint(self, port: int, bind: str, per_pair: bool) -> MetricsServer:
-        metrics = self.metrics.metrics
-        metrics.per_pair = per_pair
-        return MetricsServer(metrics.registry, port, bind).start()
-
-    def _serve_noted_metrics(self) -> None:
-        """A restarted coordinator: the endpoint its predecessor served, on the same port."""
-        noted = self.pool.notes.get("metrics")
-        if noted is None or self.metrics_server is not None:
-            return
-        port, bind, per_pair = noted
-        try:
-            self.metrics_server = self._open_endpoint(int(port), str(bind), bool(per_pair))
-        except MetricsEndpointError as err:
-            self.failure = str(err)
+            await self.pool.note(metrics=self.endpoint.noted())
+        assert self.endpoint.server is not None
+        return self.endpoint.server
 
     # -- answers ------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
@@ -502,10 +396,5 @@ class RunControl:
                              tuple(self.pids.values()), self.coordinator_restarts)
 
     def user_totals(self) -> dict[str, float]:
-        churn = self.state()
-        X = self.last_allocation
-        if X is None:
-            return {}
-        return {u: float(X[n].sum()) for n, u in enumerate(churn.full.user_names)
-                if n < X.shape[0] and churn.users_present[n]}
+        return user_totals(self.state(), self.last_allocation)
 

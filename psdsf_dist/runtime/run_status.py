@@ -6,6 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from psdsf_dist.model.events import Event
 from psdsf_dist.model.tenant_policy import TenantPolicy
 from psdsf_dist.protocol.convergence import Observation
@@ -46,3 +49,11 @@ def run_status(churn: ChurnState, now: float, observations: Sequence[Observation
         "policy_changes": [list(c) for c in policy_changes],
         "unmanaged": {n: dict(u) for n, u in unmanaged.items() if any(v > 0 for v in u.values())},
     }
+
+
+def user_totals(churn: ChurnState, allocation: npt.NDArray[np.float64] | None) -> dict[str, float]:
+    """Each present user's tasks in ``allocation`` (users x servers; None: not observed yet)."""
+    if allocation is None:
+        return {}
+    return {u: float(allocation[n].sum()) for n, u in enumerate(churn.full.user_names)
+            if n < allocation.shape[0] and churn.users_present[n]}

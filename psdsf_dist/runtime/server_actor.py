@@ -1,10 +1,7 @@
 """The server actor: Ray transport and a clock around the protocol's
-:class:`~psdsf_dist.protocol.node.ServerNode` — one per hosted server.
-
-(An actor can host several servers — ``RunConfig.servers_per_actor``, 1 by default — to save the
-~50 MB and the start-up of one process per server on a small machine; each hosted server keeps
-its own node, loop, gossip origin and random stream, and messages between two servers of one
-actor skip Ray but are otherwise the same.)
+:class:`~psdsf_dist.protocol.node.ServerNode` — one per hosted server (``servers_per_actor``
+of them, to save a process per server on a small machine; each keeps its own node, loop, gossip
+origin and random stream; messages between two of one actor skip Ray, otherwise the same).
 
 Each server's loop wakes when its node asks (:meth:`ServerNode.wake`), starts the exchanges the wake
 returned as background tasks, and sleeps until the next wake.  The transport moves messages: a
@@ -34,18 +31,16 @@ import asyncio
 import os
 import pickle
 import traceback
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import ray
 
 from psdsf_dist.admission.identity import token_ok
 from psdsf_dist.admission.leases import Lease
 from psdsf_dist.admission.server_admission import ServerAdmission
-from psdsf_dist.admission.unmanaged import UnmanagedEstimate, node_blocked, unmanaged_sample
+from psdsf_dist.admission.unmanaged import UnmanagedEstimate, node_sample
 from psdsf_dist.protocol.convergence import Observation
 from psdsf_dist.protocol.gossip import server_of
 from psdsf_dist.protocol.membership import Table
@@ -58,8 +53,6 @@ from psdsf_dist.runtime.messages import ActorState, HostedState, ServerReport
 from psdsf_dist.runtime.names import NAMESPACE, actor_key, coordinator_name, server_actor_name
 from psdsf_dist.runtime.running_marks import running_per_user
 from psdsf_dist.runtime.settings import RunConfig
-
-FloatArray = npt.NDArray[np.float64]
 
 # Messages to one actor queued before the event loop next turns go in one call.  A timed wait
 # (even of milliseconds) costs a scheduling quantum on a loaded machine, so there is none
@@ -104,9 +97,9 @@ class ServerActor:
         self.notes: dict[str, Any] = {}
         self.journal: list[Observation] = []
         self.admissions: dict[str, ServerAdmission] = {}
+        """Per hosted server: the leases of task slots on its node (tenant runs)."""
         self.unmanaged_estimates: dict[str, UnmanagedEstimate] = {}
         """Per hosted server: its node's usage by work it did not admit (tenant runs)."""
-        """Per hosted server: the leases of task slots on its node (tenant runs)."""
         self.reconstructed = bool(ray.get_runtime_context().was_current_actor_reconstructed)
         self.watchdog: asyncio.Task[None] | None = None
 
@@ -213,30 +206,15 @@ class ServerActor:
         i = scenario.server_names.index(server)
         capacity = np.asarray(scenario.capacity[i], dtype=float)
         free = node_capacity({"Resources": available}, scenario.resources)
-        # the tenants' tasks here: those their queues report running (including any that wait
-        # at the node for room) and those marked running (their bodies started)
-        index = scenario.user_index
-
-        def held(counts: Mapping[str, int]) -> FloatArray:
-            own = np.zeros_like(capacity)
-            for user, running in counts.items():
-                if user in index:
-                    own += running * np.asarray(scenario.demand[index[user]], dtype=float)
-            return own
-
         admission = self.admissions.get(server)
         book = admission.book if admission is not None else None
-        marks = running_per_user(node_id)
-        reported = held(book.running() if book is not None else {})
-        marked = held(marks)
-        free_now = np.array([free[r] for r in scenario.resources])
         estimate = self.unmanaged_estimates.get(server)
         if estimate is None:
             estimate = self.unmanaged_estimates[server] = UnmanagedEstimate(capacity)
-        # the upper bound only while some tenant's task waits at the node for room
-        blocked = book is not None and node_blocked(book.overdue(), marks)
-        usage = estimate.observe(unmanaged_sample(
-            capacity, free_now, marked if blocked else np.maximum(reported, marked)))
+        usage = estimate.observe(node_sample(
+            capacity, np.array([free[r] for r in scenario.resources]), scenario.user_index,
+            np.asarray(scenario.demand), book.running() if book is not None else {},
+            running_per_user(node_id), book.overdue() if book is not None else {}))
         return {r: float(v) for r, v in zip(scenario.resources, usage, strict=True)}
 
     async def release(self, server: str, user: str, token: str | None = None) -> None:
@@ -267,19 +245,9 @@ class ServerActor:
     # -- queries ----------------------------------------------------------------------------
     async def report(self) -> list[ServerReport]:
         """One report per hosted server (one call per actor per observation)."""
-        out: list[ServerReport] = []
-        for name, slot in self.slots.items():
-            node = slot.node
-            if node is None:
-                out.append(ServerReport(name, False, "", -1, np.zeros(0), 0, 0, 0, slot.error,
-                                        os.getpid()))
-            else:
-                out.append(ServerReport(name, slot.running, node.origin, node.table.epoch,
-                                        np.array(node.column), node.traffic.messages,
-                                        node.traffic.bytes, node.rounds, slot.error,
-                                        os.getpid(), tuple(node.round_seconds),
-                                        node.staleness_seconds))
-        return out
+        pid = os.getpid()
+        return [ServerReport.of(name, slot.node, slot.running, slot.error, pid)
+                for name, slot in self.slots.items()]
 
     async def status(self) -> dict[str, Any]:
         """Health of the hosted servers (answers while their loops work)."""

@@ -56,6 +56,8 @@ class DeskHost(Protocol):
 
     async def apply_event(self, event: Event) -> tuple[bool, str]: ...
 
+    async def change(self, item: Mapping[str, Any]) -> tuple[bool, str]: ...
+
 
 class TenantDesk:
     def __init__(self, host: DeskHost, policy: TenantPolicy | None,
@@ -198,6 +200,25 @@ class TenantDesk:
         servers = {n: (m.handle, m.node) for n, m in self.host.pool.members.items()
                    if m.node is not None and self.host.present(n)}
         return TenantReply(servers, error)
+
+    async def operator_change(self, item: Mapping[str, Any]) -> tuple[bool, str]:
+        """The operator's change: churn (the host's), or a change of the tenant policy.  With a
+        policy, the operator's ``set_weight`` is the tenant's ceiling from then on."""
+        resources = self.host.state().full.resources
+        if isinstance(item, Mapping) and "tenant_policy" in item:
+            return await self.change_policy(item["tenant_policy"], resources)
+        if self.policy is not None and isinstance(item, Mapping) \
+                and isinstance(item.get("set_weight"), Mapping):
+            user = item["set_weight"].get("user")
+            if isinstance(user, str):
+                ok, text = await self.host.change(item)
+                if ok:
+                    entry = (self.policy.entry(user).to_raw(user) if self.known(user)
+                             else {"name": user})
+                    await self.change_policy({"tenants": [
+                        {**entry, "weight": item["set_weight"].get("weight")}]}, resources)
+                return ok, text
+        return await self.host.change(item)
 
     async def leave(self, user: str, queue: Any, token: str | None) -> None:
         """A queue closed: its user leaves now (it rejoins when it reports work again).  A

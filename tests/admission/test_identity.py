@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from psdsf_dist.admission.identity import tenant_token, token_ok
+from psdsf_dist.admission.identity import secret_ok, tenant_token, token_ok
 
 
 @given(secret=st.text(min_size=1), user=st.text(min_size=1), other=st.text(min_size=1))
@@ -21,3 +21,9 @@ def test_a_token_proves_its_name_only(secret: str, user: str, other: str) -> Non
 def test_an_open_run_checks_nothing() -> None:
     assert token_ok(None, "alice", None)
     assert token_ok(None, "alice", "anything")
+
+
+def test_the_run_secret_is_checked_unless_there_is_none() -> None:
+    assert secret_ok(None, None) and secret_ok(None, "anything")
+    assert secret_ok("s3cret", "s3cret")
+    assert not secret_ok("s3cret", None) and not secret_ok("s3cret", "s3cre")

@@ -11,6 +11,7 @@ from psdsf_dist.admission.unmanaged import (
     UnmanagedEstimate,
     is_unmanaged_user,
     node_blocked,
+    node_sample,
     unmanaged_events,
     unmanaged_sample,
     unmanaged_user,
@@ -26,6 +27,22 @@ def test_the_sample_is_what_neither_ray_nor_the_leases_account_for() -> None:
     assert got.tolist() == [4.0, 0.0]
     # our own tasks not yet freed by Ray never make it negative
     assert unmanaged_sample(CAP, CAP, np.array([2.0, 1.0])).tolist() == [0.0, 0.0]
+
+
+def test_a_node_sample_counts_the_tenants_by_their_reports_or_their_marks() -> None:
+    """Users a (1 CPU, 2 GB) and b (2 CPU, 1 GB) on an 8-CPU, 16 GB node with 1 CPU, 10 GB
+    free; the queues report a 2 and b 1 running, marks show a 1 and b 1 started."""
+    index, demand = {"a": 0, "b": 1}, np.array([[1.0, 2.0], [2.0, 1.0]])
+    free = np.array([1.0, 10.0])
+    # no task waits for room: the larger of reported (4 CPU, 5 GB) and marked (3, 3) is ours
+    got = node_sample(CAP, free, index, demand, {"a": 2, "b": 1}, {"a": 1, "b": 1}, {})
+    assert got.tolist() == [3.0, 1.0]
+    # a's second task is overdue and not marked: it waits for room, so only marks are ours
+    got = node_sample(CAP, free, index, demand, {"a": 2, "b": 1}, {"a": 1, "b": 1}, {"a": 2})
+    assert got.tolist() == [4.0, 3.0]
+    # a user the table does not know holds nothing
+    got = node_sample(CAP, free, index, demand, {"zed": 5}, {}, {})
+    assert got.tolist() == [7.0, 6.0]
 
 
 def test_a_transient_is_ignored_and_persistent_usage_counts_after_the_window() -> None:

@@ -124,3 +124,15 @@ def test_resume_from_a_table_gives_the_same_state() -> None:
     assert np.array_equal(a.gamma, b.gamma) and np.array_equal(a.weight, b.weight)
     back.apply(events[1], 250.0, from_scenario=True)  # and it carries on
     assert back.current().eligible[3].any()
+
+
+def test_due_gives_the_events_not_applied_whose_scaled_time_has_come() -> None:
+    state, events = ChurnState.start(paper())
+    assert len(events) >= 2
+    first, second = events[0].at, events[1].at
+    assert state.due(events, first - 1e-3, 1.0) == ()
+    assert state.due(events, first, 1.0)[0] is events[0]
+    assert state.due(events, 2 * first, 0.5)[0] is events[0]  # event times scaled
+    for e in state.due(events, second, 1.0):
+        state.apply(e, e.at, from_scenario=True)
+    assert state.due(events, second, 1.0) == ()  # applied: not due again

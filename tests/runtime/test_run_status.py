@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 from psdsf_dist.model.scenario import load_scenario
 from psdsf_dist.protocol.convergence import Observation
 from psdsf_dist.protocol.membership import ChurnState
-from psdsf_dist.runtime.run_status import run_status
+from psdsf_dist.runtime.run_status import run_status, user_totals
 from tests.conftest import SMALL_CLUSTER
 
 
@@ -32,3 +34,13 @@ def test_status_before_the_first_observation() -> None:
     st = run_status(churn, 0.5, [], events, [], 1, 0, False, 0, None, None, [], {})
     assert st["round"] is None and st["holds"] is None and st["feasible"] is True
     assert st["last_event_at"] == 0.0
+
+
+def test_user_totals_are_the_present_users_rows() -> None:
+    churn, _ = ChurnState.start(load_scenario(SMALL_CLUSTER))
+    assert user_totals(churn, None) == {}
+    names = churn.full.user_names
+    X = np.arange(len(names) * churn.full.num_servers, dtype=float).reshape(len(names), -1)
+    churn.apply(churn.parse({"user_leaves": names[0]}), 1.0, from_scenario=False)
+    got = user_totals(churn, X)
+    assert names[0] not in got and got[names[1]] == X[1].sum()

@@ -43,8 +43,7 @@ NODE_CHECK_PERIODS = 5  # from-ray runs: look for new nodes this often
 
 
 class RunControl:
-    """A run's state between the coordinator's calls, and the steps over it (module
-    docstring)."""
+    """The run's state between the coordinator's calls, and the steps over it."""
 
     def __init__(self, run_id: str, scenario: Scenario, config: RunConfig,
                  pinned: Mapping[str, str] | None, detached_servers: bool,
@@ -326,9 +325,10 @@ class RunControl:
         users_present = churn.users_present.copy()
         servers_present = churn.servers_present.copy()
         previous = self.last_allocation
-        reply = observe_reports(ObservationRequest(
+        # in a thread: a new scenario's cold solve takes seconds; tenants' reports go on meanwhile
+        reply = await asyncio.to_thread(observe_reports, ObservationRequest(
             round=len(self.observations), time=self.now(), scenario=current,
-            servers_present=servers_present, epoch=churn.epoch, tables=self.tables,
+            servers_present=servers_present, epoch=churn.epoch, tables=dict(self.tables),
             members=tuple(m.name for m in members), reports=by_server,
             gone={m.name: m.gone for m in members}, sent=self.traffic,
             previous_totals=(None if previous is None or previous.shape[0] != current.num_users

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -92,27 +93,17 @@ def write_scenario(tmp_path: Path) -> WriteScenario:
     return write
 
 
-def start_ray_cluster(head: dict[str, Any], *nodes: dict[str, Any]) -> Any:
-    """A local multi-node Ray cluster (``ray.cluster_utils.Cluster``) this process is
-    connected to, in place of the shared session; end it with :func:`stop_ray_cluster`."""
+@contextmanager
+def ray_cluster(head: dict[str, Any], *nodes: dict[str, Any]) -> Iterator[Any]:
+    """A local multi-node Ray cluster this process is connected to, in place of the shared
+    session (:func:`experiments.common.ray_cluster.local_cluster`, the benchmarks' one)."""
     import ray
-    from ray.cluster_utils import Cluster
+
+    from experiments.common.ray_cluster import local_cluster
 
     ray.shutdown()  # the shared single-node session, if any
-    c: Any = Cluster(initialize_head=True, head_node_args=head)
-    for node in nodes:
-        c.add_node(**node)
-    c.wait_for_nodes()
-    ray.init(address=c.address, namespace="psdsf", log_to_driver=False,
-             configure_logging=False)
-    return c
-
-
-def stop_ray_cluster(c: Any) -> None:
-    import ray
-
-    ray.shutdown()
-    c.shutdown()
+    with local_cluster(head, *nodes) as c:
+        yield c
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -120,7 +111,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "ray: in a module that uses Ray (set at collection)")
 
 
-RAY_MARKS = ("import ray", "ray_session", "start_ray_cluster")
+RAY_MARKS = ("import ray", "ray_session", "ray_cluster(")
 
 
 def _uses_ray(path: Path, seen: dict[Path, bool]) -> bool:

@@ -39,7 +39,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import ray
-from ray.cluster_utils import Cluster
 from ray.util import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import (
     NodeAffinitySchedulingStrategy,
@@ -47,6 +46,7 @@ from ray.util.scheduling_strategies import (
 )
 
 from experiments.common.paths import RESULTS
+from experiments.common.ray_cluster import local_cluster
 from experiments.common.sim_common import write_csv
 
 SLOTS = 8
@@ -157,10 +157,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--window", type=float, default=12.0, help="seconds of launches per run")
     args = ap.parse_args(argv)
-    cluster: Any = Cluster(initialize_head=True, head_node_args={"num_cpus": SLOTS})
-    ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
     rows: list[dict[str, Any]] = []
-    try:
+    with local_cluster({"num_cpus": SLOTS}, namespace=None):
         node = ray.get_runtime_context().get_node_id()
         warm = ray.remote(task).options(num_cpus=1)
         ray.get([warm.remote(0.5) for _ in range(SLOTS)])  # start the workers once
@@ -177,9 +175,6 @@ def main(argv: list[str] | None = None) -> None:
                                      "repeat": rep, "busy": busy})
                         print(f"{rep} {'loaded' if loaded else 'quiet '} {mode:12s} {depth}: "
                               f"{busy:.2f} of {SLOTS}", flush=True)
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
     RESULTS.mkdir(parents=True, exist_ok=True)
     write_csv(RESULTS / "dispatch.csv", rows)
     lines = ["| launch (8 slots, 50-200 ms tasks) | quiet: busy slots (idle) | one core busy: "

@@ -25,12 +25,11 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import ray
-from ray.cluster_utils import Cluster
 
 from experiments.common.paths import RESULTS
+from experiments.common.ray_cluster import local_cluster
 from experiments.common.sim_common import write_atomic, write_csv
 from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.runtime.launcher import Run, launch
@@ -102,15 +101,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args(argv)
-    cluster: Any = Cluster(initialize_head=True, head_node_args={"num_cpus": 4})
-    cluster.add_node(num_cpus=4)
-    cluster.add_node(num_cpus=2)
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, namespace="psdsf", log_to_driver=False,
-             configure_logging=False)
-    load = os.getloadavg()[0]
     rows: list[dict[str, float]] = []
-    try:
+    with local_cluster({"num_cpus": 4}, {"num_cpus": 4}, {"num_cpus": 2}):
+        load = os.getloadavg()[0]
         ray.get([ray.remote(num_cpus=1)(quick_task).remote() for _ in range(30)])  # workers up
         run = launch(SCENARIO, RunConfig(ProtocolConfig(period=PERIOD)), run_id=RUN_ID)
         try:
@@ -123,9 +116,6 @@ def main(argv: list[str] | None = None) -> None:
                     write(rows, load)
         finally:
             run.stop()
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
     print(report(rows, load))
 
 

@@ -41,10 +41,10 @@ import time
 from typing import Any
 
 import ray
-from ray.cluster_utils import Cluster
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from experiments.common.paths import RESULTS
+from experiments.common.ray_cluster import local_cluster
 from experiments.common.sim_common import write_csv
 from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.runtime.launcher import Run, launch
@@ -306,15 +306,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--window", type=float, default=15.0,
                     help="seconds each phase is measured over")
     args = ap.parse_args(argv)
-    cluster: Any = Cluster(initialize_head=True, head_node_args={"num_cpus": 4})
-    cluster.add_node(num_cpus=4)
-    cluster.add_node(num_cpus=2)
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, namespace="psdsf", log_to_driver=False,
-             configure_logging=False)
-    load = os.getloadavg()[0]
     rows: list[dict[str, float]] = []
-    try:
+    with local_cluster({"num_cpus": 4}, {"num_cpus": 4}, {"num_cpus": 2}) as cluster:
+        load = os.getloadavg()[0]
         # workers on every CPU first: neither the first tenant queue nor the first phase
         # pays Ray's worker start-up
         ray.get([ray.remote(num_cpus=1)(sleep_task).remote() for _ in range(30)])
@@ -336,9 +330,6 @@ def main(argv: list[str] | None = None) -> None:
             rows.append(row)
             print(row, flush=True)
             write(rows, load)  # after every run: a long benchmark keeps what it measured
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
     print(report(rows, load))
 
 

@@ -89,10 +89,10 @@ from typing import Any
 
 import numpy as np
 import ray
-from ray.cluster_utils import Cluster
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from experiments.common.paths import CLUSTER_CONFIGS, EXAMPLES, RESULTS
+from experiments.common.ray_cluster import local_cluster
 from psdsf_dist.admission.shapes import GIB, task_shape
 from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.runtime.from_ray import node_capacity
@@ -626,12 +626,14 @@ SEMANTICS_STORE_BYTES = 2 * 2**30
 def semantics(runs: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """The measurements of ``--semantics`` (module docstring); returns them by name, and the
     overhead rows."""
-    cluster: Any = Cluster(initialize_head=True,
-                           head_node_args={"num_cpus": 8, "memory": 8 * 2**30,
-                                           "object_store_memory": SEMANTICS_STORE_BYTES})
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, namespace="psdsf", log_to_driver=False,
-             configure_logging=False)
+    with local_cluster({"num_cpus": 8, "memory": 8 * 2**30,
+                        "object_store_memory": SEMANTICS_STORE_BYTES}) as cluster:
+        return semantics_on(cluster.address, runs)
+
+
+def semantics_on(address: str, runs: int) -> tuple[dict[str, list[float]],
+                                                   dict[str, list[float]]]:
+    """:func:`semantics` on the cluster at ``address`` (the driver connected to it)."""
     out: dict[str, list[float]] = {}
 
     def note(key: str, value: float) -> None:
@@ -695,14 +697,12 @@ def semantics(runs: int) -> tuple[dict[str, list[float]], dict[str, list[float]]
     finally:
         run.stop()
     for k in range(runs):
-        seconds, left = restart_probe(cluster.address, f"restart-{k}")
+        seconds, left = restart_probe(address, f"restart-{k}")
         note("restart_s", seconds)
         note("restart_leftover_actors", float(left))
-        status, seen = beside_probe(cluster.address)
+        status, seen = beside_probe(address)
         note("beside_exit", float(status))
         note("beside_seen", float(seen))
-    ray.shutdown()
-    cluster.shutdown()
     return out, over
 
 
@@ -835,30 +835,22 @@ def main(argv: list[str] | None = None) -> None:
         print(table)
         return
 
-    cluster: Any = Cluster(initialize_head=True,
-                           head_node_args={"num_cpus": 8, "memory": 8 * 2**30})
-    cluster.add_node(num_cpus=2, memory=24 * 2**30)
-    cluster.add_node(num_cpus=4, memory=8 * 2**30, resources={"gpu": 2})
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, namespace="psdsf", log_to_driver=False,
-             configure_logging=False)
-    run = launch(SCENARIO, RunConfig(ProtocolConfig(period=1.0)), run_id=RUN_ID)
     runs: list[tuple[Phase, Phase, dict[str, float]]] = []
-    try:
-        warm_up(loads)
-        for k in range(args.runs):
-            print(f"run {k + 1} of {args.runs}: PS-DSF phase ...", flush=True)
-            psdsf, usage = psdsf_phase(run, loads, args.seed + k, args.submit == "map")
-            print(f"run {k + 1} of {args.runs}: plain Ray phase ...", flush=True)
-            runs.append((psdsf, plain_phase(loads, args.seed + k), usage))
-        print("overhead ...", flush=True)
-        over = overhead(2 if args.quick else args.repeats)
-    finally:
+    with local_cluster({"num_cpus": 8, "memory": 8 * 2**30},
+                       {"num_cpus": 2, "memory": 24 * 2**30},
+                       {"num_cpus": 4, "memory": 8 * 2**30, "resources": {"gpu": 2}}):
+        run = launch(SCENARIO, RunConfig(ProtocolConfig(period=1.0)), run_id=RUN_ID)
         try:
-            run.stop()
+            warm_up(loads)
+            for k in range(args.runs):
+                print(f"run {k + 1} of {args.runs}: PS-DSF phase ...", flush=True)
+                psdsf, usage = psdsf_phase(run, loads, args.seed + k, args.submit == "map")
+                print(f"run {k + 1} of {args.runs}: plain Ray phase ...", flush=True)
+                runs.append((psdsf, plain_phase(loads, args.seed + k), usage))
+            print("overhead ...", flush=True)
+            over = overhead(2 if args.quick else args.repeats)
         finally:
-            ray.shutdown()
-            cluster.shutdown()
+            run.stop()
 
     suffix = "_quick" if args.quick else ""  # an example run: not kept in the repository
     if args.analytics_gib != 2.0:

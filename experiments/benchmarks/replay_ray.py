@@ -30,10 +30,9 @@ import time
 from typing import Any
 
 import numpy as np
-import ray
-from ray.cluster_utils import Cluster
 
 from experiments.common.paths import CLUSTER_CONFIGS, RESULTS, SWIM_FB2010
+from experiments.common.ray_cluster import local_cluster
 from experiments.common.sim_common import table, write_csv
 from psdsf_dist.jobs.simulator import simulate_jobs
 from psdsf_dist.jobs.workload import Trace, Workload, build_workload, load_trace
@@ -120,21 +119,11 @@ def main(argv: list[str] | None = None) -> None:
                                                           .sum())].tolist()
                for j in range(w.num_jobs)]
 
-    cluster: Any = Cluster(initialize_head=True,
-                           head_node_args={"num_cpus": args.slots, "memory": 4 * 2**30,
-                                           "include_dashboard": False})
-    for _ in range(args.nodes - 1):
-        cluster.add_node(num_cpus=args.slots, memory=4 * 2**30)
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, namespace="psdsf", log_to_driver=False,
-             configure_logging=False)
     runs: list[tuple[float, np.ndarray]] = []
-    try:
+    node = {"num_cpus": args.slots, "memory": 4 * 2**30}
+    with local_cluster(*([node] * args.nodes)):
         for _ in range(args.runs):
             runs.append(replay_once(w, submit, per_job, args.nodes * args.slots))
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
     sim_resp = sim.response
     ms = float(np.median(sim_resp))
     rows: list[dict[str, object]] = []

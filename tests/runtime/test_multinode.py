@@ -20,7 +20,7 @@ from psdsf_dist.runtime.coordinator import RemoteCoordinator
 from psdsf_dist.runtime.launcher import Run, launch, prepare
 from psdsf_dist.runtime.names import NAMESPACE, coordinator_name
 from psdsf_dist.runtime.settings import RunConfig
-from tests.conftest import start_ray_cluster, stop_ray_cluster
+from tests.conftest import ray_cluster
 
 pytestmark = pytest.mark.multinode
 
@@ -30,12 +30,9 @@ MANUAL = RunConfig(ProtocolConfig(period=1.0, jitter=0.0, seed=5, ttl_periods=4.
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
-    c = start_ray_cluster({"num_cpus": 1, "resources": {"slots": 4}},
-                          *({"num_cpus": 1, "resources": {"slots": n}} for n in (2, 3)))
-    try:
+    with ray_cluster({"num_cpus": 1, "resources": {"slots": 4}},
+                     *({"num_cpus": 1, "resources": {"slots": n}} for n in (2, 3))) as c:
         yield c
-    finally:
-        stop_ray_cluster(c)
 
 
 def advance_until_held(run: Run, hold: int = 3, limit: int = 80) -> list[dict[str, Any]]:

@@ -29,7 +29,7 @@ from psdsf_dist.runtime.messages import TenantRunError
 from psdsf_dist.runtime.settings import RunConfig
 from psdsf_dist.runtime.tenant import Tenant, by_reference
 from psdsf_dist.runtime.tenant_queue import AllocatorGoneError, TenantRefusedError
-from tests.conftest import start_ray_cluster, stop_ray_cluster
+from tests.conftest import ray_cluster
 
 pytestmark = pytest.mark.multinode
 
@@ -40,13 +40,10 @@ SCENARIO = {"servers": "from-ray", "tenants": True, "resources": ["CPU", "memory
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
-    c = start_ray_cluster({"num_cpus": 2, "memory": 4 * 2**30},
-                          {"num_cpus": 2, "memory": 8 * 2**30},
-                          {"num_cpus": 1, "memory": 2 * 2**30, "resources": {"gpu": 1}})
-    try:
+    with ray_cluster({"num_cpus": 2, "memory": 4 * 2**30},
+                     {"num_cpus": 2, "memory": 8 * 2**30},
+                     {"num_cpus": 1, "memory": 2 * 2**30, "resources": {"gpu": 1}}) as c:
         yield c
-    finally:
-        stop_ray_cluster(c)
 
 
 @pytest.fixture(scope="module")

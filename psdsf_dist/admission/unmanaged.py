@@ -61,8 +61,13 @@ room at the node (module docstring: which bound)."""
 UNMANAGED_TOLERANCE = 0.05
 """Fraction of a resource's capacity below which unmanaged usage, or a change of it, is
 ignored."""
-UNMANAGED_WEIGHT = 1e6
-"""The weight of an unmanaged user: its one task is allocated before any tenant's."""
+UNMANAGED_WEIGHT = 1e4
+"""The weight of an unmanaged user: its one task is allocated before the tenants' (to within a
+share of about 1/UNMANAGED_WEIGHT of it, far inside :data:`UNMANAGED_TOLERANCE`).  Not larger:
+where unmanaged work fills its node and a tenant allowed only there gets nothing, the solver's
+certificate cannot resolve a weight ratio of 1e6 (its relative residual stalls near 1e-6, the
+ratio's inverse), so the coordinator's distance-to-fair solve failed after seconds on every
+such scenario."""
 
 
 def unmanaged_user(server: str) -> str:

@@ -16,7 +16,10 @@ from psdsf_dist.admission.unmanaged import (
     unmanaged_sample,
     unmanaged_user,
 )
+from psdsf_dist.core.certificate import certificate
+from psdsf_dist.core.solver import solve
 from psdsf_dist.model.events import SetDemand, UserJoins, UserLeaves
+from psdsf_dist.model.scenario import Scenario
 
 CAP = np.array([8.0, 16.0])
 
@@ -103,3 +106,25 @@ def test_a_node_is_blocked_only_when_a_users_old_tasks_outnumber_its_marked_ones
     # an intruder holds the node: alice's tasks launched long ago are not marked
     assert node_blocked({"alice": 2}, {"alice": 1})
     assert node_blocked({"alice": 0, "bob": 1}, {"alice": 3})
+
+
+def test_unmanaged_work_that_fills_its_nodes_leaves_a_certifiable_allocation() -> None:
+    """Unmanaged work fills two nodes and most of a third, and a tenant may run only there: the
+    allocation certifies (with a weight of 1e6 the solver stalled at residual 1e-6 for seconds
+    and gave up), and each unmanaged user keeps all but 1/UNMANAGED_WEIGHT of its task."""
+    def unmanaged(server: str, cpus: float) -> dict[str, object]:
+        return {"name": unmanaged_user(server), "demand": {"CPU": cpus}, "servers": [server],
+                "max_tasks": 1, "weight": UNMANAGED_WEIGHT}
+
+    scenario = Scenario.from_dict({
+        "resources": ["CPU", "memory"],
+        "servers": [{"name": "a", "capacity": {"CPU": 2, "memory": 8}},
+                    {"name": "b", "capacity": {"CPU": 1, "memory": 2}},
+                    {"name": "c", "capacity": {"CPU": 2, "memory": 4}},
+                    {"name": "d", "capacity": {"CPU": 2, "memory": 4}}],
+        "users": [unmanaged("a", 2), unmanaged("c", 2), unmanaged("b", 1),
+                  {"name": "nested", "demand": {"CPU": 1}, "servers": ["a", "b", "c"],
+                   "max_tasks": 6}]})
+    result = solve(scenario, "rdm")
+    assert certificate(scenario, result.allocation, mode="rdm").holds
+    assert np.all(result.totals[:3] >= 1 - 2 / UNMANAGED_WEIGHT)

@@ -42,7 +42,7 @@ from psdsf_dist.runtime.names import actor_key
 
 
 @dataclass
-class QueuedTask:
+class TaskCall:
     """What the queue holds of a task for Ray (its bookkeeping is the state's)."""
 
     function: tuple[Any, dict[str, Any]]
@@ -66,7 +66,7 @@ class TaskRunner:
         self.clock = clock
         self.metrics = metrics
         self.period = period
-        self.tasks: dict[int, QueuedTask] = {}
+        self.tasks: dict[int, TaskCall] = {}
         self.placed: dict[tuple[int, str, int], Any] = {}
         self.actors: dict[str, Any] = {}
         """The tenant's live actors: actor id -> handle (the queue owns them)."""

@@ -113,7 +113,7 @@ from psdsf_dist.observability.tenant_metrics import TenantMetrics
 from psdsf_dist.runtime.clock import Clock, WallClock
 from psdsf_dist.runtime.messages import QueueStatus, TenantReply
 from psdsf_dist.runtime.names import NAMESPACE, coordinator_name
-from psdsf_dist.runtime.task_runner import QueuedTask, TaskRunner
+from psdsf_dist.runtime.task_runner import TaskCall, TaskRunner
 
 ASK_TIMEOUT_INTERVALS = 4.0
 """An ask unanswered this long is given up and asked again (a late answer still counts from
@@ -177,7 +177,7 @@ class TenantQueue:
         result: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         task_id = self.state.new_task(max_retries, self.clock.now(), parent_node=parent_node,
                                       preemptible=preemptible)
-        self.runner.tasks[task_id] = QueuedTask(function, tuple(args), dict(kwargs), result,
+        self.runner.tasks[task_id] = TaskCall(function, tuple(args), dict(kwargs), result,
                                                 num_returns)
         key = ray.get_runtime_context().get_task_id()
         if key is not None:
@@ -204,7 +204,7 @@ class TenantQueue:
         args, kwargs = call
         result: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         task_id = self.state.new_task(0, self.clock.now(), actor=True)
-        self.runner.tasks[task_id] = QueuedTask(cls, tuple(args), dict(kwargs), result, actor=True)
+        self.runner.tasks[task_id] = TaskCall(cls, tuple(args), dict(kwargs), result, actor=True)
         self._submit([task_id])
         return await result
 
@@ -242,7 +242,7 @@ class TenantQueue:
             for (args, kwargs), future in zip(calls, futures, strict=True):
                 task_id = self.state.new_task(max_retries, now, batch=batch,
                                               parent_node=parent_node, preemptible=preemptible)
-                self.runner.tasks[task_id] = QueuedTask(function, tuple(args), dict(kwargs), future,
+                self.runner.tasks[task_id] = TaskCall(function, tuple(args), dict(kwargs), future,
                                             num_returns)
                 ids.append(task_id)
             self._submit(ids)

@@ -123,12 +123,12 @@ class RunControl:
             return False, str(err)
         return await self.apply_event(event)
 
-    async def apply_event(self, event: Event) -> tuple[bool, str]:
+    async def apply_event(self, event: Event, wait: bool = True) -> tuple[bool, str]:
         """One typed change applied now: (True, its description) or (False, why the state
-        cannot take it)."""
+        cannot take it); ``wait=False``: the table goes to the servers in the background."""
         await self.ensure()
         try:
-            await self.apply_events(event, from_scenario=False)
+            await self.apply_events(event, from_scenario=False, wait=wait)
         except ScenarioError as err:
             return False, str(err)
         return True, event.describe()
@@ -162,9 +162,7 @@ class RunControl:
                 raise NotStartedError("the run has not been started")
             await self._rebuild()
             self.ready = True
-            error = self.endpoint.reopen(self.pool.notes.get("metrics"))
-            if error is not None:
-                self.failure = error
+            self.failure = self.endpoint.reopen(self.pool.notes.get("metrics")) or self.failure
             if self.config.clock == "real" and self.monitor is None:
                 self.monitor = asyncio.get_running_loop().create_task(self._monitor())
 
@@ -210,8 +208,7 @@ class RunControl:
 
     async def record_faults(self, *descriptions: str) -> None:
         """Faults as events of the run (their re-convergence is measured like churn's), kept
-        in the notes — one update for them all — so that a restarted coordinator still
-        reports them."""
+        in the notes (one update for them all) for a restarted coordinator to report."""
         now = self.now()
         self.faults += [(d, now) for d in descriptions]
         await self.pool.note(faults=list(self.faults), restarts=self.restarts,
@@ -266,7 +263,7 @@ class RunControl:
         if due:
             await self.apply_events(*due, from_scenario=True)
 
-    async def apply_events(self, *events: Event, from_scenario: bool) -> None:
+    async def apply_events(self, *events: Event, from_scenario: bool, wait: bool = True) -> None:
         """Apply events due together as one change (:meth:`ChurnState.apply_together`, as the
         simulator does): failed servers stop, every actor adopts the table once, joined
         servers start."""
@@ -276,7 +273,10 @@ class RunControl:
             self.metrics.event(event, now)
         for server in change.failed:
             await self.pool.remove(server)
-        await self.push_table()
+        if wait or change.failed or change.joined:
+            await self.push_table()
+        else:
+            self.pool.push_soon(self.table)
         if change.joined:
             await self.spawn(list(change.joined))
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import ray
@@ -54,6 +54,8 @@ class ServerPool:
         """What a restarted coordinator must know besides the table (kept by the servers)."""
         self.journaled: dict[str, int] = {}
         """actor name -> how many observations its copy of the journal holds."""
+        self._push_due: Callable[[], Table] | None = None
+        self._pusher: asyncio.Task[None] | None = None
 
     async def call(self, ref: Any, timeout: float | None = None) -> Any:
         limit = timeout if timeout is not None else max(self.config.rpc_timeout, 5.0)
@@ -175,6 +177,21 @@ class ServerPool:
                                for a, h in self.actors.items()
                                if actors is None or a in actors), return_exceptions=True)
 
+    def push_soon(self, table: Callable[[], Table]) -> None:
+        """Push the newest table to every actor in the background: ``table`` is called when
+        the push goes out, and changes made while one is under way go out together in the
+        next.  For a tenant's report, which must not wait on every server actor (a slow one
+        holds a push for seconds); the servers adopt only newer epochs, so a push that lands
+        after a later one changes nothing."""
+        self._push_due = table
+        if self._pusher is None or self._pusher.done():
+            self._pusher = asyncio.get_running_loop().create_task(self._push_pending())
+
+    async def _push_pending(self) -> None:
+        while self._push_due is not None:
+            table, self._push_due = self._push_due, None
+            await self.push(table())
+
     async def reports(self, alive: AliveNodes) -> dict[str, ServerReport]:
         """Every answering actor's servers' reports, by server.  An actor that does not answer
         counts towards its servers' ``gone`` unless Ray is restarting it on an alive node
@@ -246,6 +263,8 @@ class ServerPool:
         return [m.name for m in self.members.values() if m.actor == actor]
 
     def stop(self) -> None:
+        if self._pusher is not None:
+            self._pusher.cancel()
         for handle in self.actors.values():
             ray.kill(handle, no_restart=True)
         self.actors.clear()

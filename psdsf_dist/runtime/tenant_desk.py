@@ -54,7 +54,7 @@ class DeskHost(Protocol):
 
     def present(self, server: str) -> bool: ...
 
-    async def apply_event(self, event: Event) -> tuple[bool, str]: ...
+    async def apply_event(self, event: Event, wait: bool = True) -> tuple[bool, str]: ...
 
     async def change(self, item: Mapping[str, Any]) -> tuple[bool, str]: ...
 
@@ -192,8 +192,8 @@ class TenantDesk:
                                           self.host.state().full.resources)
             except ScenarioError as err:  # a value the scenario cannot take
                 events, error = [], str(err)
-            for event in events:
-                ok, why = await self.host.apply_event(event)
+            for event in events:  # the servers get the table in the background
+                ok, why = await self.host.apply_event(event, wait=False)
                 if not ok:
                     error = why
                     break

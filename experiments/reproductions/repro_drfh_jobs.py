@@ -151,8 +151,11 @@ def table_ii(quick: bool) -> tuple[str, list[dict[str, Any]]]:
     seeds = TABLE_II_SEEDS[:2] if quick else TABLE_II_SEEDS
     util: dict[tuple[str, int], list[np.ndarray[Any, Any]]] = {}
     cover: list[float] = []
+    demand: np.ndarray[Any, Any] | None = None
     for seed in seeds:
         w = stream(seed, servers, horizon)
+        if demand is None:
+            demand = w.demand  # the first seed's, for the level's explanation below
         for reading in TASK_SLOTS:
             for k in SLOT_SIZES:
                 r = simulate_multi(w, "slots", horizon, slots_per_max=k, task_slots=reading)
@@ -171,8 +174,10 @@ def table_ii(quick: bool) -> tuple[str, list[dict[str, Any]]]:
                f"{pct(med('one', k, i))}" for i in (0, 1))] for k in SLOT_SIZES]
     best = {reading: [max(SLOT_SIZES, key=lambda k: float(sum(util[(reading, k)][n])))
                       for n in range(len(seeds))] for reading in TASK_SLOTS}
-    d = stream(seeds[0], servers, horizon).demand
-    in_one = d[d.max(axis=1) <= 1 / BEST_K, 0]  # CPU of the jobs whose tasks fit one slot
+    assert demand is not None
+    in_one = demand[demand.max(axis=1) <= 1 / BEST_K, 0]  # CPU of jobs whose tasks fit a slot
+    fill = float(in_one.mean()) * BEST_K  # the share of a slot's CPU such a task uses
+    covered = float(np.median(cover))
     md = "\n".join([
         f"**Table II** — Slots utilisation by slot size, seeds {', '.join(map(str, seeds))} "
         "(medians); cell: paper / ours, a task takes as many slots as cover it (`cover`) / "
@@ -194,14 +199,14 @@ def table_ii(quick: bool) -> tuple[str, list[dict[str, Any]]]:
         f"best size ({pct(med('one', BEST_K, 0))} / {pct(med('cover', BEST_K, 0))} CPU at "
         f"k = {BEST_K} against the paper's {pct(PAPER_TABLE_II[BEST_K][0])}) is set by the "
         f"demands against the slot: a slot of 1/{BEST_K} is {pct(1 / BEST_K)} of the largest "
-        f"server; the {pct(len(in_one) / len(d))} of our jobs whose tasks fit in one use "
-        f"{pct(float(in_one.mean()) * BEST_K)} of its CPU on average (seed {seeds[0]}), and "
+        f"server; the {pct(len(in_one) / len(demand))} of our jobs whose tasks fit in one use "
+        f"{pct(fill)} of its CPU on average (seed {seeds[0]}), and "
         "the slots cover "
-        f"{pct(float(np.median(cover)))} of the pooled CPU (servers' memory-short remainders "
+        f"{pct(covered)} of the pooled CPU (servers' memory-short remainders "
         "make no slot): with every slot busy that is at most "
-        f"{pct(float(in_one.mean()) * BEST_K * float(np.median(cover)))} CPU, about what both "
+        f"{pct(fill * covered)} CPU, about what both "
         f"readings measure, while the paper's {pct(PAPER_TABLE_II[BEST_K][0])} needs tasks that "
-        f"use at least {pct(PAPER_TABLE_II[BEST_K][0] / float(np.median(cover)))} of a slot's "
+        f"use at least {pct(PAPER_TABLE_II[BEST_K][0] / covered)} of a slot's "
         "CPU on average.  The trace's task demands are not in `../shared/data` (only its "
         "machine mix is), so the paper's levels cannot be matched without fitting the "
         "synthetic law to the table itself, which this report does not do.",

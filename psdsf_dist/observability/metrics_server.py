@@ -98,19 +98,18 @@ class MetricsEndpoint:
     def __init__(self, metrics: AllocatorMetrics) -> None:
         self.metrics = metrics
         self.server: MetricsServer | None = None
-        self._opened: tuple[int, str, bool] | None = None
 
     def open(self, port: int, bind: str, per_pair: bool) -> MetricsServer:
         """Serve the metrics on ``bind:port`` (0: any free port); :class:`MetricsEndpointError`
         if it cannot be bound."""
         self.metrics.per_pair = per_pair
         self.server = MetricsServer(self.metrics.registry, port, bind).start()
-        self._opened = (self.server.port, bind, per_pair)
         return self.server
 
     def noted(self) -> tuple[int, str, bool] | None:
         """What a restarted coordinator needs to open the same endpoint (None: none open)."""
-        return self._opened
+        s = self.server
+        return None if s is None else (s.port, s.bind, self.metrics.per_pair)
 
     def reopen(self, noted: Any) -> str | None:
         """Open the endpoint ``noted`` by a predecessor, unless one is open; the error, or

@@ -21,7 +21,7 @@ from typing import Any
 
 from psdsf_dist.admission.identity import secret_ok
 from psdsf_dist.errors import ScenarioError
-from psdsf_dist.model.events import Event, ServerFails
+from psdsf_dist.model.events import Event
 from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.observability.metrics import AllocatorMetrics, RunMetrics, ServerCounts
 from psdsf_dist.observability.metrics_server import MetricsEndpoint, MetricsServer
@@ -184,7 +184,7 @@ class RunControl:
         _, self.events = ChurnState.start(self.scenario)
         await self.push_table()
         for s in got.missing_failed:
-            await self.apply_events(ServerFails(self.now(), -1, s), from_scenario=False)
+            await self.care.fail(s)
         notes = pool.notes
         self.restarts = int(notes.get("restarts", 0)) + len(got.missing_restart)
         self.coordinator_restarts = int(notes.get("coordinator_restarts", 0)) + 1

@@ -110,6 +110,7 @@ from psdsf_dist.admission.tenant_queue_state import (
     TenantRefusedError,
 )
 from psdsf_dist.observability.tenant_metrics import TenantMetrics
+from psdsf_dist.runtime.arrival_order import ArrivalOrder
 from psdsf_dist.runtime.clock import Clock, WallClock
 from psdsf_dist.runtime.messages import QueueStatus, TenantReply
 from psdsf_dist.runtime.names import NAMESPACE, coordinator_name
@@ -143,6 +144,7 @@ class TenantQueue:
         """Server name -> its actor handle."""
         self.functions: dict[str, Any] = {}
         self.by_key: dict[str, int] = {}
+        self.arrivals = ArrivalOrder()
         """The :meth:`submit` call's Ray task id -> its task (to cancel it by its ref)."""
         self.work = asyncio.Event()
         self.loops: list[asyncio.Task[None]] = []
@@ -292,10 +294,18 @@ class TenantQueue:
     async def _function(self, ref: Any) -> Any:
         """The remote function (or actor class) and options behind ``ref``: one object per
         ref, kept for the queue's life — :meth:`_placed` keys its cache by that object's
-        ``id``.  (Calls that arrive together each await the ref and get their own copy; all
-        but the first are dropped, else a dropped copy's ``id`` could be reused by another
-        function's and find its placed variant.)"""
+        ``id``.  Calls leave here in the order they arrived (:class:`ArrivalOrder`), and each
+        queues its task before it next yields, so tasks queue in submission order however
+        the fetches of their functions interleave.  (Calls that arrive together each await
+        the ref and get their own copy; all but the first are dropped, else a dropped copy's
+        ``id`` could be reused by another function's and find its placed variant.)"""
         key = ref.hex()
+        function = self.functions.get(key)
+        if function is not None and self.arrivals.idle:
+            return function
+        return await self.arrivals.resolve(self._fetch(key, ref))
+
+    async def _fetch(self, key: str, ref: Any) -> Any:
         function = self.functions.get(key)
         if function is None:
             function = self.functions.setdefault(key, await ref)

@@ -498,6 +498,8 @@ def test_cancel_withdraws_a_queued_task_and_stops_a_running_one(run: Run, tmp_pa
     blockers = [mark.remote(f"b{i}", 4.0) for i in range(7)]  # 5 CPUs: some stay queued
     last = mark.remote("queued", 0.0)
     assert wait_for(lambda: len(list(tmp_path.iterdir())) >= 2, 20.0)
+    # tasks queue in submission order, so the five CPUs run the first five blockers
+    assert {p.name for p in tmp_path.iterdir()} <= {f"b{i}" for i in range(5)}
     ray.cancel(last)
     with pytest.raises(ray.exceptions.TaskCancelledError):
         ray.get(last, timeout=10)

@@ -13,11 +13,11 @@ associated site.  Metrics: the standard deviation of the active jobs' aggregate 
 sampled over time (its distribution: Figs. 4.3-4.5, 5.1-5.2), and the mean job response time
 (Figs. 4.6-4.7, 5.3-5.4).
 
-Traces: the Facebook 2010 trace the thesis uses (``../shared/data/swim``, one task per GB,
-Pareto durations of shape 1.259 and mean 2 s drawn per job); and a **synthetic** stand-in for
-the thesis's Google segment, which is not available here: 2,944 jobs with 48,504 tasks over 60
-minutes, as the thesis states, task counts drawn from a lognormal law rescaled to that mean,
-durations lognormal with the stated mean of 1,374.7 s, one draw per job (:data:`GOOGLE_SIGMA`).
+Traces (``experiments.common.guan_traces``): the Facebook 2010 trace the thesis uses
+(``../shared/data/swim``, one task per GB, Pareto durations of shape 1.259 and mean 2 s drawn
+per job); and a **synthetic** stand-in for the thesis's Google segment, which is not available
+here (2,944 jobs, 48,504 tasks over 60 minutes, lognormal task counts and durations of the
+stated mean 1,374.7 s).
 Each policy call is a linear-program filling, so a run takes the first :data:`JOBS` jobs of a
 trace (the thesis does not say how long its runs were).  Balance is measured while jobs
 compete: over the samples with two or more active jobs.
@@ -34,24 +34,16 @@ from typing import Any
 
 import numpy as np
 
-from experiments.common.paths import SWIM_FB2010
+from experiments.common.guan_traces import FACEBOOK, GOOGLE, trace_named
 from experiments.common.repro_common import Section, figure, save, save_csv, section_main
 from experiments.common.sim_common import table
-from experiments.reproductions.repro_guan_jobs import head
 from psdsf_dist.jobs.allocated import simulate_allocated
 from psdsf_dist.jobs.metrics import summary
-from psdsf_dist.jobs.workload import Trace, build_workload, load_trace
+from psdsf_dist.jobs.workload import Trace, build_workload
 
 JOBS = 200
 QUICK_JOBS = 60
 SEED = 1
-GOOGLE_JOBS, GOOGLE_TASKS, GOOGLE_WINDOW_S, GOOGLE_MEAN_S = 2944, 48504, 3600.0, 1374.7
-GOOGLE_SIGMA = 1.5
-"""The lognormal sigma of the synthetic Google task counts and durations (heavy-tailed, as
-Figs. 4.2a-b, with every moment finite: a Pareto law of shape 1.259 at a mean of 1,374.7 s
-gives a few tasks lasting days, whose one job then alone is active most of the run)."""
-
-
 @dataclass(frozen=True)
 class Policy:
     label: str
@@ -66,22 +58,6 @@ CH5 = (*AMF_FAMILY, Policy("GAMF", "gamf"), Policy("GAMF optimized", "gamf", Tru
        Policy("SIG-GAMF", "gamf-si"), Policy("SIG-GAMF optimized", "gamf-si", True))
 GAMF_OF = {"AMF": "GAMF", "AMF optimized": "GAMF optimized", "SIG-AMF": "SIG-GAMF",
            "SIG-AMF optimized": "SIG-GAMF optimized"}
-
-
-def google_trace(seed: int = SEED) -> Trace:
-    """The synthetic Google segment (see the module docstring): one row per job; a job's tasks
-    last alike, a lognormal draw of mean 1,374.7 s."""
-    rng = np.random.default_rng(seed)
-    raw = rng.lognormal(0.0, GOOGLE_SIGMA, GOOGLE_JOBS)
-    counts = np.maximum(1, np.round(raw * (GOOGLE_TASKS / raw.sum()))).astype(np.int64)
-    counts[np.argmax(counts)] += GOOGLE_TASKS - int(counts.sum())  # exactly the stated total
-    mu = np.log(GOOGLE_MEAN_S) - GOOGLE_SIGMA**2 / 2  # the lognormal of that mean
-    durations = rng.lognormal(mu, GOOGLE_SIGMA, GOOGLE_JOBS)
-    submit = np.sort(rng.uniform(0.0, GOOGLE_WINDOW_S, GOOGLE_JOBS))
-    names = tuple(f"g{k}" for k in range(GOOGLE_JOBS))
-    return Trace("synthetic Google segment", names, names, submit,
-                 np.arange(GOOGLE_JOBS, dtype=np.int64), counts,
-                 tuple(() for _ in range(GOOGLE_JOBS)), durations)
 
 
 @dataclass(frozen=True)
@@ -117,12 +93,11 @@ def run_cell(traces: dict[str, Trace], c: Cell) -> dict[str, Any]:
 def run(quick: bool) -> Section:
     t0 = time.perf_counter()
     n = QUICK_JOBS if quick else JOBS
-    traces = {"facebook": head(load_trace(SWIM_FB2010), n), "google (synthetic)":
-              head(google_trace(), n)}
+    traces = {FACEBOOK: trace_named(FACEBOOK, n), GOOGLE: trace_named(GOOGLE, n)}
     zipfs = (0.0, 2.0) if quick else (0.0, 1.0, 2.0)
     utils = (0.6,) if quick else (0.4, 0.6, 0.7)
     cells = (
-        [Cell("google (synthetic)", 0.0, 0.6, 1, rc, p) for p in AMF_FAMILY
+        [Cell(GOOGLE, 0.0, 0.6, 1, rc, p) for p in AMF_FAMILY
          for rc in ("subjob", "task")]
         + [Cell(t, z, u, 1, "subjob", p) for t in traces for u in utils for z in zipfs
            for p in CH4]
@@ -142,8 +117,8 @@ def run(quick: bool) -> Section:
         return rows[Cell(t, z, u, a, rc, p)]
 
     # the thesis's claims, cell by cell
-    recompute_gap = [abs(get("google (synthetic)", 0.0, 0.6, 1, p, "task")["mean_std"]
-                         / max(get("google (synthetic)", 0.0, 0.6, 1, p)["mean_std"], 1e-9)
+    recompute_gap = [abs(get(GOOGLE, 0.0, 0.6, 1, p, "task")["mean_std"]
+                         / max(get(GOOGLE, 0.0, 0.6, 1, p)["mean_std"], 1e-9)
                          - 1) for p in AMF_FAMILY]
     fair = [(get(t, z, 0.6, 1, p)["mean_std"] < get(t, z, 0.6, 1, CH4[0])["mean_std"])
             for t in traces for z in zipfs for p in AMF_FAMILY]
@@ -266,7 +241,7 @@ def plot_recompute(rows: dict[Cell, dict[str, Any]]) -> str:
     ax = axes[0][0]
     for k, p in enumerate(AMF_FAMILY):
         for rc, ls in (("subjob", "-"), ("task", "--")):
-            r = rows[Cell("google (synthetic)", 0.0, 0.6, 1, rc, p)]
+            r = rows[Cell(GOOGLE, 0.0, 0.6, 1, rc, p)]
             _cdf(ax, r["std"], color=f"C{k}", ls=ls,
                  label=f"{p.label}{' (aggressive)' if rc == 'task' else ''}")
     ax.set_xlabel("standard deviation of the active jobs' aggregate slots (slots)")

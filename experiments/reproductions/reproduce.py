@@ -12,7 +12,8 @@ Sections (each its own module, ``run(quick) -> Section``):
 4. ``repro_google``: the Google 2011 mix at K = 1,000 and 12,583 with 100 users;
 5. ``repro_tsfer``: TSF-ER paper Table 2 (six rules' properties) and section 6.2 (Tables 3-4,
    Figs. 3-4; Algorithm 2 for indivisible tasks);
-6. ``repro_guan_jobs``: Guan thesis chapter 3, job schedulers on the Facebook 2010 trace;
+6. ``repro_guan_jobs``: Guan thesis chapter 3, job schedulers on the Facebook 2010 trace
+   and a synthetic Google segment;
 7. ``repro_drfh_jobs``: DRFH paper section VI, Table II and Figs. 5-7 (Slots against DRFH);
 8. ``repro_guan_amf``: Guan thesis chapters 4-5, AMF and GAMF against IMF on jobs over time.
 

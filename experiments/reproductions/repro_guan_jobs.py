@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import multiprocessing
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,6 +41,7 @@ import numpy.typing as npt
 
 from experiments.common.guan_traces import FACEBOOK, GOOGLE, trace_named
 from experiments.common.paths import EXAMPLES
+from experiments.common.processes import run_parallel
 from experiments.common.repro_common import (
     Section,
     figure,
@@ -102,18 +101,16 @@ def run_cell(c: JobCell) -> tuple[JobCell, dict[str, Any], FloatArray]:
     return c, m, np.sort(r.response)
 
 
-def run_cells(cells: Sequence[JobCell], workers: int
-              ) -> dict[JobCell, tuple[dict[str, Any], FloatArray]]:
-    """Every cell, ``workers`` processes at a time (ATA's cells first: the longest)."""
+def run_cells(cells: Sequence[JobCell]) -> dict[JobCell, tuple[dict[str, Any], FloatArray]]:
+    """Every cell, one process per core (ATA's cells first: the longest)."""
     todo = sorted(cells, key=lambda c: (c.scheduler != "ata", c.jobs is not None))
     out: dict[JobCell, tuple[dict[str, Any], FloatArray]] = {}
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
-        for c, m, resp in pool.imap_unordered(run_cell, todo):
-            out[c] = (m, resp)
-            print(f"  {c.part} zipf {c.zipf:g} seed {c.seed} available {c.available} "
-                  f"{c.scheduler}: mean response {m['mean_response_s']:.3f} s "
-                  f"({m['wall_seconds']:.0f} s, {m['events_per_second'] or 0:,.0f} events/s)",
-                  flush=True)
+    for c, m, resp in run_parallel(run_cell, todo):
+        out[c] = (m, resp)
+        print(f"  {c.part} zipf {c.zipf:g} seed {c.seed} available {c.available} "
+              f"{c.scheduler}: mean response {m['mean_response_s']:.3f} s "
+              f"({m['wall_seconds']:.0f} s, {m['events_per_second'] or 0:,.0f} events/s)",
+              flush=True)
     return out
 
 
@@ -191,7 +188,7 @@ def run(quick: bool) -> Section:
               for z in ZIPF for k in g_seeds for s in SCHEDULERS]
     cells += [JobCell("google-available", *g, 1.0, k, util, s, a)
               for a in AVAILABLE if a != 2 for k in g_seeds for s in SCHEDULERS]
-    done = run_cells(cells, os.cpu_count() or 1)
+    done = run_cells(cells)
     for c in cells:
         csv_rows.append({"part": c.part, "trace": c.trace, "zipf": c.zipf, "seed": c.seed,
                          "available_sites": c.available, "target_utilisation": util,

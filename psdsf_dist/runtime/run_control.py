@@ -183,8 +183,7 @@ class RunControl:
         self.churn = ChurnState.resume(got.table)
         _, self.events = ChurnState.start(self.scenario)
         await self.push_table()
-        for s in got.missing_failed:
-            await self.care.fail(s)
+        await self.care.fail(*got.missing_failed)
         notes = pool.notes
         self.restarts = int(notes.get("restarts", 0)) + len(got.missing_restart)
         self.coordinator_restarts = int(notes.get("coordinator_restarts", 0)) + 1

@@ -57,9 +57,13 @@ class ServerCare:
     def __init__(self, host: CareHost) -> None:
         self.host = host
 
-    async def fail(self, name: str) -> None:
-        """``name`` has failed: an event of the run, as churn."""
-        await self.host.apply_events(ServerFails(self.host.now(), -1, name), from_scenario=False)
+    async def fail(self, *names: str) -> None:
+        """``names`` have failed: events of the run, as churn, applied as one change (their
+        actors stop and the others adopt one table, not one per failure)."""
+        if names:
+            now = self.host.now()
+            await self.host.apply_events(*(ServerFails(now, -1, name) for name in names),
+                                         from_scenario=False)
 
     async def start_again(self, members: list[Member]) -> None:
         """New incarnations of ``members`` start, together, on the current table."""
@@ -86,19 +90,20 @@ class ServerCare:
         churn = self.host.state()
         nodes = await ray_nodes()
         alive = {str(n["NodeID"]) for n in nodes if n.get("Alive")}
-        for m in list(self.host.pool.members.values()):
-            if m.pinned and m.node is not None and m.node not in alive:
-                await self.fail(m.name)
+        await self.fail(*(m.name for m in list(self.host.pool.members.values())
+                          if m.pinned and m.node is not None and m.node not in alive))
         pinned = self.host.pool.pinned
         known = set(pinned.values())
+        joins: list[Event] = []
         for node in nodes:
             if node.get("Alive") and node["NodeID"] not in known:
                 spec = self.host.node_spec(node)
                 pinned[spec["name"]] = node["NodeID"]
                 back = spec["name"] in churn.full.server_names  # a node came back
-                await self.host.apply_events(
-                    ServerJoins(self.host.now(), -1, spec["name"], None if back else spec),
-                    from_scenario=False)
+                joins.append(ServerJoins(self.host.now(), -1, spec["name"],
+                                         None if back else spec))
+        if joins:  # one change: the servers start together on one table
+            await self.host.apply_events(*joins, from_scenario=False)
 
     async def recover(self, plan: RecoveryPlan) -> None:
         """Carry out the observation's recovery plan (:mod:`psdsf_dist.runtime.recovery`)."""
@@ -113,12 +118,11 @@ class ServerCare:
             await self.start_again(restarted)
         if plan.repush:
             await self.host.push_table(plan.repush)
-        for name, error in plan.hopeless:
-            await self.host.record_faults(f"server {name} failed: its loop erred "
-                                          f"{ERROR_RESTARTS} times in a row ({error})")
-            await self.fail(name)
+        if plan.hopeless:
+            await self.host.record_faults(*(f"server {name} failed: its loop erred "
+                                            f"{ERROR_RESTARTS} times in a row ({error})"
+                                            for name, error in plan.hopeless))
+            await self.fail(*(name for name, _ in plan.hopeless))
         for actor in plan.relocate:
             await self.relocate(actor)
-        for name in plan.fail:
-            if name in self.host.pool.members:
-                await self.fail(name)
+        await self.fail(*(name for name in plan.fail if name in self.host.pool.members))

@@ -30,6 +30,7 @@ from psdsf_dist.model.events import (
     UserLeaves,
     parse_events,
 )
+from psdsf_dist.model.limits import check_span
 from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.model.universe import universe
 
@@ -152,13 +153,14 @@ class ChurnState:
             self.users_present[n] = True
         elif isinstance(event, SetDemand):
             n = self._user(event.user, f"{fld}.set_demand")
-            self.demand[n] = [float(event.demand.get(r, 0.0)) for r in self.full.resources]
+            self._set(self.demand, n, [float(event.demand.get(r, 0.0))
+                                       for r in self.full.resources], f"{fld}.set_demand")
         elif isinstance(event, SetWeight):
             n = self._user(event.user, f"{fld}.set_weight")
-            self.weight[n] = event.weight
+            self._set(self.weight, n, event.weight, f"{fld}.set_weight")
         elif isinstance(event, SetMaxTasks):
             n = self._user(event.user, f"{fld}.set_max_tasks")
-            self.max_tasks[n] = event.max_tasks
+            self._set(self.max_tasks, n, event.max_tasks, f"{fld}.set_max_tasks")
         elif isinstance(event, ServerFails):
             i = self._server(event.server, f"{fld}.server_fails")
             if not self.servers_present[i]:
@@ -225,6 +227,22 @@ class ChurnState:
         return _with_index(parsed[0], -1)
 
     # -- internals ----------------------------------------------------------------------------
+    def _set(self, values: npt.NDArray[np.float64], n: int, value: Any, fld: str) -> None:
+        """Set user ``n``'s entry of ``values`` (demand, weight or max_tasks), refusing a value
+        that would make the users' task counts or weights span more than the solvers hold
+        (:func:`~psdsf_dist.model.limits.check_span`, as a scenario is checked when loaded):
+        a tenant asking for a weight of 1e-12 beside others of 1 would otherwise leave every
+        certificate and distance of the run failing.  A refused value leaves no trace."""
+        before = values[n].copy()
+        values[n] = value
+        every = self.full.replace_users(demand=self.demand, weight=self.weight,
+                                        max_tasks=self.max_tasks)
+        try:
+            check_span(every.gamma, every.max_tasks, every.weight)
+        except ScenarioError as err:
+            values[n] = before
+            raise ScenarioError(fld, err.message) from None
+
     def _user(self, name: str, fld: str) -> int:
         n = self.full.user_index.get(name)
         if n is None:

@@ -66,6 +66,26 @@ def test_changes_that_do_not_fit_the_state_are_errors() -> None:
     assert state.epoch == 1  # refused changes leave no trace
 
 
+@pytest.mark.parametrize(("change", "fld"), [
+    ({"set_weight": {"user": "u2", "weight": 1e-12}}, "set_weight"),
+    ({"set_demand": {"user": "u1", "demand": {"cpu": 1e-12, "mem": 1e-12}}}, "set_demand"),
+    ({"set_max_tasks": {"user": "u1", "max_tasks": 1e-9}}, "set_max_tasks"),
+])
+def test_a_change_the_solvers_cannot_hold_is_refused_and_leaves_no_trace(
+        change: dict[str, object], fld: str) -> None:
+    state, _ = ChurnState.start(paper())
+    before = state.table().scenario
+    with pytest.raises(ScenarioError, match="span .* more than the 1e[+]08") as err:
+        state.apply(state.parse(change), 1.0)
+    assert err.value.field == f"event.{fld}"
+    after = state.table().scenario
+    assert state.epoch == 0
+    for a, b in ((before.demand, after.demand), (before.weight, after.weight),
+                 (before.max_tasks, after.max_tasks)):
+        assert np.array_equal(a, b)
+    state.apply(state.parse({"set_weight": {"user": "u2", "weight": 1e-7}}), 2.0)  # within
+
+
 def test_demand_and_weight_changes_reach_the_table() -> None:
     state, _ = ChurnState.start(paper())
     state.apply(state.parse({"set_demand": {"user": "u1", "demand": {"cpu": 0.2, "mem": 0.1}}}),

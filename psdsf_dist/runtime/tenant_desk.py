@@ -25,7 +25,7 @@ from psdsf_dist.admission.identity import tenant_token, token_ok
 from psdsf_dist.admission.tenants import TenantBook, UserInTable
 from psdsf_dist.admission.unmanaged import is_unmanaged_user, unmanaged_events, unmanaged_user
 from psdsf_dist.errors import ScenarioError
-from psdsf_dist.model.events import Event, UserLeaves
+from psdsf_dist.model.events import Event, UserJoins, UserLeaves
 from psdsf_dist.model.tenant_policy import TenantPolicy, UnknownTenantError, parse_tenant_policy
 from psdsf_dist.protocol.membership import ChurnState
 from psdsf_dist.runtime.messages import FloatArray, TenantInfo, TenantReply, TenantRunError
@@ -192,8 +192,11 @@ class TenantDesk:
                                           self.host.state().full.resources)
             except ScenarioError as err:  # a value the scenario cannot take
                 events, error = [], str(err)
-            for event in events:  # the servers get the table in the background
-                ok, why = await self.host.apply_event(event, wait=False)
+            for event in events:
+                # the servers get the table in the background, except when the user joins:
+                # its queue asks them for slots as soon as this returns, and a server that has
+                # not yet adopted the table naming it would grant none until the next ask
+                ok, why = await self.host.apply_event(event, wait=isinstance(event, UserJoins))
                 if not ok:
                     error = why
                     break

@@ -154,13 +154,15 @@ class ChurnState:
         elif isinstance(event, SetDemand):
             n = self._user(event.user, f"{fld}.set_demand")
             self._set(self.demand, n, [float(event.demand.get(r, 0.0))
-                                       for r in self.full.resources], f"{fld}.set_demand")
+                                       for r in self.full.resources], f"{fld}.set_demand",
+                      checked=from_scenario)
         elif isinstance(event, SetWeight):
             n = self._user(event.user, f"{fld}.set_weight")
-            self._set(self.weight, n, event.weight, f"{fld}.set_weight")
+            self._set(self.weight, n, event.weight, f"{fld}.set_weight", checked=from_scenario)
         elif isinstance(event, SetMaxTasks):
             n = self._user(event.user, f"{fld}.set_max_tasks")
-            self._set(self.max_tasks, n, event.max_tasks, f"{fld}.set_max_tasks")
+            self._set(self.max_tasks, n, event.max_tasks, f"{fld}.set_max_tasks",
+                      checked=from_scenario)
         elif isinstance(event, ServerFails):
             i = self._server(event.server, f"{fld}.server_fails")
             if not self.servers_present[i]:
@@ -227,18 +229,24 @@ class ChurnState:
         return _with_index(parsed[0], -1)
 
     # -- internals ----------------------------------------------------------------------------
-    def _set(self, values: npt.NDArray[np.float64], n: int, value: Any, fld: str) -> None:
+    def _set(self, values: npt.NDArray[np.float64], n: int, value: Any, fld: str, *,
+             checked: bool) -> None:
         """Set user ``n``'s entry of ``values`` (demand, weight or max_tasks), refusing a value
         that would make the users' task counts or weights span more than the solvers hold
-        (:func:`~psdsf_dist.model.limits.check_span`, as a scenario is checked when loaded):
+        (:func:`~psdsf_dist.model.limits.check_span`), as a scenario is checked when loaded:
         a tenant asking for a weight of 1e-12 beside others of 1 would otherwise leave every
-        certificate and distance of the run failing.  A refused value leaves no trace."""
+        certificate and distance of the run failing.  A refused value leaves no trace.
+        ``checked``: a scenario's own event, whose values were checked with the scenario."""
         before = values[n].copy()
         values[n] = value
-        every = self.full.replace_users(demand=self.demand, weight=self.weight,
-                                        max_tasks=self.max_tasks)
+        if checked:
+            return
         try:
-            check_span(every.gamma, every.max_tasks, every.weight)
+            if values is self.weight:  # the task counts did not change
+                check_span(np.zeros(0), np.zeros(0), self.weight)
+            else:
+                every = self.full.replace_users(demand=self.demand, max_tasks=self.max_tasks)
+                check_span(every.gamma, every.max_tasks, self.weight)
         except ScenarioError as err:
             values[n] = before
             raise ScenarioError(fld, err.message) from None

@@ -75,7 +75,7 @@ def test_a_change_the_solvers_cannot_hold_is_refused_and_leaves_no_trace(
         change: dict[str, object], fld: str) -> None:
     state, _ = ChurnState.start(paper())
     before = state.table().scenario
-    with pytest.raises(ScenarioError, match="span .* more than the 1e[+]08") as err:
+    with pytest.raises(ScenarioError, match=r"span .* more than the 1e\+08") as err:
         state.apply(state.parse(change), 1.0)
     assert err.value.field == f"event.{fld}"
     after = state.table().scenario

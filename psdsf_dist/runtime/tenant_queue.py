@@ -144,8 +144,9 @@ class TenantQueue:
         """Server name -> its actor handle."""
         self.functions: dict[str, Any] = {}
         self.by_key: dict[str, int] = {}
-        self.arrivals = ArrivalOrder()
         """The :meth:`submit` call's Ray task id -> its task (to cancel it by its ref)."""
+        self.arrivals = ArrivalOrder()
+        """Calls queue their tasks in the order they arrived (:meth:`_function`)."""
         self.work = asyncio.Event()
         self.loops: list[asyncio.Task[None]] = []
 

@@ -33,6 +33,7 @@ from psdsf_dist.model.events import (
 from psdsf_dist.model.limits import check_span
 from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.model.universe import universe
+from psdsf_dist.protocol.classes import ClassMap, server_classes
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -61,6 +62,13 @@ class Table:
     def server_indices(self) -> dict[str, int]:
         """Server name -> index in the table's scenario."""
         return {n: i for i, n in enumerate(self.scenario.server_names)}
+
+    @functools.cached_property
+    def classes(self) -> ClassMap:
+        """The classes of identical servers, computed once per table: every server of a
+        driver that shares the table reads the same map (12,583 servers each grouping the
+        whole cluster took longer than the run)."""
+        return server_classes(self.scenario, self.servers_present)
 
 
 @dataclass(frozen=True)

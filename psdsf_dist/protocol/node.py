@@ -50,7 +50,6 @@ from psdsf_dist.protocol.classes import (
     ClassKnowledge,
     ClassMap,
     class_counts,
-    server_classes,
     slot_of,
 )
 from psdsf_dist.protocol.config import ProtocolConfig
@@ -278,7 +277,7 @@ class ServerNode:
 
     def _classes(self, table: Table) -> None:
         """Its classes and slot from ``table``: slots only for the class rule."""
-        self.classes = server_classes(table.scenario, table.servers_present)
+        self.classes = table.classes
         i = table.server_index(self.name)
         cfg = self.config
         fast = cfg.gossip_rate * cfg.fanout >= SLOT_MIN_EXCHANGES

@@ -46,6 +46,8 @@ from psdsf_dist.jobs.workload import Trace, build_workload
 JOBS = 200
 QUICK_JOBS = 60
 SEED = 1
+
+
 @dataclass(frozen=True)
 class Policy:
     label: str

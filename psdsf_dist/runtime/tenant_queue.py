@@ -181,7 +181,7 @@ class TenantQueue:
         task_id = self.state.new_task(max_retries, self.clock.now(), parent_node=parent_node,
                                       preemptible=preemptible)
         self.runner.tasks[task_id] = TaskCall(function, tuple(args), dict(kwargs), result,
-                                                num_returns)
+                                              num_returns)
         key = ray.get_runtime_context().get_task_id()
         if key is not None:
             self.by_key[key] = task_id
@@ -245,8 +245,8 @@ class TenantQueue:
             for (args, kwargs), future in zip(calls, futures, strict=True):
                 task_id = self.state.new_task(max_retries, now, batch=batch,
                                               parent_node=parent_node, preemptible=preemptible)
-                self.runner.tasks[task_id] = TaskCall(function, tuple(args), dict(kwargs), future,
-                                            num_returns)
+                self.runner.tasks[task_id] = TaskCall(function, tuple(args), dict(kwargs),
+                                                      future, num_returns)
                 ids.append(task_id)
             self._submit(ids)
         left = len(futures)

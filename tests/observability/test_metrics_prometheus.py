@@ -349,8 +349,8 @@ def ray_run() -> Iterator[Any]:
     if started:
         ray.init(address="local", num_cpus=2, namespace="psdsf", include_dashboard=False,
                  log_to_driver=False, configure_logging=False)
-    # fanout 2: in lock-step, with 4 peers of 5 a server can hear every other column in the very
-    # instant it updates, and the staleness check below wants the ordinary, non-zero case
+    # fanout 2: in lock-step, with 4 peers of 5 every server could hear every other column in
+    # the very instant it updates, and the staleness check below wants the ordinary case
     run = launch(SMALL_CLUSTER,
                  RunConfig(ProtocolConfig(period=1.0, jitter=0.0, seed=1, fanout=2),
                            clock="manual"),
@@ -402,11 +402,15 @@ def test_prometheus_sees_what_the_ray_allocator_did(
         assert rounds >= 6 * 50 and timed == rounds
         mean = (scalar(base, "psdsf_server_round_duration_seconds_sum") or 0.0) / timed
         assert 1e-6 < mean < 0.5
-        # gossip staleness, per server: the others' columns are one to a few periods old
+        # gossip staleness, per server: the median age of the others' columns, at most a few
+        # periods. The servers' rounds of one instant run in any order, so a server can hear
+        # three of its five peers' columns of the very instant it updates (median 0.0); the
+        # server that updates first in an instant has heard none, its median is a period or more
         stale = {dict(k)["server"]: v
                  for k, v in query(base, "psdsf_gossip_staleness_seconds").items()}
         assert set(stale) == set(result.scenario.server_names)
-        assert all(0.0 < v <= 4.0 for v in stale.values()), stale
+        assert all(0.0 <= v <= 4.0 for v in stale.values()), stale
+        assert max(stale.values()) >= 1.0, stale
     # the endpoint ends with the run
     ray.get(ray_run.coordinator.stop.remote(ray_run.secret))
     with pytest.raises(urllib.error.URLError):

@@ -9,9 +9,11 @@ everything else and answers with what to do:
   the server with the most free slots; only when every lease is full, to wait at a node whose
   lease allows it (pipelining), so no task waits at a node while a later one starts
   elsewhere; an actor only into a free slot (it holds the slot while it lives);
-* a nested task (submitted from inside a running task of the same user, on ``parent_node``)
-  borrows its parent's slot: it is launched at once on that node, outside the lease, counted
-  in ``borrowed`` (not ``running``); if no server is on that node it is an ordinary task;
+* a task that blocks (its code waits in ``ray.get`` / ``ray.wait`` for other work,
+  :meth:`TenantQueueState.blocked`) gives its slot back while it waits, as Ray gives back its
+  CPU, and takes it back when it resumes (:meth:`TenantQueueState.resumed`), even beyond the
+  lease for a moment, as Ray does: a tree of tasks that wait for their children holds no slot
+  while it waits, so it never deadlocks where the lease has a slot;
 * how a task ended (:meth:`TenantQueueState.ended`): its value or its own error is
   *completed*; a system failure re-queues it at the head up to its ``max_retries`` (and takes
   the lease's slots away until the next answer), else it *failed*; a cancelled one is
@@ -26,12 +28,12 @@ everything else and answers with what to do:
   closed — each with its error;
 * the backlog to report (lingering once idle), and when the allocator counts as gone.
 
-No task is lost: every submitted task is, at any time, queued, running (in a slot or
-borrowed) or has ended exactly once with one :class:`Outcome` — ``completed``, ``cancelled``,
+No task is lost: every submitted task is, at any time, queued, running (maybe blocked) or
+has ended exactly once with one :class:`Outcome` — ``completed``, ``cancelled``,
 ``withdrawn`` or ``failed`` (with the error saying why) — and the counters add up
-(:meth:`TenantQueueState.accounted`).  Never more tasks run on a server than were launched
-into its open slots, each server's ``running`` counts exactly the live tasks launched into
-its lease, and ``borrowed`` exactly the live children.
+(:meth:`TenantQueueState.accounted`).  Never more tasks are launched on a server than its
+open slots allow, and each server's ``running`` counts exactly its live tasks that are not
+blocked.
 """
 
 from __future__ import annotations
@@ -169,11 +171,17 @@ class ServerSlots:
         self.running += 1
         self.launched_at[task_id] = now
 
-    def ended(self, task_id: int, now: float) -> None:
-        self.running = max(self.running - 1, 0)
+    def ended(self, task_id: int, now: float, *, blocked: bool = False) -> None:
+        """A task here ended (``blocked``: it had given its slot back already)."""
+        if not blocked:
+            self.released()
         launched = self.launched_at.pop(task_id, None)
         if launched is not None:
             self.durations.append(now - launched)
+
+    def released(self) -> None:
+        """A task here gave its slot back (it ended, or blocked)."""
+        self.running = max(self.running - 1, 0)
         if self.waiting:
             self.waiting -= 1  # a waiting task took the slot (or was the one that ended)
 
@@ -186,12 +194,12 @@ class QueuedTask:
     max_retries: int
     submitted: float
     batch: str | None = None
-    parent_node: str | None = None
     actor: bool = False
     attempts: int = 0
     server: str | None = None
     """Where it runs (None while queued)."""
-    borrowed: bool = False
+    blocked: bool = False
+    """It waits in ``ray.get`` / ``ray.wait``: its slot is given back until it resumes."""
     cancelled: bool = False
     preemptible: bool = False
     """Its user lets the allocator stop it to make room (run again later from the start)."""
@@ -216,12 +224,11 @@ class Ask:
 
 @dataclass(frozen=True)
 class Launch:
-    """Launch task ``task`` on ``server``'s node (``borrowed``: in its parent's slot)."""
+    """Launch task ``task`` on ``server``'s node."""
 
     task: int
     server: str
     node: str
-    borrowed: bool
     waited: float
     """Seconds from submission to this launch."""
 
@@ -268,7 +275,6 @@ class TenantQueueState:
     failed: int = 0
     withdrawn: int = 0
     cancelled: int = 0
-    borrowed: int = 0
     preempted: int = 0
     gone: str | None = None
     last_answer: float = 0.0
@@ -282,10 +288,9 @@ class TenantQueueState:
 
     # -- the caller's side --------------------------------------------------------------------
     def new_task(self, max_retries: int, now: float, *, batch: str | None = None,
-                 parent_node: str | None = None, actor: bool = False,
-                 preemptible: bool = False) -> int:
+                 actor: bool = False, preemptible: bool = False) -> int:
         """Register a task (not yet queued: :meth:`submit` queues it) and return its id."""
-        task = QueuedTask(self._next_id, max_retries, now, batch, parent_node, actor,
+        task = QueuedTask(self._next_id, max_retries, now, batch, actor,
                           preemptible=preemptible and not actor)
         self._next_id += 1
         self.tasks[task.id] = task
@@ -293,24 +298,41 @@ class TenantQueueState:
         return task.id
 
     def submit(self, ids: list[int], now: float) -> tuple[list[Launch], bool]:
-        """Queue the tasks ``ids`` (from :meth:`new_task`), in order; children are launched at
-        once in their parent's slot.  Returns the launches and whether the queue was idle
-        (report at once: a late user should not wait a period to join)."""
-        launches: list[Launch] = []
-        for task_id in ids:
-            task = self.tasks[task_id]
-            if task.parent_node is not None:
-                home = next((s for s in self.servers.values() if s.node == task.parent_node),
-                            None)
-                if home is not None:
-                    launches.append(self._launch(task, home, now, borrowed=True))
-                    continue
-                task.parent_node = None  # its parent's node is gone: an ordinary task
-            self.queue.append(task_id)
+        """Queue the tasks ``ids`` (from :meth:`new_task`), in order.  Returns the launches
+        and whether the queue was idle (report at once: a late user should not wait a period
+        to join)."""
+        self.queue.extend(ids)
         woke = self.idle_since is not None
         self.idle_since = None
-        launches.extend(self.pump(now))
-        return launches, woke
+        return self.pump(now), woke
+
+    def blocked(self, task_id: int, now: float) -> list[Launch]:
+        """Task ``task_id`` blocks in ``ray.get`` / ``ray.wait``: its slot is free while it
+        waits (what it waits for may need it); launch what now fits.  A task unknown or not
+        running (it ended meanwhile), or blocked already, changes nothing."""
+        task = self.tasks.get(task_id)
+        server = None if task is None else self.servers.get(task.server or "")
+        if task is None or server is None or task.blocked or task.actor:
+            return []
+        task.blocked = True
+        server.released()
+        return self.pump(now)
+
+    def resumed(self, task_id: int) -> None:
+        """Task ``task_id`` resumes: it takes its slot back, beyond the lease if the slot was
+        taken meanwhile (nothing more is launched there until the tasks fit again)."""
+        task = self.tasks.get(task_id)
+        server = None if task is None else self.servers.get(task.server or "")
+        if task is None or not task.blocked:
+            return
+        task.blocked = False
+        if server is not None:
+            server.running += 1
+
+    @property
+    def blocked_tasks(self) -> int:
+        """Tasks blocked now (their slots given back)."""
+        return sum(1 for t in self.tasks.values() if t.blocked)
 
     def cancel(self, task_id: int) -> tuple[CancelAction, Ended | None]:
         """Cancel a task: withdrawn if queued (it never starts), else to be interrupted."""
@@ -369,37 +391,29 @@ class TenantQueueState:
                 if best is None or best.open_slots(now) <= 0:
                     break
             self.queue.popleft()
-            launches.append(self._launch(task, best, now, borrowed=False))
+            launches.append(self._launch(task, best, now))
         return launches
 
-    def _launch(self, task: QueuedTask, server: ServerSlots, now: float, *,
-                borrowed: bool) -> Launch:
+    def _launch(self, task: QueuedTask, server: ServerSlots, now: float) -> Launch:
         task.server = server.name
-        task.borrowed = borrowed
-        if borrowed:
-            self.borrowed += 1
-        else:
-            server.launched(task.id, now)
+        server.launched(task.id, now)
         self.admitted += 1
-        return Launch(task.id, server.name, server.node, borrowed, now - task.submitted)
+        return Launch(task.id, server.name, server.node, now - task.submitted)
 
     def ended(self, task_id: int, signal: Signal, now: float) -> EndDecision:
         """A launched task ended: decide its outcome (or its retry), free its slot, and
         launch what now fits."""
         task = self.tasks[task_id]
         server = self.servers.get(task.server or "")
-        if task.borrowed:
-            self.borrowed -= 1
-        elif server is not None:
-            server.ended(task_id, now)
-        task.borrowed = False
+        if server is not None:
+            server.ended(task_id, now, blocked=task.blocked)
+        task.blocked = False
         result: Ended | None
         retried = False
         if task.preempting and not task.cancelled and signal is not Signal.DONE \
                 and signal is not Signal.LAUNCH_FAILED:
             task.preempting = False
             task.server = None
-            task.parent_node = None
             self.preempted += 1
             self.queue.appendleft(task_id)
             return EndDecision(None, False, self.pump(now), preempted=True)
@@ -424,7 +438,6 @@ class TenantQueueState:
                 self.retried += 1
                 retried = True
                 task.server = None
-                task.parent_node = None  # again through the leases
                 self.queue.appendleft(task_id)
                 result = None
             else:
@@ -475,7 +488,8 @@ class TenantQueueState:
         """The server ``name`` asks to stop ``count`` of this user's tasks there
         (:mod:`~psdsf_dist.admission.preemption`): the ids of the tasks to interrupt now —
         its youngest preemptible ones, beyond those it is stopping already and beyond the
-        youngest ``waiting`` (the pipelined one has not started: it holds nothing)."""
+        youngest ``waiting`` (the pipelined one has not started: it holds nothing); never a
+        blocked one (its slot is given back already)."""
         s = self.servers.get(name)
         if s is None or count <= 0:
             return []
@@ -486,7 +500,7 @@ class TenantQueueState:
             if len(out) >= count - stopping:
                 break
             task = self.tasks[i]
-            if task.preemptible and not task.preempting and not task.cancelled:
+            if task.preemptible and not (task.preempting or task.cancelled or task.blocked):
                 task.preempting = True
                 out.append(i)
         return out

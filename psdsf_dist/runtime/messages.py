@@ -153,8 +153,9 @@ class QueueStatus:
     cancelled: int = 0
     """Tasks cancelled by their caller, queued (never started) or running (not in
     ``failed``)."""
-    borrowed: int = 0
-    """Children running in their parent's slot now (not in ``running``)."""
+    blocked: int = 0
+    """Tasks waiting in ``ray.get`` / ``ray.wait`` now, their slots given back (not in
+    ``running``)."""
     actors: int = 0
     """The tenant's live actors (each holds a slot: in ``running``)."""
     preempted: int = 0

@@ -68,6 +68,8 @@ class TaskRunner:
         self.period = period
         self.tasks: dict[int, TaskCall] = {}
         self.placed: dict[tuple[int, str, int], Any] = {}
+        self.ray_tasks: dict[str, int] = {}
+        """A launched task's Ray task id -> its task id (its blocking notices name the former)."""
         self.actors: dict[str, Any] = {}
         """The tenant's live actors: actor id -> handle (the queue owns them)."""
         self.watchers: set[asyncio.Task[None]] = set()
@@ -144,6 +146,7 @@ class TaskRunner:
                     out = self._placed(task.function, launch.node, task.num_returns).remote(
                         *task.args, **task.kwargs)
                     task.refs = out if task.num_returns > 1 else [out]
+                    self.ray_tasks[task.refs[0].task_id().hex()] = launch.task
                     watch = self._watch(launch)
             except Exception as err:  # e.g. arguments Ray cannot serialize: the caller's error
                 self.tasks.pop(launch.task)
@@ -200,6 +203,9 @@ class TaskRunner:
 
     def _ended(self, launch: Launch, signal: Signal, error: Exception | None,
                value: Any = None) -> None:
+        refs = self.tasks[launch.task].refs
+        if refs is not None and not self.tasks[launch.task].actor:
+            self.ray_tasks.pop(refs[0].task_id().hex(), None)
         decision = self.state.ended(launch.task, signal, self.clock.now())
         if decision.retried:
             self.metrics.retried(launch.server)

@@ -29,7 +29,8 @@ Tasks go through the user's queue (:mod:`psdsf_dist.runtime.tenant_queue`), an a
 owns: the driver exiting drops them and releases the user's share.  As in Ray: ``ray.get`` and
 ``ray.wait`` on the refs, errors naming the user's function, ``num_returns``, ``ray.cancel``
 (:meth:`Tenant.cancel` for ``force=True``), large arguments through the object store, and
-tasks submitted from inside a task of the same user (they borrow its slot: no deadlock).
+tasks submitted from inside a task of the same user (a task waiting in ``ray.get`` gives its
+slot back, as Ray gives back its CPU: no deadlock).
 ``@tenant.actor(...)`` declares actors admitted against the same share (``docs/tenants.md``).
 
 Bulk submissions.  ``.remote`` is one Ray actor call per task, ~1 ms of the queue's CPU here:
@@ -73,12 +74,11 @@ from psdsf_dist.runtime.names import (
     DEFAULT_RUN_ID,
     NAMESPACE,
     RunNameError,
-    actor_key,
     check_run_name,
     coordinator_name,
 )
 from psdsf_dist.runtime.tenant_queue import AllocatorGoneError, RemoteTenantQueue
-from psdsf_dist.runtime.tenant_worker import marked_actor, running_in, tenant_task
+from psdsf_dist.runtime.tenant_worker import marked_actor, tenant_task
 
 CONNECT_TIMEOUT = 30.0
 
@@ -108,19 +108,13 @@ class TenantFunction:
                  options: dict[str, Any]) -> None:
         passed = {k: v for k, v in options.items() if k in PASSED_OPTIONS}
         self._queue = tenant.queue
-        self._queue_id = actor_key(tenant.queue)
-        body = tenant_task(function, self._queue_id, tenant.user)
+        body = tenant_task(function, tenant.queue, tenant.user)
         self._box = [ray.put((ray.remote(body), {**shape.ray_options(), **passed}))]
         self._retries = int(options.get("max_retries", DEFAULT_MAX_RETRIES))
         self._num_returns = int(options.get("num_returns", 1))
         self._preemptible = bool(options.get("preemptible", False))
         self.__name__ = getattr(function, "__name__", "task")
         self.__doc__ = function.__doc__
-
-    def _parent_node(self) -> str | None:
-        """The node of the running task of this tenant this call is made from, if any."""
-        running = running_in()
-        return running[1] if running is not None and running[0] == self._queue_id else None
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         """Queue one call; its ObjectRef (``ray.get`` gives the value or raises the error), or
@@ -130,7 +124,7 @@ class TenantFunction:
         if self._num_returns != 1:
             submit = submit.options(num_returns=self._num_returns)
         return submit.remote(self._box, call, self._retries, self._num_returns,
-                             self._parent_node(), self._preemptible)
+                             self._preemptible)
 
     def map(self, *iterables: Iterable[Any]) -> TaskResults:
         """Queue one call per item of ``zip(*iterables)`` in one message; their values in
@@ -146,8 +140,7 @@ class TenantFunction:
         batch = f"{id(self):x}-{next(_BATCHES)}"
         stream = None if not calls else self._queue.submit_many.options(
             num_returns="streaming").remote(self._box, calls, self._retries, batch,
-                                            self._num_returns, self._parent_node(),
-                                            self._preemptible)
+                                            self._num_returns, self._preemptible)
         return TaskResults(self._queue, stream, batch, len(calls), ordered=ordered)
 
 

@@ -11,8 +11,8 @@ Why the queue lives with the client
     Ray task with the tenant's resource shape and hard affinity to the lease's node.
 
 Who decides
-    Every decision — which queued task to launch next and where, children borrowing their
-    parent's slot, actors admitted into free slots, cancel, retries, withdrawal, the backlog
+    Every decision — which queued task to launch next and where, slots given back by blocked
+    tasks, actors admitted into free slots, cancel, retries, withdrawal, the backlog
     to report, when the allocator counts as gone — is taken by a pure
     :class:`~psdsf_dist.admission.tenant_queue_state.TenantQueueState` (events in, decisions
     out, tested without Ray); this actor only makes the Ray calls it asks for and tells it
@@ -65,16 +65,14 @@ Actors
 
 Nested tasks
     Ray gives a task's CPU back while the task blocks in ``ray.get`` / ``ray.wait``, so a tree
-    of tasks that wait for their children never deadlocks.  The queue cannot see a task block,
-    so a task submitted from inside a running task of the same user (the client tells it the
-    parent's node) *borrows its parent's slot*: it is launched at once on the parent's node,
-    outside the lease and not counted in ``running`` (in ``borrowed``).  While the parent
-    waits for it, Ray runs it in the CPU the parent gave back — the user's use of the node is
-    what its lease allows, as with Ray; children of a parent that does not wait for them
-    wait at the node until room frees there (Ray's order), as they would in plain Ray.
-    Resources Ray does not give back while a task blocks (memory, GPUs, custom ones) are held
-    by the parent: children that need them where parents hold them all wait as in plain Ray.
-    A child lost to a node failure goes back to the queue as an ordinary task.
+    of tasks that wait for their children never deadlocks.  A tenant's task tells its queue
+    when it blocks and resumes (:mod:`psdsf_dist.runtime.tenant_worker`:
+    :meth:`TenantQueue.task_blocked`, :meth:`TenantQueue.task_resumed`): its slot goes to the
+    next queued task while it waits — its children, or others — and comes back when it
+    resumes, beyond the lease for a moment as with Ray's CPU.  A task submitted from inside a
+    task is an ordinary task of its user.  Resources Ray does not give back while a task
+    blocks (memory, GPUs, custom ones) stay the blocked task's in Ray: a task launched into
+    the freed slot that needs them waits at the node, as it would in plain Ray.
 
 Bulk submissions
     :meth:`TenantQueue.submit` is one Ray actor call per task; a burst of thousands takes
@@ -161,8 +159,7 @@ class TenantQueue:
 
     # -- the caller's side --------------------------------------------------------------------
     async def submit(self, function_box: list[Any], call: list[Any], max_retries: int,
-                     num_returns: int = 1, parent_node: str | None = None,
-                     preemptible: bool = False) -> Any:
+                     num_returns: int = 1, preemptible: bool = False) -> Any:
         """Queue one task and return its value — a tuple of ``num_returns`` values when more
         than one (call it with that ``num_returns``).  ``function_box`` holds the remote
         function's ObjectRef and ``call`` the arguments — both boxed so that Ray does not
@@ -172,14 +169,13 @@ class TenantQueue:
         ``RayTaskError`` at the caller's ``ray.get`` as it is — naming the user's function
         with the user's traceback — where a raised one would be wrapped in this method's.
         Cancelling this call (``ray.cancel`` on its ref) withdraws the task if it has not
-        started and interrupts it if it runs; ``parent_node``: see "Nested tasks"."""
+        started and interrupts it if it runs."""
         if self.state.gone is not None:
             raise AllocatorGoneError(self.state.gone)
         function = await self._function(function_box[0])
         args, kwargs = call
         result: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        task_id = self.state.new_task(max_retries, self.clock.now(), parent_node=parent_node,
-                                      preemptible=preemptible)
+        task_id = self.state.new_task(max_retries, self.clock.now(), preemptible=preemptible)
         self.runner.tasks[task_id] = TaskCall(function, tuple(args), dict(kwargs), result,
                                               num_returns)
         key = ray.get_runtime_context().get_task_id()
@@ -222,8 +218,7 @@ class TenantQueue:
         return True
 
     async def submit_many(self, function_box: list[Any], calls: list[Any], max_retries: int,
-                          batch: str, num_returns: int = 1, parent_node: str | None = None,
-                          preemptible: bool = False,
+                          batch: str, num_returns: int = 1, preemptible: bool = False,
                           ) -> AsyncIterator[list[tuple[int, bool, Any]]]:
         """Queue one task per ``(args, kwargs)`` of ``calls`` (in that order) and stream their
         outcomes as they end: each item is a list of ``(index, ok, value)`` — the value, or
@@ -244,7 +239,7 @@ class TenantQueue:
             ids = []
             for (args, kwargs), future in zip(calls, futures, strict=True):
                 task_id = self.state.new_task(max_retries, now, batch=batch,
-                                              parent_node=parent_node, preemptible=preemptible)
+                                              preemptible=preemptible)
                 self.runner.tasks[task_id] = TaskCall(function, tuple(args), dict(kwargs),
                                                       future, num_returns)
                 ids.append(task_id)
@@ -256,6 +251,19 @@ class TenantQueue:
                 chunk.append(ended.get_nowait())
             left -= len(chunk)
             yield [(i, f.exception() is None, f.exception() or f.result()) for i, f in chunk]
+
+    async def task_blocked(self, ray_task: str) -> None:
+        """The running task whose Ray task id is ``ray_task`` blocks in ``ray.get`` /
+        ``ray.wait``: its slot is free until it resumes ("Nested tasks")."""
+        task_id = self.runner.ray_tasks.get(ray_task)
+        if task_id is not None:
+            self.runner.launch_all(self.state.blocked(task_id, self.clock.now()))
+
+    async def task_resumed(self, ray_task: str) -> None:
+        """The task whose Ray task id is ``ray_task`` resumes: it takes its slot back."""
+        task_id = self.runner.ray_tasks.get(ray_task)
+        if task_id is not None:
+            self.state.resumed(task_id)
 
     async def drop(self, batch: str) -> int:
         """Withdraw the queued tasks of a bulk submission (its caller stopped reading it);
@@ -276,7 +284,8 @@ class TenantQueue:
                            len(st.servers), st.gone,
                            {n: s.node for n, s in st.servers.items()},
                            {n: s.waiting for n, s in st.servers.items()}, st.withdrawn,
-                           st.cancelled, st.borrowed, len(self.runner.actors), st.preempted)
+                           st.cancelled, st.blocked_tasks, len(self.runner.actors),
+                           st.preempted)
 
     async def close(self) -> None:
         """Drop what is queued, give the slots back and leave (the driver is done)."""

@@ -1,8 +1,20 @@
-"""A tenant's task and actor bodies as they run in a Ray worker: each marks itself running,
-for its children (a task submitted from inside a running task of the same tenant borrows its
-parent's slot: :mod:`psdsf_dist.runtime.tenant_queue`, "Nested tasks") and for its node's
-server (a file mark, :mod:`psdsf_dist.runtime.running_marks`, so that the server does not count
-it as work outside the allocator).
+"""A tenant's task and actor bodies as they run in a Ray worker: each marks itself running for
+its node's server (a file mark, :mod:`psdsf_dist.runtime.running_marks`, so that the server does
+not count it as work outside the allocator), and a task tells its queue when it blocks.
+
+Blocking.  Ray gives a task's CPU back while the task waits in ``ray.get`` / ``ray.wait`` for
+other work, and takes it back when the task resumes: a tree of tasks that wait for their
+children never deadlocks.  A tenant's slot is the allocator's, so while a tenant's task runs,
+``ray.get`` and ``ray.wait`` in its worker first look whether what they wait for is there
+(Ray's call with a timeout of 0), and only if not tell the task's queue that the task blocks
+(:meth:`~psdsf_dist.runtime.tenant_queue.TenantQueue.task_blocked`) before waiting, and that it
+resumes after (:meth:`~psdsf_dist.runtime.tenant_queue.TenantQueue.task_resumed`): the queue
+gives the slot to the next queued task meanwhile (:meth:`~psdsf_dist.admission.
+tenant_queue_state.TenantQueueState.blocked`).  Both notices are actor calls from the worker,
+so they reach the queue in the order they were made.  The two functions are wrapped in the
+``ray`` module of the worker once, when its first tenant task starts; outside a tenant's task
+(no task running, another job's code in the process) the wrappers call Ray's own at once.
+Waits Ray does not count as blocking (``await ref`` in an async task) are not reported either.
 
 The bodies are pickled by value with the user's function; they reach this module's context
 variable only through its module-level helpers, which are pickled by reference, so every task
@@ -11,10 +23,12 @@ in a worker sees the one variable.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,22 +36,33 @@ import ray
 
 from psdsf_dist.runtime.running_marks import mark_end, mark_start
 
-_RUNNING: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
+
+@dataclass(frozen=True)
+class RunningTask:
+    """The tenant's task a worker runs now: its queue (an actor handle) and its Ray task id."""
+
+    queue: Any
+    task: str
+
+
+_RUNNING: contextvars.ContextVar[RunningTask | None] = contextvars.ContextVar(
     "psdsf_tenant_task", default=None)
-"""In a worker running a tenant's task: (its queue's actor id, its node id)."""
+"""In a worker running a tenant's task: that task (else None)."""
+
+_RAYS: dict[str, Callable[..., Any]] = {}
+"""Ray's own ``get`` and ``wait``, once this module has wrapped them."""
 
 
-def tenant_task(function: Callable[..., Any], queue_id: str,
+def tenant_task(function: Callable[..., Any], queue: Any,
                 user: str = "") -> Callable[..., Any]:
     """``function`` as the Ray task body of a tenant's task: the same name, signature and
-    result, run with :data:`_RUNNING` set, so that a task it submits through the same
-    tenant is known as its child (it borrows its slot: ``tenant_queue``, "Nested tasks")."""
+    result, run with :data:`_RUNNING` set, so that it tells ``queue`` when it blocks."""
     # the bodies are pickled by value: they reach the module's context variable only through
     # the module-level helpers (pickled by reference)
     if inspect.iscoroutinefunction(function):
         @functools.wraps(function)
         async def tenant_task_async(*args: Any, **kwargs: Any) -> Any:
-            token, mark = _enter(queue_id, user)
+            token, mark = _enter(queue, user)
             try:
                 return await function(*args, **kwargs)
             finally:
@@ -46,7 +71,7 @@ def tenant_task(function: Callable[..., Any], queue_id: str,
 
     @functools.wraps(function)
     def tenant_task_body(*args: Any, **kwargs: Any) -> Any:
-        token, mark = _enter(queue_id, user)
+        token, mark = _enter(queue, user)
         try:
             return function(*args, **kwargs)
         finally:
@@ -54,17 +79,62 @@ def tenant_task(function: Callable[..., Any], queue_id: str,
     return tenant_task_body
 
 
-def _enter(queue_id: str, user: str) -> tuple[contextvars.Token[tuple[str, str] | None],
-                                               Path | None]:
-    """Entering a task's body: it is known as running, to its children (``_RUNNING``) and to
-    its node's server (a mark: :mod:`psdsf_dist.runtime.running_marks`)."""
-    node = ray.get_runtime_context().get_node_id()
-    return _RUNNING.set((queue_id, node)), (mark_start(node, user) if user else None)
+def _enter(queue: Any, user: str) -> tuple[contextvars.Token[RunningTask | None], Path | None]:
+    """Entering a task's body: it is known as running, to the wrapped ``ray.get`` /
+    ``ray.wait`` (``_RUNNING``) and to its node's server (a mark:
+    :mod:`psdsf_dist.runtime.running_marks`)."""
+    _wrap_ray()
+    context = ray.get_runtime_context()
+    running = RunningTask(queue, context.get_task_id() or "")
+    return _RUNNING.set(running), (mark_start(context.get_node_id(), user) if user else None)
 
 
-def _leave(token: contextvars.Token[tuple[str, str] | None], mark: Path | None) -> None:
+def _leave(token: contextvars.Token[RunningTask | None], mark: Path | None) -> None:
     _RUNNING.reset(token)
     mark_end(mark)
+
+
+def _wrap_ray() -> None:
+    """Wrap ``ray.get`` and ``ray.wait`` in this process (once)."""
+    if not _RAYS:
+        _RAYS.update(get=ray.get, wait=ray.wait)
+        ray.get = _get
+        ray.wait = _wait
+
+
+@contextlib.contextmanager
+def _blocked(running: RunningTask) -> Iterator[None]:
+    """Tell the task's queue that it blocks, and that it resumes when the block ends."""
+    running.queue.task_blocked.remote(running.task)
+    try:
+        yield
+    finally:
+        running.queue.task_resumed.remote(running.task)
+
+
+def _get(object_refs: Any, *args: Any, **kwargs: Any) -> Any:
+    """``ray.get``, which gives a tenant's task's slot back while it waits (module docstring)."""
+    get = _RAYS["get"]
+    running = _RUNNING.get()
+    if running is None or kwargs.get("timeout") == 0:
+        return get(object_refs, *args, **kwargs)
+    with contextlib.suppress(ray.exceptions.GetTimeoutError):
+        return get(object_refs, *args, **{**kwargs, "timeout": 0})
+    with _blocked(running):
+        return get(object_refs, *args, **kwargs)
+
+
+def _wait(ray_waitables: Any, *args: Any, **kwargs: Any) -> Any:
+    """``ray.wait``, which gives a tenant's task's slot back while it waits (module docstring)."""
+    wait = _RAYS["wait"]
+    running = _RUNNING.get()
+    if running is None or kwargs.get("timeout") == 0 or args:
+        return wait(ray_waitables, *args, **kwargs)
+    ready, rest = wait(ray_waitables, **{**kwargs, "timeout": 0})
+    if not rest or len(ready) >= kwargs.get("num_returns", 1):
+        return ready, rest
+    with _blocked(running):
+        return wait(ray_waitables, **kwargs)
 
 
 def marked_actor(cls: type, user: str) -> type:
@@ -81,8 +151,3 @@ def marked_actor(cls: type, user: str) -> type:
     Marked.__qualname__ = cls.__qualname__
     Marked.__doc__ = cls.__doc__
     return Marked
-
-
-def running_in() -> tuple[str, str] | None:
-    """In a worker running a tenant's task: (its queue's actor id, its node id); else None."""
-    return _RUNNING.get()

@@ -1,5 +1,5 @@
-"""A tenant queue's decisions without Ray: launches into leases, children in their parent's
-slot, actors in free slots, cancel, retries, withdrawal, the allocator gone."""
+"""A tenant queue's decisions without Ray: launches into leases, slots given back by blocked
+tasks, actors in free slots, cancel, retries, withdrawal, the allocator gone."""
 
 from __future__ import annotations
 
@@ -153,16 +153,30 @@ def test_no_task_waits_at_a_full_node_while_another_has_a_free_slot() -> None:
     assert [s.servers[n].waiting for n in "ab"] == [1, 0] and len(s.queue) == 1
 
 
-def test_a_child_borrows_its_parents_slot_at_once() -> None:
+def test_a_blocked_task_gives_its_slot_back_until_it_resumes() -> None:
     s = state_with({"a": 1})
-    submit(s, 1)
-    child = submit(s, 1, parent_node="n-a")
-    assert len(child) == 1 and child[0].borrowed and s.borrowed == 1
-    assert s.servers["a"].running == 1  # not counted in the lease
-    orphan = submit(s, 1, parent_node="gone-node")  # its node is gone: an ordinary task
-    assert orphan == [] and len(s.queue) == 1
-    s.ended(child[0].task, Signal.DONE, 2.0)
-    assert s.borrowed == 0 and s.servers["a"].running == 1
+    (parent,) = submit(s, 1)
+    assert submit(s, 1) == []  # its child waits: the one slot is the parent's
+    (child,) = s.blocked(parent.task, 1.5)  # the parent waits for it: the child takes the slot
+    assert s.blocked_tasks == 1 and s.servers["a"].running == 1
+    assert s.blocked(parent.task, 1.6) == []  # told twice: nothing more
+    assert submit(s, 1) == []  # the slot is the child's now
+    s.resumed(parent.task)  # the parent takes its slot back, beyond the lease for a moment
+    assert s.blocked_tasks == 0 and s.servers["a"].running == 2
+    assert s.ended(child.task, Signal.DONE, 2.0).launches == []  # still one too many
+    assert len(s.ended(parent.task, Signal.DONE, 2.1).launches) == 1
+    assert s.servers["a"].running == 1
+
+
+def test_a_task_that_ends_blocked_frees_its_slot_once() -> None:
+    s = state_with({"a": 2})
+    first, _ = submit(s, 2)
+    s.blocked(first.task, 1.5)
+    s.ended(first.task, Signal.DONE, 2.0)  # its end overtook its resume
+    s.resumed(first.task)  # the late resume of a task that ended: nothing
+    assert s.servers["a"].running == 1 and s.blocked_tasks == 0
+    assert s.blocked(99, 2.0) == [] and s.blocked_tasks == 0  # unknown: nothing
+    assert s.preempt("a", 1) == []  # the one left is not preemptible
 
 
 def test_cancel_withdraws_a_queued_task_and_interrupts_a_running_one() -> None:
@@ -247,6 +261,7 @@ EVENT = st.one_of(
     st.tuples(st.just("withdraw"), st.integers(0, 1), st.just(False), st.just(0)),
     st.tuples(st.just("servers"), st.integers(0, 7), st.just(False), st.just(0)),
     st.tuples(st.just("preempt"), st.integers(0, 2), st.integers(0, 3), st.just(0)),
+    st.tuples(st.just("block"), st.integers(0, 50), st.booleans(), st.just(0)),
 )
 
 
@@ -264,16 +279,14 @@ def test_never_more_running_than_leased_and_no_task_lost(events: list[tuple]) ->
             assert x.task not in model.outcomes and x.task not in model.cancelled_queued
             model.launched.add(x.task)
         # never more running in a lease than it allows when it is launched into
-        for name in {x.server for x in launches if not x.borrowed}:
+        for name in {x.server for x in launches}:
             srv = s.servers[name]
             assert srv.running <= srv.slots + srv.pipeline
 
     for kind, a, b, c in events:
         now += 0.01
         if kind == "submit":
-            parent = f"n-s{c}" if b and model.launched else None
-            ids = [s.new_task(1, now, batch=str(c), parent_node=parent, preemptible=c == 1)
-                   for _ in range(a)]
+            ids = [s.new_task(1, now, batch=str(c), preemptible=c == 1) for _ in range(a)]
             record(s.submit(ids, now)[0])
         elif kind == "actor":
             record(s.submit([s.new_task(0, now, actor=True)], now)[0])
@@ -308,7 +321,15 @@ def test_never_more_running_than_leased_and_no_task_lost(events: list[tuple]) ->
             name = names[a]
             for task_id in s.preempt(name, b):
                 task = s.tasks[task_id]
-                assert task.preemptible and task.server == name and not task.borrowed
+                assert task.preemptible and task.server == name and not task.blocked
+        elif kind == "block":
+            live = sorted(s.tasks)
+            if live:
+                task = live[a % len(live)]
+                if b:
+                    record(s.blocked(task, now))
+                else:
+                    s.resumed(task)
         elif kind == "withdraw":
             error = TaskWithdrawnError("w") if a else AllocatorGoneError("g")
             for e in s.withdraw(error, None if a == 0 else "1"):
@@ -319,12 +340,13 @@ def test_never_more_running_than_leased_and_no_task_lost(events: list[tuple]) ->
                 model.outcomes[e.task] = e.outcome
         # invariants after every event
         for srv in s.servers.values():
-            ours = sum(1 for t in s.tasks.values() if t.server == srv.name and not t.borrowed)
+            ours = sum(1 for t in s.tasks.values() if t.server == srv.name and not t.blocked)
             assert srv.running == ours
             assert set(srv.launched_at) == {t.id for t in s.tasks.values()
-                                            if t.server == srv.name and not t.borrowed}
+                                            if t.server == srv.name}
             assert 0 <= srv.waiting <= srv.running
-        assert s.borrowed == sum(1 for t in s.tasks.values() if t.borrowed)
+        assert all(t.server is not None for t in s.tasks.values() if t.blocked)
+        assert not any(t.blocked and t.actor for t in s.tasks.values())
         assert set(s.queue) == {t.id for t in s.tasks.values() if t.server is None}
         assert not set(s.tasks) & set(model.outcomes)
         assert s.accounted()

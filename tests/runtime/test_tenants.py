@@ -456,9 +456,11 @@ def test_queued_tasks_fail_clearly_when_the_allocator_is_gone(cluster: Any) -> N
     t.close()
 
 
-def test_nested_tasks_borrow_their_parents_slot(run: Run) -> None:
-    """More parents than the cluster has CPUs, each waiting for a child of the same user:
-    the children run in their parents' slots (Ray gives a waiting task's CPU back)."""
+def test_nested_tasks_give_their_slot_back_while_they_wait(run: Run) -> None:
+    """More parents than the cluster has CPUs, each waiting for children of the same user, and
+    a chain of tasks deeper than the cluster has CPUs, each waiting for the next: a task
+    waiting in ``ray.get`` / ``ray.wait`` gives its slot back (as Ray gives back its CPU), so
+    neither deadlocks."""
     t = Tenant.connect("nested", run_id=RUN)
 
     @t.remote(num_cpus=1)
@@ -473,7 +475,20 @@ def test_nested_tasks_borrow_their_parents_slot(run: Run) -> None:
     # 6 parents on 5 CPUs: one more than fit (each parent's workers cost seconds to start)
     assert ray.get([outer.remote(i) for i in range(6)], timeout=90) == [2 * i for i in
                                                                         range(6)]
-    assert t.status().borrowed == 0 and t.status().failed == 0
+
+    @t.remote(num_cpus=1)
+    def link(depth: int, me: Any) -> int:
+        if depth == 0:
+            time.sleep(3.0)
+            return 0
+        return 1 + int(ray.get(me.remote(depth - 1, me)))
+
+    # 8 tasks on 5 CPUs, each waiting for the next: 7 blocked at once while the last sleeps
+    top = link.remote(7, link)
+    assert wait_for(lambda: t.status().blocked == 7, 60.0), t.status()
+    assert ray.get(top, timeout=60) == 7
+    assert wait_for(lambda: sum(t.status().running.values()) == 0, 10.0), t.status()
+    assert t.status().blocked == 0 and t.status().failed == 0
     t.close()
 
 

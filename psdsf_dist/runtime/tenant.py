@@ -47,6 +47,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import os
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any, overload
@@ -101,6 +102,14 @@ def by_reference(value: Any) -> Any:
     return ray.put(value) if size >= LARGE_ARGUMENT_BYTES else value
 
 
+def register(queue: Any, remote: Any, options: dict[str, Any]) -> str:
+    """Register a Ray remote function or actor class and its options with the tenant's queue
+    (once, when declared: calls then name it by the key returned)."""
+    key = uuid.uuid4().hex
+    ray.get(queue.register.remote(key, (remote, options)), timeout=CONNECT_TIMEOUT)
+    return key
+
+
 class TenantFunction:
     """A remote function submitted through a tenant's queue (``.remote`` as in Ray)."""
 
@@ -109,7 +118,7 @@ class TenantFunction:
         passed = {k: v for k, v in options.items() if k in PASSED_OPTIONS}
         self._queue = tenant.queue
         body = tenant_task(function, tenant.queue, tenant.user)
-        self._box = [ray.put((ray.remote(body), {**shape.ray_options(), **passed}))]
+        self._key = register(tenant.queue, ray.remote(body), {**shape.ray_options(), **passed})
         self._retries = int(options.get("max_retries", DEFAULT_MAX_RETRIES))
         self._num_returns = int(options.get("num_returns", 1))
         self._preemptible = bool(options.get("preemptible", False))
@@ -123,7 +132,7 @@ class TenantFunction:
         submit = self._queue.submit
         if self._num_returns != 1:
             submit = submit.options(num_returns=self._num_returns)
-        return submit.remote(self._box, call, self._retries, self._num_returns,
+        return submit.remote(self._key, call, self._retries, self._num_returns,
                              self._preemptible)
 
     def map(self, *iterables: Iterable[Any]) -> TaskResults:
@@ -139,7 +148,7 @@ class TenantFunction:
         calls = [[[by_reference(a) for a in args], {}] for args in zip(*iterables, strict=False)]
         batch = f"{id(self):x}-{next(_BATCHES)}"
         stream = None if not calls else self._queue.submit_many.options(
-            num_returns="streaming").remote(self._box, calls, self._retries, batch,
+            num_returns="streaming").remote(self._key, calls, self._retries, batch,
                                             self._num_returns, self._preemptible)
         return TaskResults(self._queue, stream, batch, len(calls), ordered=ordered)
 
@@ -209,8 +218,8 @@ class TenantActorClass:
         passed = {k: v for k, v in options.items() if k in ACTOR_PASSED_OPTIONS}
         shape = task_shape(options)
         self._queue = tenant.queue
-        self._box: list[Any] = [ray.put((ray.remote(marked_actor(cls, tenant.user)),
-                                         {**shape.ray_options(), **passed}))]
+        self._key = register(tenant.queue, ray.remote(marked_actor(cls, tenant.user)),
+                             {**shape.ray_options(), **passed})
         self.__name__ = getattr(cls, "__name__", "actor")
         self.__doc__ = cls.__doc__
 
@@ -218,7 +227,7 @@ class TenantActorClass:
         """Create one actor: waits until the tenant's share admits it and it is constructed,
         then returns its handle (its constructor's error is raised here)."""
         call = [[by_reference(a) for a in args], {k: by_reference(v) for k, v in kwargs.items()}]
-        return ray.get(self._queue.create_actor.remote(self._box, call))
+        return ray.get(self._queue.create_actor.remote(self._key, call))
 
 
 class Tenant:

@@ -108,7 +108,6 @@ from psdsf_dist.admission.tenant_queue_state import (
     TenantRefusedError,
 )
 from psdsf_dist.observability.tenant_metrics import TenantMetrics
-from psdsf_dist.runtime.arrival_order import ArrivalOrder
 from psdsf_dist.runtime.clock import Clock, WallClock
 from psdsf_dist.runtime.messages import QueueStatus, TenantReply
 from psdsf_dist.runtime.names import NAMESPACE, coordinator_name
@@ -140,11 +139,11 @@ class TenantQueue:
         """Launches and watches the tasks; ``runner.tasks`` holds what Ray needs of each."""
         self.handles: dict[str, Any] = {}
         """Server name -> its actor handle."""
-        self.functions: dict[str, Any] = {}
+        self.functions: dict[str, tuple[Any, dict[str, Any]]] = {}
+        """Registered key -> a Ray remote function (or actor class) and its options
+        (:meth:`register`)."""
         self.by_key: dict[str, int] = {}
         """The :meth:`submit` call's Ray task id -> its task (to cancel it by its ref)."""
-        self.arrivals = ArrivalOrder()
-        """Calls queue their tasks in the order they arrived (:meth:`_function`)."""
         self.work = asyncio.Event()
         self.loops: list[asyncio.Task[None]] = []
 
@@ -158,12 +157,27 @@ class TenantQueue:
                           loop.create_task(self._ask_loop())]
 
     # -- the caller's side --------------------------------------------------------------------
-    async def submit(self, function_box: list[Any], call: list[Any], max_retries: int,
+    async def register(self, key: str, function: tuple[Any, dict[str, Any]]) -> None:
+        """Keep a remote function (or actor class) and its options under ``key``, for the
+        calls that name it (the client registers each when it is declared, so that a call
+        carries a key, not the function: an ObjectRef in a call's arguments cost ~0.5 ms per
+        call)."""
+        self.functions[key] = function
+
+    def _registered(self, key: str) -> tuple[Any, dict[str, Any]]:
+        function = self.functions.get(key)
+        if function is None:
+            raise TenantRefusedError(f"user {self.user!r}: no function registered as {key!r} "
+                                     "with this queue (declare it with this tenant)")
+        return function
+
+    async def submit(self, key: str, call: list[Any], max_retries: int,
                      num_returns: int = 1, preemptible: bool = False) -> Any:
-        """Queue one task and return its value — a tuple of ``num_returns`` values when more
-        than one (call it with that ``num_returns``).  ``function_box`` holds the remote
-        function's ObjectRef and ``call`` the arguments — both boxed so that Ray does not
-        resolve them here: the task itself gets them (large ones as ObjectRefs).
+        """Queue one task of the function registered as ``key`` and return its value — a
+        tuple of ``num_returns`` values when more than one (call it with that
+        ``num_returns``).  ``call`` holds the arguments, boxed so that Ray does not resolve
+        them here: the task itself gets them (large ones as ObjectRefs).  Nothing is awaited
+        before the task is queued, so calls queue their tasks in the order they arrive.
 
         The task's own error is *returned*, not raised: Ray raises a returned
         ``RayTaskError`` at the caller's ``ray.get`` as it is — naming the user's function
@@ -172,15 +186,15 @@ class TenantQueue:
         started and interrupts it if it runs."""
         if self.state.gone is not None:
             raise AllocatorGoneError(self.state.gone)
-        function = await self._function(function_box[0])
+        function = self._registered(key)
         args, kwargs = call
         result: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         task_id = self.state.new_task(max_retries, self.clock.now(), preemptible=preemptible)
         self.runner.tasks[task_id] = TaskCall(function, tuple(args), dict(kwargs), result,
                                               num_returns)
-        key = ray.get_runtime_context().get_task_id()
-        if key is not None:
-            self.by_key[key] = task_id
+        call_id = ray.get_runtime_context().get_task_id()
+        if call_id is not None:
+            self.by_key[call_id] = task_id
         try:
             self._submit([task_id])
             return await result
@@ -190,16 +204,16 @@ class TenantQueue:
             self.runner.cancel(task_id, force=False)
             raise
         finally:
-            if key is not None:
-                self.by_key.pop(key, None)
+            if call_id is not None:
+                self.by_key.pop(call_id, None)
 
-    async def create_actor(self, class_box: list[Any], call: list[Any]) -> Any:
-        """Queue the creation of one of the tenant's actors (``class_box``: the boxed Ray
-        actor class and its options) and return its handle once it is admitted and
-        constructed — or raise its constructor's error.  See "Actors"."""
+    async def create_actor(self, key: str, call: list[Any]) -> Any:
+        """Queue the creation of one of the tenant's actors (``key``: its Ray actor class and
+        options, registered) and return its handle once it is admitted and constructed — or
+        raise its constructor's error.  See "Actors"."""
         if self.state.gone is not None:
             raise AllocatorGoneError(self.state.gone)
-        cls = await self._function(class_box[0])
+        cls = self._registered(key)
         args, kwargs = call
         result: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         task_id = self.state.new_task(0, self.clock.now(), actor=True)
@@ -217,7 +231,7 @@ class TenantQueue:
         self.runner.cancel(task_id, force=force)
         return True
 
-    async def submit_many(self, function_box: list[Any], calls: list[Any], max_retries: int,
+    async def submit_many(self, key: str, calls: list[Any], max_retries: int,
                           batch: str, num_returns: int = 1, preemptible: bool = False,
                           ) -> AsyncIterator[list[tuple[int, bool, Any]]]:
         """Queue one task per ``(args, kwargs)`` of ``calls`` (in that order) and stream their
@@ -234,7 +248,7 @@ class TenantQueue:
             for future in futures:
                 future.set_exception(AllocatorGoneError(self.state.gone))
         else:
-            function = await self._function(function_box[0])
+            function = self._registered(key)
             now = self.clock.now()
             ids = []
             for (args, kwargs), future in zip(calls, futures, strict=True):
@@ -300,26 +314,6 @@ class TenantQueue:
         calls.append(self.coordinator.tenant_leave.remote(self.user, self.handle, self.token))
         await asyncio.gather(*(asyncio.wait_for(c, self.period) for c in calls),
                              return_exceptions=True)
-
-    async def _function(self, ref: Any) -> Any:
-        """The remote function (or actor class) and options behind ``ref``: one object per
-        ref, kept for the queue's life — :meth:`_placed` keys its cache by that object's
-        ``id``.  Calls leave here in the order they arrived (:class:`ArrivalOrder`), and each
-        queues its task before it next yields, so tasks queue in submission order however
-        the fetches of their functions interleave.  (Calls that arrive together each await
-        the ref and get their own copy; all but the first are dropped, else a dropped copy's
-        ``id`` could be reused by another function's and find its placed variant.)"""
-        key = ref.hex()
-        function = self.functions.get(key)
-        if function is not None and self.arrivals.idle:
-            return function
-        return await self.arrivals.resolve(self._fetch(key, ref))
-
-    async def _fetch(self, key: str, ref: Any) -> Any:
-        function = self.functions.get(key)
-        if function is None:
-            function = self.functions.setdefault(key, await ref)
-        return function
 
     def _submit(self, ids: list[int]) -> None:
         now = self.clock.now()

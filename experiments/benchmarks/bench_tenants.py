@@ -34,6 +34,10 @@ Measured
     * the gap ``max_n |achieved_n - allocated_n| / allocated_n`` on consecutive 30 s windows
       from when every user is in until ``batch`` runs out (achieved and allocated: time
       averages over the window); plain Ray's against the same allocation;
+    * on the same windows, fairness between the users: the largest ratio achieved/allocated
+      over the smallest (``max/min``: 1 when every user gets the same fraction of its
+      allocation, whatever the dead time between tasks costs all of them), and all users'
+      running tasks against plain Ray's;
     * time from a late user's first submission to 90 % of its allocation;
     * overhead on the same cluster, PS-DSF, the relay floor (:class:`Relay`: an actor that
       only forwards each call to a Ray task) and plain Ray, alternating, median of
@@ -353,18 +357,24 @@ def windows(psdsf: Phase, loads: list[UserLoad]) -> list[tuple[float, float]]:
 
 def gaps(phase: Phase, reference: Phase, loads: list[UserLoad],
          wins: list[tuple[float, float]]) -> list[dict[str, float]]:
+    """Per window: each user's mean allocation (``reference``'s) and mean running tasks
+    (``phase``'s); ``gap``, the largest |running - allocated| / allocated; ``spread``, the
+    largest run/allocation ratio over the smallest (1: every user gets the same fraction of
+    its allocation); ``total``, the running tasks of all users."""
     out = []
     for a, b in wins:
         row: dict[str, float] = {"from": a, "to": b}
-        worst = 0.0
+        ratios = []
         for u in loads:
             x = mean_allocation(reference.allocation, u.name, a, b)
             got = mean_running(phase.intervals[u.name], phase.started, a, b)
             row[f"{u.name}_allocated"] = x
             row[f"{u.name}_running"] = got
             if x > 0:
-                worst = max(worst, abs(got - x) / x)
-        row["gap"] = worst
+                ratios.append(got / x)
+        row["gap"] = max((abs(r - 1.0) for r in ratios), default=0.0)
+        row["spread"] = max(ratios) / min(ratios) if ratios and min(ratios) > 0 else math.inf
+        row["total"] = sum(row[f"{u.name}_running"] for u in loads)
         out.append(row)
     return out
 
@@ -883,13 +893,14 @@ def report(runs: list[tuple[Phase, Phase, dict[str, float]]], over: dict[str, li
                                time_to_share(plain, psdsf, name)))
     with open(RESULTS / f"tenants{suffix}.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["run", "scheduler", "from_s", "to_s", "gap",
+        w.writerow(["run", "scheduler", "from_s", "to_s", "gap", "spread", "total",
                     *[f"{u.name}_{k}" for u in loads for k in ("allocated", "running")]])
         for k, a, b in rows:
             for name, r in (("psdsf", a), ("plain", b)):
                 w.writerow([k + 1, name, f"{r['from']:.1f}", f"{r['to']:.1f}",
-                            f"{r['gap']:.4f}", *[f"{r[f'{u.name}_{key}']:.3f}" for u in loads
-                                                 for key in ("allocated", "running")]])
+                            f"{r['gap']:.4f}", f"{r['spread']:.4f}", f"{r['total']:.3f}",
+                            *[f"{r[f'{u.name}_{key}']:.3f}" for u in loads
+                              for key in ("allocated", "running")]])
 
     def spread(values: list[float], fmt: str) -> str:
         ok = [v for v in values if not np.isnan(v)]
@@ -900,22 +911,26 @@ def report(runs: list[tuple[Phase, Phase, dict[str, float]]], over: dict[str, li
                 if len(values) > 1 else f"{ok[0]:{fmt}}")
 
     lines = [
-        "| run | window (s) | PS-DSF gap | plain Ray gap | "
-        + " | ".join(f"{u.name} alloc / PS-DSF / plain" for u in loads) + " |",
-        "|---|---|---|---|" + "---|" * len(loads),
+        "| run | window (s) | PS-DSF gap | plain Ray gap | PS-DSF max/min | PS-DSF / plain "
+        "running | " + " | ".join(f"{u.name} alloc / PS-DSF / plain" for u in loads) + " |",
+        "|---|---|---|---|---|---|" + "---|" * len(loads),
     ]
     for k, a, b in rows:
         cells = " | ".join(
             f"{a[f'{u.name}_allocated']:.2f} / {a[f'{u.name}_running']:.2f} / "
             f"{b[f'{u.name}_running']:.2f}" for u in loads)
         lines.append(f"| {k + 1} | {a['from']:.0f}-{a['to']:.0f} | {a['gap']:.1%} | "
-                     f"{b['gap']:.1%} | {cells} |")
-    lines += ["", f"| window | PS-DSF gap, median (range) of {len(runs)} runs | plain Ray gap |",
-              "|---|---|---|"]
+                     f"{b['gap']:.1%} | {a['spread']:.3f} | {a['total'] / b['total']:.1%} | "
+                     f"{cells} |")
+    lines += ["", f"| window | PS-DSF gap, median (range) of {len(runs)} runs | plain Ray gap | "
+              "PS-DSF max/min of run/allocation | PS-DSF / plain Ray running |",
+              "|---|---|---|---|---|"]
     for i, mine in sorted(by_window.items()):
         lines.append(f"| {i + 1} | "
                      f"{spread([a['gap'] * 100 for a, _ in mine], '.1f')} % | "
-                     f"{spread([b['gap'] * 100 for _, b in mine], '.1f')} % |")
+                     f"{spread([b['gap'] * 100 for _, b in mine], '.1f')} % | "
+                     f"{spread([a['spread'] for a, _ in mine], '.3f')} | "
+                     f"{spread([a['total'] / b['total'] * 100 for a, b in mine], '.1f')} % |")
     lines += ["", f"| late user | PS-DSF: to 90 % of its allocation (s), median (range) of "
               f"{len(runs)} runs | plain Ray (s) |", "|---|---|---|"]
     for name, pairs in late.items():

@@ -21,17 +21,19 @@ The runtime setting costs ~1-6 s per round at K = N = 100 on the shared machine,
 the K = 100 clusters and the paper cluster only.
 
 ``.venv/bin/python -m experiments run class_rule [--google 100:5,1000:2] [--sim-google 100:5]
-[--suite 200] [--cap 300] [--sim-cap 100] [--workers 2]`` appends each finished job's rows to
-``results/class_rule.csv`` (so a long run can be read while it goes) and writes
+[--suite 200] [--cap 300] [--sim-cap 100] [--workers 2]`` puts each finished job's rows in
+``results/class_rule.csv`` (so a long run can be read while it goes), replacing earlier rows
+of the same case, seed, phase and setting and keeping the others, and writes
 ``results/class_rule.md``; ``--report`` only re-renders the markdown from the csv.  The
 committed csv also holds the rows of ``--google 12583:1 --sim-google 12583:1 --churn 0
---paper 0 --suite 0`` (the full Google cluster, 132 s with 2 workers), appended to it.
+--paper 0 --suite 0`` (the full Google cluster, 132 s with 2 workers), made alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import io
 import math
 import time
 from multiprocessing import Pool
@@ -112,17 +114,27 @@ def dispatch(job: tuple[str, str, int | None, int, int, int]) -> list[Row]:
     return [{k: r.get(k, "") for k in FIELDS} for r in rows]
 
 
-def append(rows: list[Row]) -> None:
-    new = not CSV.exists()
-    with CSV.open("a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS)
-        if new:
-            w.writeheader()
-        for r in rows:
-            w.writerow({k: "" if r[k] is None else r[k] for k in FIELDS})
+def row_key(row: Row) -> tuple[str, str, str, str]:
+    """What a row measures: its case, seed, phase and setting (a rerun of it replaces it)."""
+    return (str(row["case"]), str(row["seed"]), str(row["phase"]), str(row["setting"]))
+
+
+def merge(rows: list[Row]) -> None:
+    """Put a finished job's rows in the csv, in place of the rows of the same case, seed,
+    phase and setting; rows of other runs (e.g. the full Google cluster's, made alone) stay."""
+    fresh = [{k: "" if r[k] is None else str(r[k]) for k in FIELDS} for r in rows]
+    replaced = {row_key(r) for r in fresh}
+    kept = [r for r in read() if row_key(r) not in replaced]
+    out = io.StringIO()
+    w = csv.DictWriter(out, fieldnames=FIELDS)
+    w.writeheader()
+    w.writerows([*kept, *fresh])
+    write_atomic(CSV, out.getvalue())
 
 
 def read() -> list[Row]:
+    if not CSV.exists():
+        return []
     with CSV.open() as f:
         return list(csv.DictReader(f))
 
@@ -215,7 +227,6 @@ def main(argv: list[str] | None = None) -> None:
     if args.report:
         write_atomic(RESULTS / f"{NAME}.md", report(read(), None) + "\n")
         return
-    CSV.unlink(missing_ok=True)
     jobs: list[tuple[str, str, int | None, int, int, int]] = []
     if args.paper:
         jobs.append(("sim", "paper", None, 120, 400, 0))
@@ -231,7 +242,7 @@ def main(argv: list[str] | None = None) -> None:
     began = time.perf_counter()
     with Pool(args.workers) as pool:
         for rows in pool.imap_unordered(dispatch, jobs):
-            append(rows)
+            merge(rows)
     md = report(read(), time.perf_counter() - began)
     write_atomic(RESULTS / f"{NAME}.md", md + "\n")
     print(md)

@@ -38,6 +38,9 @@ Measured
       over the smallest (``max/min``: 1 when every user gets the same fraction of its
       allocation, whatever the dead time between tasks costs all of them), and all users'
       running tasks against plain Ray's;
+    * per window, each fractional entry (a user's mean allocation on a server at least 0.1
+      from a whole number of tasks): its allocation against the user's mean running tasks on
+      that server (``tenants_fractional.csv``);
     * time from a late user's first submission to 90 % of its allocation;
     * overhead on the same cluster, PS-DSF, the relay floor (:class:`Relay`: an actor that
       only forwards each call to a Ray task) and plain Ray, alternating, median of
@@ -170,6 +173,10 @@ class Phase:
     started: float
     intervals: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     allocation: list[tuple[float, dict[str, float]]] = field(default_factory=list)
+    placed: list[tuple[float, dict[str, dict[str, float]]]] = field(default_factory=list)
+    """Samples of each user's allocation per server (PS-DSF phase only)."""
+    nodes: dict[str, list[str]] = field(default_factory=dict)
+    """Each user's tasks' servers (``node-<8 hex digits>``), as ``intervals``."""
     first_submit: dict[str, float] = field(default_factory=dict)
     ended: float = 0.0
 
@@ -191,17 +198,20 @@ DROPPED = (AllocatorGoneError, TaskWithdrawnError, ray.exceptions.TaskCancelledE
 
 
 def collect(values: Iterator[Any], count: int, name: str, *,
-            dropped_ok: bool) -> list[tuple[float, float]]:
+            dropped_ok: bool) -> tuple[list[tuple[float, float]], list[str]]:
     """The intervals of the tasks that ran, from an iterator that raises a task's error at its
     place (``TaskResults``, or ``ray.get`` over refs); tasks dropped when the phase ended are
     expected (closed queue, cancelled) only where ``dropped_ok``, any other failure stops the
-    run.  A bulk submission's stream ends with its queue: what it did not deliver was dropped."""
+    run.  A bulk submission's stream ends with its queue: what it did not deliver was dropped.
+    Returns the intervals and, in the same order, the servers (nodes) the tasks ran on."""
     out = []
+    nodes = []
     why: set[str] = set()
     while True:
         try:
-            _, s, e = next(values)
+            node, s, e = next(values)
             out.append((s, e))
+            nodes.append(f"node-{node[:8]}")
         except StopIteration:
             break
         except DROPPED as err:
@@ -216,7 +226,7 @@ def collect(values: Iterator[Any], count: int, name: str, *,
             break
     dropped = count - len(out)
     print(f"  {name}: {len(out)} ran, {dropped} dropped at the end {sorted(why)}", flush=True)
-    return out
+    return out, nodes
 
 
 class EachValue(Iterator[Any]):
@@ -247,7 +257,9 @@ def psdsf_phase(run: Run, loads: list[UserLoad], seed: int,
     def sample() -> None:
         k = 0
         while not stop.is_set():
-            phase.allocation.append((time.time() - phase.started, run.user_totals()))
+            at, placed = time.time() - phase.started, run.user_allocation()
+            phase.placed.append((at, placed))
+            phase.allocation.append((at, {u: sum(row.values()) for u, row in placed.items()}))
             if k % 10 == 0:  # every 5 s: the allocator's memory, all its processes
                 pss.append(sum(pss_kib(p) for p in pids) / 1024)
             k += 1
@@ -264,14 +276,15 @@ def psdsf_phase(run: Run, loads: list[UserLoad], seed: int,
 
     values = submit_on_schedule(loads, submit, phase.started, np.random.default_rng(seed))
     counts = {u.name: u.tasks for u in loads}
-    phase.intervals["batch"] = collect(values["batch"], counts["batch"], "batch",
-                                       dropped_ok=False)
+    phase.intervals["batch"], phase.nodes["batch"] = collect(
+        values["batch"], counts["batch"], "batch", dropped_ok=False)
     for name, t in tenants.items():
         if name != "batch":
             t.close()  # the phase ends: what the others still queue is dropped
     for name in values:
         if name != "batch":
-            phase.intervals[name] = collect(values[name], counts[name], name, dropped_ok=True)
+            phase.intervals[name], phase.nodes[name] = collect(values[name], counts[name], name,
+                                                               dropped_ok=True)
     phase.ended = time.time()
     stop.set()
     sampler.join()
@@ -291,14 +304,14 @@ def plain_phase(loads: list[UserLoad], seed: int) -> Phase:
         return [functions[load.name].remote(d) for d in seconds]
 
     refs = submit_on_schedule(loads, submit, phase.started, np.random.default_rng(seed))
-    phase.intervals["batch"] = collect(EachValue(refs["batch"]), len(refs["batch"]), "batch",
-                                       dropped_ok=False)
+    phase.intervals["batch"], phase.nodes["batch"] = collect(
+        EachValue(refs["batch"]), len(refs["batch"]), "batch", dropped_ok=False)
     for name in refs:
         if name != "batch":
             for r in refs[name]:
                 ray.cancel(r)
-            phase.intervals[name] = collect(EachValue(refs[name]), len(refs[name]), name,
-                                            dropped_ok=True)
+            phase.intervals[name], phase.nodes[name] = collect(
+                EachValue(refs[name]), len(refs[name]), name, dropped_ok=True)
     phase.ended = time.time()
     return phase
 
@@ -379,6 +392,37 @@ def gaps(phase: Phase, reference: Phase, loads: list[UserLoad],
         row["spread"] = max(ratios) / min(ratios) if ratios and min(ratios) > 0 else math.inf
         row["total"] = sum(row[f"{u.name}_running"] for u in loads)
         out.append(row)
+    return out
+
+
+FRACTION = 0.1
+"""An entry whose mean allocation over a window is this far or further from a whole number
+is fractional (:func:`fractional_entries`)."""
+
+
+def fractional_entries(phase: Phase, loads: list[UserLoad],
+                       wins: list[tuple[float, float]]) -> list[dict[str, Any]]:
+    """Per window, each (user, server) entry whose mean allocation is fractional: its mean
+    allocation, the user's mean running tasks on that server, and the whole-task bounds
+    around the allocation (credits meet a fractional entry on average where the capacity the
+    floors leave holds the extra task: ``admission/rounding.py``)."""
+    out = []
+    for k, (a, b) in enumerate(wins):
+        for u in loads:
+            servers = {s for _, row in phase.placed for s in row.get(u.name, {})}
+            for server in sorted(servers):
+                xs = [row.get(u.name, {}).get(server, 0.0) for t, row in phase.placed
+                      if a <= t < b]
+                if not xs:
+                    continue
+                x = float(np.mean(xs))
+                if abs(x - round(x)) < FRACTION:
+                    continue
+                mine = [iv for iv, node in zip(phase.intervals[u.name], phase.nodes[u.name],
+                                               strict=True) if node == server]
+                out.append({"window": k, "from": a, "to": b, "user": u.name,
+                            "server": server, "allocated": x,
+                            "running": mean_running(mine, phase.started, a, b)})
     return out
 
 
@@ -935,6 +979,27 @@ def report(runs: list[tuple[Phase, Phase, dict[str, float]]], over: dict[str, li
                      f"{spread([b['gap'] * 100 for _, b in mine], '.1f')} % | "
                      f"{spread([a['spread'] for a, _ in mine], '.3f')} | "
                      f"{spread([a['total'] / b['total'] * 100 for a, b in mine], '.1f')} % |")
+    frac = [(k, e) for k, (psdsf, _, _) in enumerate(runs)
+            for e in fractional_entries(psdsf, loads, windows(psdsf, loads))]
+    with open(RESULTS / f"tenants{suffix}_fractional.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["run", "from_s", "to_s", "user", "server", "allocated", "running"])
+        for k, e in frac:
+            w.writerow([k + 1, f"{e['from']:.1f}", f"{e['to']:.1f}", e["user"], e["server"],
+                        f"{e['allocated']:.3f}", f"{e['running']:.3f}"])
+    lines += ["", "| fractional entries (user @ server) | windows | allocated, median (range) | "
+              "PS-DSF running, median (range) | running / allocated, median (range) |",
+              "|---|---|---|---|---|"]
+    entries: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for _, e in frac:
+        entries.setdefault((e["user"], e["server"]), []).append(e)
+    for (user, server), es in sorted(entries.items()):
+        lines.append(f"| {user} @ {server} | {len(es)} | "
+                     f"{spread([e['allocated'] for e in es], '.2f')} | "
+                     f"{spread([e['running'] for e in es], '.2f')} | "
+                     f"{spread([e['running'] / e['allocated'] for e in es], '.3f')} |")
+    if not entries:
+        lines.append("| (none: every entry within 0.1 of a whole task on every window) | | | | |")
     lines += ["", f"| late user | PS-DSF: to 90 % of its allocation (s), median (range) of "
               f"{len(runs)} runs | plain Ray (s) |", "|---|---|---|"]
     for name, pairs in late.items():

@@ -169,6 +169,12 @@ class Coordinator:
         await self.run.ensure()
         return self.run.user_totals()
 
+    async def user_allocation(self) -> dict[str, dict[str, float]]:
+        """Each present user's tasks on each server in the latest observation (a light call,
+        for watching where a run places its users)."""
+        await self.run.ensure()
+        return self.run.user_allocation()
+
     async def handles(self) -> dict[str, Any]:
         """server name -> the actor hosting it."""
         return {n: m.handle for n, m in self.run.pool.members.items()}

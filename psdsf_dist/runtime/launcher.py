@@ -218,6 +218,11 @@ class Run:
         out: dict[str, float] = self._ask(self.coordinator.user_totals.remote)
         return out
 
+    def user_allocation(self) -> dict[str, dict[str, float]]:
+        """Each present user's tasks on each server in the latest observation."""
+        out: dict[str, dict[str, float]] = self._ask(self.coordinator.user_allocation.remote)
+        return out
+
     def handles(self) -> dict[str, Any]:
         out: dict[str, Any] = self._ask(self.coordinator.handles.remote)
         return out

@@ -33,7 +33,7 @@ from psdsf_dist.runtime.messages import FloatArray, NotStartedError, RunResult
 from psdsf_dist.runtime.observation import ObservationRequest, observe_reports
 from psdsf_dist.runtime.rebuild import rebuild_state
 from psdsf_dist.runtime.recovery import RecoveryRequest, plan_recovery
-from psdsf_dist.runtime.run_status import run_status, user_totals
+from psdsf_dist.runtime.run_status import run_status, user_allocation, user_totals
 from psdsf_dist.runtime.server_care import NodeSpec, ServerCare
 from psdsf_dist.runtime.server_pool import AliveNodes, ServerPool, alive_nodes
 from psdsf_dist.runtime.settings import RunConfig
@@ -396,4 +396,7 @@ class RunControl:
 
     def user_totals(self) -> dict[str, float]:
         return user_totals(self.state(), self.last_allocation)
+
+    def user_allocation(self) -> dict[str, dict[str, float]]:
+        return user_allocation(self.state(), self.last_allocation)
 

@@ -51,6 +51,18 @@ def run_status(churn: ChurnState, now: float, observations: Sequence[Observation
     }
 
 
+def user_allocation(churn: ChurnState, allocation: npt.NDArray[np.float64] | None,
+                    ) -> dict[str, dict[str, float]]:
+    """Each present user's tasks on each server in ``allocation`` (users x servers of the
+    universe; None: not observed yet), the servers it has none on left out."""
+    if allocation is None:
+        return {}
+    servers = churn.full.server_names
+    return {u: {servers[i]: float(x) for i, x in enumerate(allocation[n]) if x > 0}
+            for n, u in enumerate(churn.full.user_names)
+            if n < allocation.shape[0] and churn.users_present[n]}
+
+
 def user_totals(churn: ChurnState, allocation: npt.NDArray[np.float64] | None) -> dict[str, float]:
     """Each present user's tasks in ``allocation`` (users x servers; None: not observed yet)."""
     if allocation is None:

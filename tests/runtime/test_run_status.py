@@ -9,7 +9,7 @@ import numpy as np
 from psdsf_dist.model.scenario import load_scenario
 from psdsf_dist.protocol.convergence import Observation
 from psdsf_dist.protocol.membership import ChurnState
-from psdsf_dist.runtime.run_status import run_status, user_totals
+from psdsf_dist.runtime.run_status import run_status, user_allocation, user_totals
 from tests.conftest import SMALL_CLUSTER
 
 
@@ -44,3 +44,9 @@ def test_user_totals_are_the_present_users_rows() -> None:
     churn.apply(churn.parse({"user_leaves": names[0]}), 1.0, from_scenario=False)
     got = user_totals(churn, X)
     assert names[0] not in got and got[names[1]] == X[1].sum()
+    X[1, 0] = 0.0
+    per_server = user_allocation(churn, X)
+    assert user_allocation(churn, None) == {} and set(per_server) == set(got)
+    servers = churn.full.server_names
+    # the servers a user has nothing on are left out
+    assert per_server[names[1]] == {servers[i]: X[1, i] for i in range(1, len(servers))}

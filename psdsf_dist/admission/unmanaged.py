@@ -25,9 +25,15 @@ start, so a task unmarked for longer waits for room.  Each queue reports, per se
 of its tasks there were launched more than :data:`UNMANAGED_START_GRACE` seconds ago (beyond
 the one it may keep waiting for its own slot: pipelining); when a user has more such tasks
 than are marked, some wait at the node (:func:`node_blocked`), and only then does the upper
-bound count.  Without the age (an earlier form counted the upper bound once it persisted six
-periods) a user with many short tasks always had one in flight at every sample, and its own
-tasks were taken for an intruder: a phantom that shrank the tenants' allocation.
+bound count.  Short tasks at a node others took escape that test: they cycle through the room
+left, each waiting a fraction of a second, none for the grace.  So the node also counts as
+blocked when some user has had at least :data:`CONGESTED_TASKS` more tasks reported running
+there than marked, at every sample for :data:`UNMANAGED_START_GRACE` seconds
+(:meth:`UnmanagedEstimate.congested`): a burst of new workers starting ends well within it,
+tasks queueing for room do not.  Without such evidence (an earlier form counted the upper
+bound once it persisted six periods) a user with many short tasks always had one in flight at
+every sample, and its own tasks were taken for an intruder: a phantom that shrank the tenants'
+allocation.
 
 Hysteresis.  Usage counts once it has persisted :data:`UNMANAGED_WINDOW` samples (one per
 period: a queue's count lags its tasks by less than a period), the element-wise minimum over
@@ -58,6 +64,10 @@ UNMANAGED_START_GRACE = 10.0
 """Seconds within which Ray starts a task it leased at a node with room (a worker's start on
 a loaded machine; 3 s was exceeded under load): a tenant's task unmarked for longer waits for
 room at the node (module docstring: which bound)."""
+CONGESTED_TASKS = 2
+"""A user with at least this many more tasks reported running at a node than marked running
+there has tasks that have not started: queued at the node for room, or their workers still
+starting (:meth:`UnmanagedEstimate.congested` tells the two apart by how long it lasts)."""
 UNMANAGED_TOLERANCE = 0.05
 """Fraction of a resource's capacity below which unmanaged usage, or a change of it, is
 ignored."""
@@ -92,6 +102,12 @@ def node_blocked(overdue: Mapping[str, int], marked: Mapping[str, int]) -> bool:
     return any(k > marked.get(user, 0) for user, k in overdue.items())
 
 
+def node_congested(reported: Mapping[str, int], marked: Mapping[str, int]) -> bool:
+    """Whether some user has :data:`CONGESTED_TASKS` or more tasks reported running at the
+    node beyond those marked running (its tasks that have not started, for now)."""
+    return any(k - marked.get(user, 0) >= CONGESTED_TASKS for user, k in reported.items())
+
+
 def held_by_tenants(counts: Mapping[str, int], user_index: Mapping[str, int],
                     demand: FloatArray, capacity: FloatArray) -> FloatArray:
     """What ``counts`` tasks per user hold on a node (users not in the table hold nothing)."""
@@ -104,14 +120,15 @@ def held_by_tenants(counts: Mapping[str, int], user_index: Mapping[str, int],
 
 def node_sample(capacity: FloatArray, available: FloatArray, user_index: Mapping[str, int],
                 demand: FloatArray, reported: Mapping[str, int], marked: Mapping[str, int],
-                overdue: Mapping[str, int]) -> FloatArray:
+                overdue: Mapping[str, int], congested: bool = False) -> FloatArray:
     """One sample of a node's unmanaged usage: its capacity less what Ray reports
     ``available`` there and less what the tenants' tasks hold — the more of what their queues
     report running (``reported``, including tasks that wait at the node for room) and what
     is marked running (bodies started), except while a task waits at the node for room held
-    by others (:func:`node_blocked`): then only the marked ones, the upper bound."""
+    by others (:func:`node_blocked`, or ``congested`` long enough:
+    :meth:`UnmanagedEstimate.congested`): then only the marked ones, the upper bound."""
     marked_own = held_by_tenants(marked, user_index, demand, capacity)
-    if node_blocked(overdue, marked):
+    if congested or node_blocked(overdue, marked):
         return unmanaged_sample(capacity, available, marked_own)
     reported_own = held_by_tenants(reported, user_index, demand, capacity)
     return unmanaged_sample(capacity, available, np.maximum(reported_own, marked_own))
@@ -124,6 +141,20 @@ class UnmanagedEstimate:
     capacity: FloatArray
     window: int = UNMANAGED_WINDOW
     samples: deque[FloatArray] = field(default_factory=deque)
+    congested_since: float | None = None
+    """Since when every sample has found the node congested (:func:`node_congested`)."""
+
+    def congested(self, now: float, reported: Mapping[str, int],
+                  marked: Mapping[str, int]) -> bool:
+        """Whether the node has been congested (:func:`node_congested`) at every sample for
+        :data:`UNMANAGED_START_GRACE` seconds up to ``now``: longer than workers take to
+        start, so some user's tasks queue there for room others hold."""
+        if not node_congested(reported, marked):
+            self.congested_since = None
+            return False
+        if self.congested_since is None:
+            self.congested_since = now
+        return now - self.congested_since >= UNMANAGED_START_GRACE
 
     def observe(self, sample: FloatArray) -> FloatArray:
         """Add one sample — the unmanaged usage, by the bound that applies — and return the

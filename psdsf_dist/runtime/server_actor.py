@@ -211,10 +211,13 @@ class ServerActor:
         estimate = self.unmanaged_estimates.get(server)
         if estimate is None:
             estimate = self.unmanaged_estimates[server] = UnmanagedEstimate(capacity)
+        reported = book.running() if book is not None else {}
+        marked = running_per_user(node_id)
         usage = estimate.observe(node_sample(
             capacity, np.array([free[r] for r in scenario.resources]), scenario.user_index,
-            np.asarray(scenario.demand), book.running() if book is not None else {},
-            running_per_user(node_id), book.overdue() if book is not None else {}))
+            np.asarray(scenario.demand), reported, marked,
+            book.overdue() if book is not None else {},
+            estimate.congested(self.clock.now(), reported, marked)))
         return {r: float(v) for r, v in zip(scenario.resources, usage, strict=True)}
 
     async def release(self, server: str, user: str, token: str | None = None) -> None:

@@ -7,10 +7,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from psdsf_dist.admission.unmanaged import (
+    UNMANAGED_START_GRACE,
     UNMANAGED_WEIGHT,
     UnmanagedEstimate,
     is_unmanaged_user,
     node_blocked,
+    node_congested,
     node_sample,
     unmanaged_events,
     unmanaged_sample,
@@ -46,6 +48,28 @@ def test_a_node_sample_counts_the_tenants_by_their_reports_or_their_marks() -> N
     # a user the table does not know holds nothing
     got = node_sample(CAP, free, index, demand, {"zed": 5}, {}, {})
     assert got.tolist() == [7.0, 6.0]
+
+
+def test_a_node_congested_for_the_grace_counts_by_its_marks() -> None:
+    """A user's short tasks cycling through the room an intruder left: more reported than
+    marked at every sample, none old.  Counted by the marks once that has lasted the grace,
+    not before (workers starting for a burst look alike for a few seconds)."""
+    index, demand = {"a": 0}, np.array([[1.0, 1.0]])
+    free = np.array([0.0, 13.0])  # the intruder holds 7 CPUs, the one task started 1 of 8
+    reported, marked = {"a": 4}, {"a": 1}
+    assert node_congested(reported, marked) and not node_congested({"a": 2}, {"a": 1})
+    assert node_congested({"a": 3, "b": 1}, {"a": 1, "b": 1})
+    e = UnmanagedEstimate(CAP)
+    seen = []
+    for now in np.arange(0.0, UNMANAGED_START_GRACE + 3.0, 1.0):
+        late = e.congested(float(now), reported, marked)
+        seen.append(late)
+        got = node_sample(CAP, free, index, demand, reported, marked, {}, late)
+        # before the grace: the reports (4 CPUs) are ours, 4 unmanaged; after: the marks, 7
+        assert got[0] == (7.0 if late else 4.0)
+    assert seen.index(True) == int(UNMANAGED_START_GRACE)
+    assert not e.congested(20.0, {"a": 4}, {"a": 3})  # one sample without: the count restarts
+    assert not e.congested(21.0, reported, marked) and e.congested_since == 21.0
 
 
 def test_a_transient_is_ignored_and_persistent_usage_counts_after_the_window() -> None:

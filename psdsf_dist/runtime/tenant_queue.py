@@ -159,9 +159,9 @@ class TenantQueue:
     # -- the caller's side --------------------------------------------------------------------
     async def register(self, key: str, function: tuple[Any, dict[str, Any]]) -> None:
         """Keep a remote function (or actor class) and its options under ``key``, for the
-        calls that name it (the client registers each when it is declared, so that a call
-        carries a key, not the function: an ObjectRef in a call's arguments cost ~0.5 ms per
-        call)."""
+        calls that name it.  The client registers each when it is declared, so that a call
+        carries a key rather than an ObjectRef of the function, which would make every call
+        a borrow of that object (Ray's reference counting: docs/tenants.md, "Latency")."""
         self.functions[key] = function
 
     def _registered(self, key: str) -> tuple[Any, dict[str, Any]]:

@@ -350,9 +350,10 @@ def mean_running(intervals: list[tuple[float, float]], origin: float, a: float,
     return busy / (b - a)
 
 
-def mean_allocation(samples: list[tuple[float, dict[str, float]]], user: str, a: float,
+def mean_allocation(samples: list[tuple[float, dict[str, float]]], name: str, a: float,
                     b: float) -> float:
-    vals = [row.get(user, 0.0) for t, row in samples if a <= t < b]
+    """Mean of the samples' ``name`` entries (a user, or a server) over [a, b)."""
+    vals = [row.get(name, 0.0) for t, row in samples if a <= t < b]
     return float(np.mean(vals)) if vals else 0.0
 
 
@@ -403,26 +404,24 @@ is fractional (:func:`fractional_entries`)."""
 def fractional_entries(phase: Phase, loads: list[UserLoad],
                        wins: list[tuple[float, float]]) -> list[dict[str, Any]]:
     """Per window, each (user, server) entry whose mean allocation is fractional: its mean
-    allocation, the user's mean running tasks on that server, and the whole-task bounds
-    around the allocation (credits meet a fractional entry on average where the capacity the
-    floors leave holds the extra task: ``admission/rounding.py``)."""
+    allocation and the user's mean running tasks on that server (credits meet a fractional
+    entry on average where the capacity the floors leave holds the extra task:
+    ``admission/rounding.py``)."""
+    entries = {}
+    for u in loads:
+        samples = [(t, row.get(u.name, {})) for t, row in phase.placed]
+        for server in sorted({s for _, row in samples for s in row}):
+            mine = [iv for iv, node in zip(phase.intervals[u.name], phase.nodes[u.name],
+                                           strict=True) if node == server]
+            entries[u.name, server] = (samples, mine)
     out = []
     for k, (a, b) in enumerate(wins):
-        for u in loads:
-            servers = {s for _, row in phase.placed for s in row.get(u.name, {})}
-            for server in sorted(servers):
-                xs = [row.get(u.name, {}).get(server, 0.0) for t, row in phase.placed
-                      if a <= t < b]
-                if not xs:
-                    continue
-                x = float(np.mean(xs))
-                if abs(x - round(x)) < FRACTION:
-                    continue
-                mine = [iv for iv, node in zip(phase.intervals[u.name], phase.nodes[u.name],
-                                               strict=True) if node == server]
-                out.append({"window": k, "from": a, "to": b, "user": u.name,
-                            "server": server, "allocated": x,
-                            "running": mean_running(mine, phase.started, a, b)})
+        for (user, server), (samples, mine) in entries.items():
+            x = mean_allocation(samples, server, a, b)
+            if abs(x - round(x)) < FRACTION:
+                continue
+            out.append({"window": k, "from": a, "to": b, "user": user, "server": server,
+                        "allocated": x, "running": mean_running(mine, phase.started, a, b)})
     return out
 
 

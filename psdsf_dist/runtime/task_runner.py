@@ -55,6 +55,8 @@ class TaskCall:
     actor: bool = False
     refs: Any = None
     """The launched Ray task's returns (``num_returns`` of them; None while queued)."""
+    ray_task: str | None = None
+    """The launched Ray task's id (hex; None while queued, and for an actor)."""
 
 
 class TaskRunner:
@@ -146,7 +148,8 @@ class TaskRunner:
                     out = self._placed(task.function, launch.node, task.num_returns).remote(
                         *task.args, **task.kwargs)
                     task.refs = out if task.num_returns > 1 else [out]
-                    self.ray_tasks[task.refs[0].task_id().hex()] = launch.task
+                    task.ray_task = task.refs[0].task_id().hex()
+                    self.ray_tasks[task.ray_task] = launch.task
                     watch = self._watch(launch)
             except Exception as err:  # e.g. arguments Ray cannot serialize: the caller's error
                 self.tasks.pop(launch.task)
@@ -203,9 +206,9 @@ class TaskRunner:
 
     def _ended(self, launch: Launch, signal: Signal, error: Exception | None,
                value: Any = None) -> None:
-        refs = self.tasks[launch.task].refs
-        if refs is not None and not self.tasks[launch.task].actor:
-            self.ray_tasks.pop(refs[0].task_id().hex(), None)
+        ray_task = self.tasks[launch.task].ray_task
+        if ray_task is not None:
+            self.ray_tasks.pop(ray_task, None)
         decision = self.state.ended(launch.task, signal, self.clock.now())
         if decision.retried:
             self.metrics.retried(launch.server)
@@ -213,6 +216,7 @@ class TaskRunner:
             self.metrics.preempted(launch.server)
         if decision.retried or decision.preempted:
             self.tasks[launch.task].refs = None
+            self.tasks[launch.task].ray_task = None
         if decision.ended is not None:
             task = self.tasks.pop(launch.task)
             if decision.ended.outcome is Outcome.COMPLETED:

@@ -26,7 +26,12 @@ everything else and answers with what to do:
 * withdrawal of what is queued (:meth:`TenantQueueState.withdraw`) — a bulk submission's
   caller stopped reading, the coordinator refused the user, the allocator is gone, the queue
   closed — each with its error;
-* the backlog to report (lingering once idle), and when the allocator counts as gone.
+* the backlog to report (lingering once idle), and when the allocator counts as gone;
+* slots delegated to the client (:mod:`.direct_slots`): granted only from free slots of the
+  leases while nothing waits in the queue (:meth:`TenantQueueState.grant`), counted as tasks
+  running on their servers, revoked when a lease shrinks below what the user holds there
+  (:meth:`TenantQueueState.revocations`), and the client's reports of the tasks it ran in them
+  counted as the queue's own (:meth:`TenantQueueState.direct_report`).
 
 No task is lost: every submitted task is, at any time, queued, running (maybe blocked) or
 has ended exactly once with one :class:`Outcome` — ``completed``, ``cancelled``,
@@ -42,6 +47,12 @@ import enum
 from collections import deque
 from dataclasses import dataclass, field
 
+from psdsf_dist.admission.direct_slots import (
+    DirectOutcome,
+    DirectReply,
+    DirectReport,
+    SlotGrant,
+)
 from psdsf_dist.admission.tenants import IDLE_LINGER_PERIODS
 from psdsf_dist.admission.unmanaged import UNMANAGED_START_GRACE
 from psdsf_dist.errors import PsdsfError
@@ -171,12 +182,14 @@ class ServerSlots:
         self.running += 1
         self.launched_at[task_id] = now
 
-    def ended(self, task_id: int, now: float, *, blocked: bool = False) -> None:
-        """A task here ended (``blocked``: it had given its slot back already)."""
+    def ended(self, task_id: int, now: float, *, blocked: bool = False,
+              timed: bool = True) -> None:
+        """A task here ended (``blocked``: it had given its slot back already; ``timed``: its
+        duration counts for :meth:`short_tasks` — not a delegated slot's)."""
         if not blocked:
             self.released()
         launched = self.launched_at.pop(task_id, None)
-        if launched is not None:
+        if launched is not None and timed:
             self.durations.append(now - launched)
 
     def released(self) -> None:
@@ -206,6 +219,9 @@ class QueuedTask:
     preempting: bool = False
     """Being stopped to make room: however it ends (unless with its value), it is queued
     again."""
+    delegated: bool = False
+    """Not a task: a slot delegated to the client (:mod:`.direct_slots`), which runs its own
+    tasks in it; it ends when the client gives it back."""
 
 
 @dataclass(frozen=True)
@@ -280,6 +296,12 @@ class TenantQueueState:
     last_answer: float = 0.0
     idle_since: float | None = None
     reported: int = 0
+    client_queued: int = 0
+    """Tasks waiting in the client for a delegated slot (its last report): backlog too."""
+    revoked: set[int] = field(default_factory=set)
+    """Delegated slots revoked and not yet given back."""
+    direct_running: int = 0
+    """Tasks the client launched into delegated slots that have not ended (its reports)."""
     _next_id: int = 0
 
     def __post_init__(self) -> None:
@@ -400,6 +422,102 @@ class TenantQueueState:
         self.admitted += 1
         return Launch(task.id, server.name, server.node, now - task.submitted)
 
+    # -- slots delegated to the client -----------------------------------------------------
+    def delegated_slots(self) -> list[QueuedTask]:
+        return [t for t in self.tasks.values() if t.delegated]
+
+    def delegated_per_server(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for t in self.delegated_slots():
+            out[t.server or ""] = out.get(t.server or "", 0) + 1
+        return out
+
+    def grant(self, wanted: int, now: float) -> list[Launch]:
+        """Delegate free slots to the client, up to ``wanted`` held in all — only while no
+        task waits in the queue (those come first, in order) and never a pipelined one (the
+        client launches into a slot as one of its tasks ends: it has no gap to hide)."""
+        held = sum(1 for t in self.tasks.values() if t.delegated)
+        out: list[Launch] = []
+        while not self.queue and held + len(out) < wanted:
+            best = max(self.servers.values(), key=lambda s: s.free_slots(now), default=None)
+            if best is None or best.free_slots(now) <= 0:
+                break
+            slot = QueuedTask(self._next_id, 0, now, delegated=True, server=best.name)
+            self._next_id += 1
+            self.tasks[slot.id] = slot
+            best.launched(slot.id, now)
+            out.append(Launch(slot.id, best.name, best.node, 0.0))
+        return out
+
+    def direct_reply(self, now: float, origin: float) -> DirectReply:
+        """The answer to the client's exchange: every slot it holds (new ones too) with its
+        lease's expiry (``origin``: the wall-clock time this state's clock reads 0), the
+        slots it holds beyond its leases (:meth:`revocations`), and whether the queue is
+        gone."""
+        revoked = self.revocations(now)
+        grants = tuple(SlotGrant(t.id, t.server, self.servers[t.server].node,
+                                 origin + self.servers[t.server].expires)
+                       for t in self.delegated_slots()
+                       if t.server is not None and t.server in self.servers)
+        return DirectReply(grants, tuple(revoked), self.gone)
+
+    def revocations(self, now: float) -> list[int]:
+        """Delegated slots to revoke now: on each server where the user holds more than its
+        lease allows (it shrank, ran out, or the server went), as many as it holds too many,
+        beyond those revoked already."""
+        out: list[int] = []
+        for s in self.servers.values():
+            allowed = s.slots + (s.pipeline if s.short_tasks() else 0) \
+                if now < s.expires else 0
+            slots = [t.id for t in self.tasks.values()
+                     if t.delegated and t.server == s.name and t.id not in self.revoked]
+            over = s.running - allowed - sum(
+                1 for i in self.revoked if self.tasks[i].server == s.name
+                and not self.tasks[i].blocked)
+            for i in slots[:max(over, 0)]:
+                self.revoked.add(i)
+                out.append(i)
+        return out
+
+    def direct_report(self, report: DirectReport, now: float) -> tuple[list[Launch], bool]:
+        """The client's report (:class:`~.direct_slots.DirectReport`): count the tasks it ran
+        as the queue's own, take its slots back, note its waiting tasks.  Returns what now
+        fits in the queue and whether the queue was idle (as :meth:`submit`)."""
+        self.submitted += len(report.launched)
+        self.admitted += len(report.launched)
+        self.direct_running += len(report.launched)
+        for slot_id, outcome, seconds in report.ended:
+            self.direct_running -= 1
+            if outcome is DirectOutcome.COMPLETED:
+                self.completed += 1
+            elif outcome is DirectOutcome.CANCELLED:
+                self.cancelled += 1
+            else:
+                self.failed += 1
+            slot = self.tasks.get(slot_id)
+            server = None if slot is None else self.servers.get(slot.server or "")
+            if server is not None:
+                server.durations.append(seconds)
+        self.submitted += report.withdrawn
+        self.withdrawn += report.withdrawn
+        busy = dict(report.ages)
+        for slot in self.delegated_slots():
+            server = self.servers.get(slot.server or "")
+            if server is not None and slot.id in server.launched_at:
+                # a held slot's "launch" is its current task's (overdue tasks: Ask.overdue)
+                server.launched_at[slot.id] = now - busy.get(slot.id, 0.0)
+        for slot_id in report.returned:
+            slot = self.tasks.pop(slot_id, None)
+            self.revoked.discard(slot_id)
+            server = None if slot is None else self.servers.get(slot.server or "")
+            if slot is not None and server is not None:
+                server.ended(slot_id, now, blocked=slot.blocked, timed=False)
+        woke = report.queued > 0 and self.idle_since is not None
+        self.client_queued = report.queued
+        if woke:
+            self.idle_since = None
+        return self.pump(now), woke
+
     def ended(self, task_id: int, signal: Signal, now: float) -> EndDecision:
         """A launched task ended: decide its outcome (or its retry), free its slot, and
         launch what now fits."""
@@ -418,7 +536,7 @@ class TenantQueueState:
             self.queue.appendleft(task_id)
             return EndDecision(None, False, self.pump(now), preempted=True)
         task.preempting = False
-        if signal is Signal.LAUNCH_FAILED:
+        if signal is Signal.LAUNCH_FAILED and not task.cancelled:
             self.admitted -= 1  # it never ran
             self.failed += 1
             result = Ended(task_id, Outcome.FAILED, server=task.server)
@@ -452,13 +570,13 @@ class TenantQueueState:
         """Servers to ask for a lease now: those with tasks running, or all when work is
         queued (none whose ask is in flight)."""
         return [s.name for s in self.servers.values()
-                if (self.queue or s.running) and not s.asking]
+                if (self.queue or self.client_queued or s.running) and not s.asking]
 
     def asks_urgent(self, now: float) -> list[str]:
         """Servers to ask at once, not at the next round of asks: work is queued and their
         lease has run out (a queue idle for a lease's lifetime has none left; its next task
         would otherwise wait up to an interval for its first slot)."""
-        if not self.queue:
+        if not self.queue and not self.client_queued:
             return []
         return [s.name for s in self.servers.values() if not s.asking and now >= s.expires]
 
@@ -470,7 +588,8 @@ class TenantQueueState:
         s.asking = True
         s.running_at_ask = s.running
         old = sum(1 for t in s.launched_at.values() if now - t > UNMANAGED_START_GRACE)
-        return Ask(s.running - s.waiting, len(self.queue), max(old - s.waiting, 0))
+        return Ask(s.running - s.waiting, len(self.queue) + self.client_queued,
+                   max(old - s.waiting, 0))
 
     def ask_answered(self, name: str, sent: float, lease: tuple[int, int, float] | None,
                      now: float) -> list[Launch]:
@@ -507,7 +626,9 @@ class TenantQueueState:
 
     # -- reports ------------------------------------------------------------------------------
     def backlog(self) -> int:
-        return len(self.queue) + sum(s.running for s in self.servers.values())
+        """Tasks queued (here and in the client) and running (delegated slots included)."""
+        return len(self.queue) + self.client_queued + sum(
+            s.running for s in self.servers.values())
 
     def report_backlog(self, now: float) -> int:
         """The backlog to report: what is queued and running, or — idle for less than
@@ -558,7 +679,7 @@ class TenantQueueState:
     # -- invariants ---------------------------------------------------------------------------
     def accounted(self) -> bool:
         """Every submitted task is queued, running or ended once (the counters add up)."""
-        live = len(self.tasks)
+        live = sum(1 for t in self.tasks.values() if not t.delegated) + self.direct_running
         ended = self.completed + self.cancelled + self.withdrawn + self.failed
         # a cancelled task that runs is counted cancelled already
         running_cancelled = sum(1 for t in self.tasks.values() if t.cancelled)

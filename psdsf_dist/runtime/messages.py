@@ -161,3 +161,6 @@ class QueueStatus:
     preempted: int = 0
     """Times a preemptible task was stopped to make room and queued again (it runs again
     from the start; not in ``retried``, ``failed`` or ``cancelled``)."""
+    delegated: dict[str, int] = field(default_factory=dict)
+    """Server -> slots delegated to the client (in ``running``; the client launches its own
+    tasks in them)."""

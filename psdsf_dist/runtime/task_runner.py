@@ -76,6 +76,8 @@ class TaskRunner:
         """The tenant's live actors: actor id -> handle (the queue owns them)."""
         self.watchers: set[asyncio.Task[None]] = set()
         self.closed = False
+        self.freed = asyncio.Event()
+        """Set whenever a launched task ends (its slot may be free)."""
 
     def hold(self, task: asyncio.Task[None]) -> None:
         """Keep a reference to ``task`` until it ends (the loop keeps only weak ones)."""
@@ -210,6 +212,7 @@ class TaskRunner:
         if ray_task is not None:
             self.ray_tasks.pop(ray_task, None)
         decision = self.state.ended(launch.task, signal, self.clock.now())
+        self.freed.set()
         if decision.retried:
             self.metrics.retried(launch.server)
         if decision.preempted:

@@ -47,6 +47,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import os
+import queue as thread_queue
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
@@ -57,6 +58,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from psdsf_dist.admission.identity import TOKEN_ENV, TenantAuthError
+from psdsf_dist.admission.leases import LEASE_INTERVALS_PER_PERIOD
 from psdsf_dist.admission.shapes import (
     ACTOR_PASSED_OPTIONS,
     DEFAULT_MAX_RETRIES,
@@ -70,6 +72,7 @@ from psdsf_dist.admission.shapes import (
     check_weight,
     task_shape,
 )
+from psdsf_dist.runtime.direct_launcher import DirectLauncher
 from psdsf_dist.runtime.messages import QueueStatus, TenantInfo
 from psdsf_dist.runtime.names import (
     DEFAULT_RUN_ID,
@@ -118,16 +121,30 @@ class TenantFunction:
         passed = {k: v for k, v in options.items() if k in PASSED_OPTIONS}
         self._queue = tenant.queue
         body = tenant_task(function, tenant.queue, tenant.user)
-        self._key = register(tenant.queue, ray.remote(body), {**shape.ray_options(), **passed})
+        self._function = (ray.remote(body), {**shape.ray_options(), **passed})
+        self._key = register(tenant.queue, *self._function)
         self._retries = int(options.get("max_retries", DEFAULT_MAX_RETRIES))
         self._num_returns = int(options.get("num_returns", 1))
         self._preemptible = bool(options.get("preemptible", False))
+        # a preemptible task is run again by its queue under the caller's ref: never direct
+        self._direct = None if self._preemptible else tenant.direct
         self.__name__ = getattr(function, "__name__", "task")
         self.__doc__ = function.__doc__
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled into a task (a nested submission): its calls go through the queue (the
+        delegated slots are the driver's)."""
+        return {**self.__dict__, "_direct": None}
+
     def remote(self, *args: Any, **kwargs: Any) -> Any:
-        """Queue one call; its ObjectRef (``ray.get`` gives the value or raises the error), or
-        ``num_returns`` of them."""
+        """Launch one call into a slot delegated to this client, else queue it; its
+        ObjectRef (``ray.get`` gives the value or raises the error), or ``num_returns`` of
+        them."""
+        if self._direct is not None:
+            out = self._direct.try_launch(self._function, self._retries, self._num_returns,
+                                          args, kwargs)
+            if out is not None:
+                return out
         call = [[by_reference(a) for a in args], {k: by_reference(v) for k, v in kwargs.items()}]
         submit = self._queue.submit
         if self._num_returns != 1:
@@ -145,8 +162,12 @@ class TenantFunction:
         return self._bulk(iterables, ordered=False)
 
     def _bulk(self, iterables: tuple[Iterable[Any], ...], *, ordered: bool) -> TaskResults:
-        calls = [[[by_reference(a) for a in args], {}] for args in zip(*iterables, strict=False)]
         batch = f"{id(self):x}-{next(_BATCHES)}"
+        if self._direct is not None:
+            items = [tuple(args) for args in zip(*iterables, strict=False)]
+            return DirectTaskResults(self._direct, self._function, self._retries,
+                                     self._num_returns, items, batch, ordered=ordered)
+        calls = [[[by_reference(a) for a in args], {}] for args in zip(*iterables, strict=False)]
         stream = None if not calls else self._queue.submit_many.options(
             num_returns="streaming").remote(self._key, calls, self._retries, batch,
                                             self._num_returns, self._preemptible)
@@ -211,6 +232,42 @@ class TaskResults(Iterator[Any]):
         self.close()
 
 
+class DirectTaskResults(TaskResults):
+    """The values of a bulk submission whose tasks the client launches itself into delegated
+    slots (:mod:`psdsf_dist.runtime.direct_launcher`) as they free."""
+
+    def __init__(self, direct: DirectLauncher, function: tuple[Any, dict[str, Any]],
+                 retries: int, num_returns: int, items: list[tuple[Any, ...]], batch: str,
+                 *, ordered: bool) -> None:
+        super().__init__(None, None, batch, len(items), ordered=ordered)
+        self._direct = direct
+        self._ended: thread_queue.SimpleQueue[tuple[int, bool, Any]] = \
+            thread_queue.SimpleQueue()
+        if items:
+            direct.submit_many(function, retries, num_returns, items, batch, self._done)
+
+    def _done(self, index: int, ok: bool, value: Any) -> None:
+        self._ended.put((index, ok, value))
+
+    def _receive(self) -> None:
+        if self._left == 0:
+            raise StopIteration
+        index, ok, value = self._ended.get()
+        self._left -= 1
+        if ok:  # the task's ref(s): its value, or the error ray.get raises
+            try:
+                value = tuple(ray.get(value)) if isinstance(value, list) else ray.get(value)
+            except ray.exceptions.RayError as err:
+                ok, value = False, err
+        self._ready[index] = (ok, value)
+
+    def close(self) -> None:
+        if self._left:
+            self._left = 0
+            self._ready.clear()
+            self._direct.drop(self._batch)
+
+
 class TenantActorClass:
     """An actor class whose actors are admitted by the tenant's share (``@tenant.actor``)."""
 
@@ -242,6 +299,8 @@ class Tenant:
         self.coordinator = coordinator
         self.shape: TaskShape | None = None
         self.queue: Any = None
+        self.direct: DirectLauncher | None = None
+        """Launches this client's tasks into slots its queue delegates (opened with it)."""
 
     @classmethod
     def connect(cls, user: str, *, weight: float | None = None,
@@ -340,6 +399,7 @@ class Tenant:
             scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
         ).remote(self.run_id, self.user, demand, weight, self.info.period, self.info.token)
         ray.get(self.queue.start.remote(), timeout=CONNECT_TIMEOUT)
+        self.direct = DirectLauncher(self.queue, self.info.period / LEASE_INTERVALS_PER_PERIOD)
 
     def cancel(self, ref: Any, *, force: bool = False) -> bool:
         """Cancel the task behind ``ref`` (one of its refs): a queued task is withdrawn and
@@ -350,6 +410,8 @@ class Tenant:
         ``WorkerCrashedError``.  Returns whether the task was still the queue's."""
         if self.queue is None:
             return False
+        if self.direct is not None and self.direct.cancel(ref, force):
+            return True
         found: bool = ray.get(self.queue.cancel.remote(ref.task_id().hex(), force),
                               timeout=CONNECT_TIMEOUT)
         return found
@@ -358,6 +420,8 @@ class Tenant:
         """The queue's counts (queued, running and leased slots per server, ...)."""
         if self.queue is None:
             return QueueStatus(self.user, 0, {}, {}, 0, 0, 0, 0, 0, None)
+        if self.direct is not None:
+            self.direct.flush()  # the tasks it ran count in the queue's counts
         out: QueueStatus = ray.get(self.queue.status.remote(), timeout=CONNECT_TIMEOUT)
         return out
 
@@ -365,6 +429,9 @@ class Tenant:
         """Drop queued tasks, release the user's share and end its queue."""
         if self.queue is None:
             return
+        if self.direct is not None:
+            self.direct.close(f"tenant {self.user!r} closed its queue")
+            self.direct = None
         try:
             ray.get(self.queue.close.remote(), timeout=CONNECT_TIMEOUT)
             # ends after the calls already sent to it, which fail with the closing message

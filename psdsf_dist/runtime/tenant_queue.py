@@ -96,6 +96,7 @@ from typing import Any
 
 import ray
 
+from psdsf_dist.admission.direct_slots import DirectOutcome, DirectReply, DirectReport
 from psdsf_dist.admission.leases import LEASE_INTERVALS_PER_PERIOD
 from psdsf_dist.admission.shapes import ShapeError
 from psdsf_dist.admission.tenant_queue_state import (
@@ -108,7 +109,7 @@ from psdsf_dist.admission.tenant_queue_state import (
     TenantRefusedError,
 )
 from psdsf_dist.observability.tenant_metrics import TenantMetrics
-from psdsf_dist.runtime.clock import Clock, WallClock
+from psdsf_dist.runtime.clock import WallClock
 from psdsf_dist.runtime.messages import QueueStatus, TenantReply
 from psdsf_dist.runtime.names import NAMESPACE, coordinator_name
 from psdsf_dist.runtime.task_runner import TaskCall, TaskRunner
@@ -131,7 +132,7 @@ class TenantQueue:
         self.weight = weight
         self.period = period
         self.interval = period / LEASE_INTERVALS_PER_PERIOD
-        self.clock: Clock = WallClock(time.time())
+        self.clock = WallClock(time.time())
         """The queue's one clock: its leases, asks, task ages and pauses all read it."""
         self.state = TenantQueueState(user, period, self.clock.now())
         self.metrics = TenantMetrics(user)
@@ -145,6 +146,11 @@ class TenantQueue:
         self.by_key: dict[str, int] = {}
         """The :meth:`submit` call's Ray task id -> its task (to cancel it by its ref)."""
         self.work = asyncio.Event()
+        self.slots_changed = self.runner.freed
+        """Set when slots may have freed (a lease answered, a task ended or blocked): an
+        exchange waiting for a slot looks again."""
+        self.blockers: dict[int, str] = {}
+        """A delegated slot whose task blocks -> that task's Ray task id."""
         self.loops: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -266,18 +272,67 @@ class TenantQueue:
             left -= len(chunk)
             yield [(i, f.exception() is None, f.exception() or f.result()) for i, f in chunk]
 
-    async def task_blocked(self, ray_task: str) -> None:
+    async def task_blocked(self, ray_task: str, slot: int | None = None) -> None:
         """The running task whose Ray task id is ``ray_task`` blocks in ``ray.get`` /
-        ``ray.wait``: its slot is free until it resumes ("Nested tasks")."""
+        ``ray.wait``: its slot is free until it resumes ("Nested tasks").  ``slot``: the
+        delegated slot it runs in, launched by the client ("Delegated slots")."""
+        if slot is not None:
+            if self.blockers.get(slot) is None and slot in self.state.tasks:
+                self.blockers[slot] = ray_task
+                self.runner.launch_all(self.state.blocked(slot, self.clock.now()))
+                self.slots_changed.set()
+            return
         task_id = self.runner.ray_tasks.get(ray_task)
         if task_id is not None:
             self.runner.launch_all(self.state.blocked(task_id, self.clock.now()))
+            self.slots_changed.set()
 
-    async def task_resumed(self, ray_task: str) -> None:
-        """The task whose Ray task id is ``ray_task`` resumes: it takes its slot back."""
+    async def task_resumed(self, ray_task: str, slot: int | None = None) -> None:
+        """The task whose Ray task id is ``ray_task`` resumes: it takes its slot back (a
+        delegated slot only from the task that blocked it: a late notice of an earlier task
+        in the slot changes nothing)."""
+        if slot is not None:
+            if self.blockers.get(slot) == ray_task:
+                del self.blockers[slot]
+                self.state.resumed(slot)
+            return
         task_id = self.runner.ray_tasks.get(ray_task)
         if task_id is not None:
             self.state.resumed(task_id)
+
+    async def exchange(self, report: DirectReport, wait: bool = True) -> DirectReply:
+        """The client's exchange ("Delegated slots"): take its report — the tasks it ran,
+        the slots it gives back, its tasks waiting for a slot — and answer with slots
+        granted (new, and the held ones renewed to their leases' expiry) and revoked.
+        Where the client wants more slots than it holds and none is free, the answer waits
+        up to a lease interval for one (``wait``)."""
+        now = self.clock.now()
+        for slot_id, waited in report.launched:
+            slot = self.state.tasks.get(slot_id)
+            if slot is not None and slot.server is not None:
+                self.metrics.admitted(slot.server, waited)
+        for slot_id, outcome, _seconds in report.ended:
+            slot = self.state.tasks.get(slot_id)
+            if slot is not None and slot.server is not None \
+                    and outcome is DirectOutcome.COMPLETED:
+                self.metrics.completed(slot.server)
+        for slot_id in report.returned:
+            self.blockers.pop(slot_id, None)
+        launches, woke = self.state.direct_report(report, now)
+        if woke:
+            self.work.set()
+        self.runner.launch_all(launches)
+        for name in self.state.asks_urgent(now):
+            self._send_ask(name)
+        granted = self.state.grant(report.wanted, now) if self.state.gone is None else []
+        held = len(self.state.delegated_slots())
+        if wait and not granted and report.wanted > held and self.state.gone is None:
+            self.slots_changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.slots_changed.wait(), self.interval)
+            if self.state.gone is None:
+                granted = self.state.grant(report.wanted, self.clock.now())
+        return self.state.direct_reply(self.clock.now(), self.clock.started_at)
 
     async def drop(self, batch: str) -> int:
         """Withdraw the queued tasks of a bulk submission (its caller stopped reading it);
@@ -299,7 +354,7 @@ class TenantQueue:
                            {n: s.node for n, s in st.servers.items()},
                            {n: s.waiting for n, s in st.servers.items()}, st.withdrawn,
                            st.cancelled, st.blocked_tasks, len(self.runner.actors),
-                           st.preempted)
+                           st.preempted, st.delegated_per_server())
 
     async def close(self) -> None:
         """Drop what is queued, give the slots back and leave (the driver is done)."""
@@ -388,6 +443,7 @@ class TenantQueue:
         finally:
             self.runner.launch_all(self.state.ask_answered(name, sent, answer,
                                                            self.clock.now()))
+            self.slots_changed.set()
 
 
 def _put_ended(ended: asyncio.Queue[tuple[int, asyncio.Future[Any]]], index: int,

@@ -36,13 +36,20 @@ import ray
 
 from psdsf_dist.runtime.running_marks import mark_end, mark_start
 
+SLOT_KEYWORD = "_psdsf_slot"
+"""The keyword argument that gives a task launched by its client (not by its queue) the
+delegated slot it runs in (:mod:`psdsf_dist.runtime.direct_launcher`); the body takes it out
+before calling the user's function."""
+
 
 @dataclass(frozen=True)
 class RunningTask:
-    """The tenant's task a worker runs now: its queue (an actor handle) and its Ray task id."""
+    """The tenant's task a worker runs now: its queue (an actor handle), its Ray task id and,
+    launched by its client, its delegated slot."""
 
     queue: Any
     task: str
+    slot: int | None = None
 
 
 _RUNNING: contextvars.ContextVar[RunningTask | None] = contextvars.ContextVar(
@@ -62,30 +69,44 @@ def tenant_task(function: Callable[..., Any], queue: Any,
     if inspect.iscoroutinefunction(function):
         @functools.wraps(function)
         async def tenant_task_async(*args: Any, **kwargs: Any) -> Any:
-            token, mark = _enter(queue, user)
+            token, mark = _enter(queue, user, kwargs.pop(SLOT_KEYWORD, None))
             try:
                 return await function(*args, **kwargs)
             finally:
                 _leave(token, mark)
+        tenant_task_async.__signature__ = _with_slot(function)  # type: ignore[attr-defined]
         return tenant_task_async
 
     @functools.wraps(function)
     def tenant_task_body(*args: Any, **kwargs: Any) -> Any:
-        token, mark = _enter(queue, user)
+        token, mark = _enter(queue, user, kwargs.pop(SLOT_KEYWORD, None))
         try:
             return function(*args, **kwargs)
         finally:
             _leave(token, mark)
+    tenant_task_body.__signature__ = _with_slot(function)  # type: ignore[attr-defined]
     return tenant_task_body
 
 
-def _enter(queue: Any, user: str) -> tuple[contextvars.Token[RunningTask | None], Path | None]:
+def _with_slot(function: Callable[..., Any]) -> inspect.Signature:
+    """``function``'s signature with :data:`SLOT_KEYWORD` as one more keyword-only parameter
+    (Ray checks a call's arguments against the body's signature)."""
+    signature = inspect.signature(function)
+    params = list(signature.parameters.values())
+    at = next((i for i, p in enumerate(params) if p.kind is p.VAR_KEYWORD), len(params))
+    params.insert(at, inspect.Parameter(SLOT_KEYWORD, inspect.Parameter.KEYWORD_ONLY,
+                                        default=None))
+    return signature.replace(parameters=params)
+
+
+def _enter(queue: Any, user: str,
+           slot: int | None) -> tuple[contextvars.Token[RunningTask | None], Path | None]:
     """Entering a task's body: it is known as running, to the wrapped ``ray.get`` /
     ``ray.wait`` (``_RUNNING``) and to its node's server (a mark:
     :mod:`psdsf_dist.runtime.running_marks`)."""
     _wrap_ray()
     context = ray.get_runtime_context()
-    running = RunningTask(queue, context.get_task_id() or "")
+    running = RunningTask(queue, context.get_task_id() or "", slot)
     return _RUNNING.set(running), (mark_start(context.get_node_id(), user) if user else None)
 
 
@@ -105,11 +126,11 @@ def _wrap_ray() -> None:
 @contextlib.contextmanager
 def _blocked(running: RunningTask) -> Iterator[None]:
     """Tell the task's queue that it blocks, and that it resumes when the block ends."""
-    running.queue.task_blocked.remote(running.task)
+    running.queue.task_blocked.remote(running.task, running.slot)
     try:
         yield
     finally:
-        running.queue.task_resumed.remote(running.task)
+        running.queue.task_resumed.remote(running.task, running.slot)
 
 
 def _get(object_refs: Any, *args: Any, **kwargs: Any) -> Any:

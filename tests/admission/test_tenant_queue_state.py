@@ -3,11 +3,13 @@ tasks, actors in free slots, cancel, retries, withdrawal, the allocator gone."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from psdsf_dist.admission.direct_slots import DirectOutcome, DirectSlots
 from psdsf_dist.admission.tenant_queue_state import (
     PIPELINE_HISTORY,
     AllocatorGoneError,
@@ -252,6 +254,82 @@ class Model:
     cancelled_queued: set[int] = field(default_factory=set)
 
 
+def exchange(s: TenantQueueState, client: DirectSlots, now: float) -> list[Launch]:
+    """One exchange as the queue makes it (without the wait): the client's report, slots
+    granted, the reply taken."""
+    report = client.report(now)
+    launches, _ = s.direct_report(report, now)
+    s.grant(report.wanted, now)
+    client.granted(s.direct_reply(now, 0.0), now)
+    return launches
+
+
+def test_slots_are_delegated_only_when_free_and_nothing_is_queued() -> None:
+    s = state_with({"a": 2, "b": 1})
+    assert submit(s, 2)  # two tasks in a's two slots
+    launched = s.grant(5, 1.0)
+    assert [(x.server, x.node) for x in launched] == [("b", "n-b")]  # the one free slot
+    assert s.servers["b"].running == 1 and s.backlog() == 3
+    s.ended(0, Signal.DONE, 1.5)
+    submit(s, 3, 1.6)  # one takes the freed slot, two wait: nothing is delegated
+    assert len(s.queue) == 2 and s.grant(5, 1.7) == []
+    reply = s.direct_reply(1.7, 100.0)
+    assert [(g.slot, g.server, g.expires) for g in reply.granted] == [(2, "b", 100.0 + TTL)]
+    assert s.accounted()
+
+
+def test_the_clients_tasks_count_as_the_queues_and_its_waiting_ones_as_backlog() -> None:
+    s = state_with({"a": 2})
+    client = DirectSlots(0.25)
+    client.turned_away = 2
+    exchange(s, client, 1.0)
+    assert len(client.slots) == 2 and s.delegated_per_server() == {"a": 2}
+    first, second = client.take(1.0), client.take(1.0)
+    assert first is not None and second is not None and client.take(1.0) is None
+    client.queued = 7
+    exchange(s, client, 1.1)
+    assert s.client_queued == 7 and s.backlog() == 9 and s.admitted == 2
+    assert s.ask_sent("a", 1.1).queued == 7
+    client.ended(first.slot, DirectOutcome.COMPLETED, 1.2)
+    client.ended(second.slot, DirectOutcome.FAILED, 1.2)
+    client.queued = 0
+    exchange(s, client, 1.3)
+    assert (s.submitted, s.completed, s.failed) == (2, 1, 1) and s.accounted()
+    assert s.servers["a"].durations[-1] == 1.2 - 1.0
+
+
+def test_a_lease_that_shrinks_revokes_the_slots_held_beyond_it() -> None:
+    s = state_with({"a": 3})
+    client = DirectSlots(0.25)
+    client.turned_away = 3
+    exchange(s, client, 1.0)
+    held = [client.take(1.0) for _ in range(3)]
+    assert all(h is not None for h in held)
+    s.ask_sent("a", 1.1)
+    s.ask_answered("a", 1.1, (1, 0, TTL), 1.1)  # the share fell to one task
+    exchange(s, client, 1.2)
+    assert len(s.revoked) == 2 and sum(x.revoked for x in client.slots.values()) == 2
+    for h in held:
+        assert h is not None
+        client.ended(h.slot, DirectOutcome.COMPLETED, 1.3)
+    assert client.take(1.3) is not None  # the one slot not revoked
+    exchange(s, client, 1.4)
+    assert s.servers["a"].running == 1 and not s.revoked and len(client.slots) == 1
+
+
+def test_a_delegated_slot_whose_task_blocks_gives_its_slot_back() -> None:
+    s = state_with({"a": 1})
+    client = DirectSlots(0.25)
+    client.turned_away = 1
+    exchange(s, client, 1.0)
+    grant = client.take(1.0)
+    assert grant is not None
+    assert submit(s, 1, 1.1) == []  # the lease's one slot is the client's
+    assert [x.server for x in s.blocked(grant.slot, 1.2)] == ["a"]  # its child runs
+    s.resumed(grant.slot)
+    assert s.servers["a"].running == 2  # beyond the lease for a moment, as Ray does
+
+
 EVENT = st.one_of(
     st.tuples(st.just("submit"), st.integers(1, 4), st.booleans(), st.integers(0, 2)),
     st.tuples(st.just("actor"), st.just(1), st.just(False), st.just(0)),
@@ -262,6 +340,10 @@ EVENT = st.one_of(
     st.tuples(st.just("servers"), st.integers(0, 7), st.just(False), st.just(0)),
     st.tuples(st.just("preempt"), st.integers(0, 2), st.integers(0, 3), st.just(0)),
     st.tuples(st.just("block"), st.integers(0, 50), st.booleans(), st.just(0)),
+    st.tuples(st.just("exchange"), st.integers(0, 4), st.integers(0, 3), st.just(0)),
+    st.tuples(st.just("direct"), st.integers(0, 3), st.just(False), st.just(0)),
+    st.tuples(st.just("direct_end"), st.integers(0, 50), st.sampled_from(list(DirectOutcome)),
+              st.just(0)),
 )
 
 
@@ -273,6 +355,11 @@ def test_never_more_running_than_leased_and_no_task_lost(events: list[tuple]) ->
     model = Model()
     leased: dict[str, int] = {n: 0 for n in names}
     now = 0.0
+    client = DirectSlots(0.25)
+    direct: Counter[DirectOutcome] = Counter()
+    """Outcomes of the tasks the client ran, as it reported them."""
+    slots: set[int] = set()
+    """Every slot ever delegated (ids the queue's tasks do not use)."""
 
     def record(launches: list[Launch]) -> None:
         for x in launches:
@@ -291,15 +378,18 @@ def test_never_more_running_than_leased_and_no_task_lost(events: list[tuple]) ->
         elif kind == "actor":
             record(s.submit([s.new_task(0, now, actor=True)], now)[0])
         elif kind == "end":
-            live = sorted(t.id for t in s.tasks.values() if t.server is not None)
+            live = sorted(t.id for t in s.tasks.values()
+                          if t.server is not None and not t.delegated)
             if live:
                 task = live[a % len(live)]
                 decision = s.ended(task, b, now)
                 if decision.ended is not None:
                     model.outcomes[task] = decision.ended.outcome
+                else:  # queued again
+                    model.launched.discard(task)
                 record(decision.launches)
         elif kind == "cancel":
-            live = sorted(s.tasks)
+            live = sorted(t.id for t in s.tasks.values() if not t.delegated)
             if live:
                 task = live[a % len(live)]
                 action, ended = s.cancel(task)
@@ -338,6 +428,32 @@ def test_never_more_running_than_leased_and_no_task_lost(events: list[tuple]) ->
             kept = {n: f"n-{n}" for i, n in enumerate(names) if a >> i & 1}
             for e in s.report_answered(now, s.backlog(), kept, None):
                 model.outcomes[e.task] = e.outcome
+        elif kind == "exchange":  # the client wants a slots more, has b tasks waiting
+            client.turned_away += a
+            client.queued = b
+            before = s.delegated_per_server()
+            report = client.report(now)
+            for _slot, outcome, _seconds in report.ended:
+                direct[outcome] += 1
+            record(s.direct_report(report, now)[0])
+            granted = s.grant(report.wanted, now)
+            for x in granted:
+                srv = s.servers[x.server]
+                assert srv.running <= srv.slots and x.task not in s.queue
+            assert not granted or not s.queue  # queued tasks come first
+            slots.update(x.task for x in granted)
+            assert len(granted) <= max(report.wanted - sum(before.values()), 0)
+            client.granted(s.direct_reply(now, 0.0), now)
+        elif kind == "direct":
+            for _ in range(a):
+                grant = client.take(now)
+                if grant is not None:  # only into a slot the queue holds for the client
+                    assert grant.slot in s.tasks and s.tasks[grant.slot].delegated
+                    assert grant.slot not in s.revoked
+        elif kind == "direct_end":
+            busy = sorted(i for i, x in client.slots.items() if x.busy)
+            if busy:
+                client.ended(busy[a % len(busy)], b, now)
         # invariants after every event
         for srv in s.servers.values():
             ours = sum(1 for t in s.tasks.values() if t.server == srv.name and not t.blocked)
@@ -350,11 +466,14 @@ def test_never_more_running_than_leased_and_no_task_lost(events: list[tuple]) ->
         assert set(s.queue) == {t.id for t in s.tasks.values() if t.server is None}
         assert not set(s.tasks) & set(model.outcomes)
         assert s.accounted()
+        assert set(client.slots) <= {t.id for t in s.tasks.values() if t.delegated}
     # every task submitted is queued, running or ended with exactly one outcome
-    assert set(s.tasks) | set(model.outcomes) == set(range(s.submitted))
-    assert sum(1 for o in model.outcomes.values() if o is Outcome.COMPLETED) == s.completed
-    for outcome, count in ((Outcome.WITHDRAWN, s.withdrawn), (Outcome.FAILED, s.failed)):
-        assert sum(1 for o in model.outcomes.values() if o is outcome) == count
+    assert set(s.tasks) - slots | set(model.outcomes) == set(range(s._next_id)) - slots
+    assert sum(1 for o in model.outcomes.values() if o is Outcome.COMPLETED) \
+        == s.completed - direct[DirectOutcome.COMPLETED]
+    assert sum(1 for o in model.outcomes.values() if o is Outcome.WITHDRAWN) == s.withdrawn
+    assert sum(1 for o in model.outcomes.values() if o is Outcome.FAILED) \
+        == s.failed - direct[DirectOutcome.FAILED]
     running_cancelled = sum(1 for t in s.tasks.values() if t.cancelled)
     assert sum(1 for o in model.outcomes.values() if o is Outcome.CANCELLED) \
-        == s.cancelled - running_cancelled
+        == s.cancelled - running_cancelled - direct[DirectOutcome.CANCELLED]

@@ -1,0 +1,207 @@
+"""Slots a tenant's queue hands its client, so that the client launches tasks itself (pure).
+
+A task submitted through the queue actor costs two actor hops more than a plain Ray task (the
+call to the queue, the value back from it) and the queue's own ``.remote`` for it; a burst
+keeps the queue busy launching.  So the queue *delegates* slots of its leases to the client
+that opened it (:meth:`~psdsf_dist.admission.tenant_queue_state.TenantQueueState.grant`): a
+delegated slot is, for the queue, one task running on the slot's server — it counts in the
+claims the queue sends and in its backlog — and the client runs its own tasks in it, one at a
+time, each an ordinary Ray task with the tenant's shape on the slot's node, whose ``ObjectRef``
+is the caller's (as in plain Ray: the value never passes through the queue; ``ray.cancel``,
+``num_returns`` and errors are Ray's own).  This is Ray's own design — the raylet leases a
+worker to the task's owner, which then pushes tasks to it — with the allocator's lease in
+place of the raylet's.
+
+:class:`DirectSlots` is the client's bookkeeping of its delegated slots; the client's
+launcher (:mod:`psdsf_dist.runtime.direct_launcher`) asks it for a slot before each launch and
+tells it when each task ended; every exchange with the queue carries :meth:`DirectSlots.report`
+and brings back :meth:`DirectSlots.granted`.  The rules that keep the allocation what the
+servers decided:
+
+* a task is launched only into a slot that is free, not revoked and not expired (the lease's
+  expiry as the queue last renewed it, by the wall clock of this machine: the queue runs
+  beside its client), so the client never runs more than the queue's leases allow;
+* a slot the queue revokes (its lease shrank below what the user holds there) or whose lease
+  expired takes no new task and goes back at the next exchange once its task ends, as do
+  slots idle for :data:`RETURN_IDLE_INTERVALS` lease intervals (an idle slot held is capacity
+  claimed and unused);
+* every task the client launched is reported once when it ends (its outcome and duration),
+  so that the queue's counters — admitted, completed, failed, cancelled — count it as one of
+  its own.
+
+Demand: the client asks (``wanted``) for as many slots as it has tasks waiting for one (a
+bulk submission's, :attr:`DirectSlots.queued`) plus its tasks running, plus the single calls
+that found no free slot since the last exchange (they went through the queue: the next ones
+may find a slot).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+RETURN_IDLE_INTERVALS = 1.0
+"""A delegated slot free for this many lease intervals goes back to the queue."""
+
+
+class DirectOutcome(enum.Enum):
+    """How a task the client launched ended."""
+
+    COMPLETED = "completed"
+    """Its value, or its own code's error."""
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+    """Lost to the system after Ray's retries (or Ray refused the launch)."""
+
+
+@dataclass(frozen=True)
+class SlotGrant:
+    """A delegated slot: its id (the queue's task id for it), where, and until when."""
+
+    slot: int
+    server: str
+    node: str
+    expires: float
+    """Wall-clock time (``time.time()``) the slot's lease runs out."""
+
+
+@dataclass(frozen=True)
+class DirectReport:
+    """What the client tells the queue at an exchange."""
+
+    wanted: int
+    """Slots it could use now (tasks waiting for one, running, recently turned away)."""
+    queued: int
+    """Tasks waiting in the client for a slot (the queue reports them as backlog and asks
+    for them)."""
+    returned: tuple[int, ...]
+    """Slots given back (free; idle, revoked or expired)."""
+    launched: tuple[tuple[int, float], ...]
+    """Tasks launched since the last report: (slot, seconds from the submission to the
+    launch)."""
+    ended: tuple[tuple[int, DirectOutcome, float], ...]
+    """Tasks that ended since the last report: (slot, outcome, seconds from the launch to
+    the end)."""
+    ages: tuple[tuple[int, float], ...]
+    """For each busy slot: seconds since its task was launched."""
+    withdrawn: int = 0
+    """Tasks of bulk submissions withdrawn before they were launched."""
+
+
+@dataclass(frozen=True)
+class DirectReply:
+    """What the queue answers an exchange with."""
+
+    granted: tuple[SlotGrant, ...]
+    """New slots, and the held ones whose expiry the queue renewed."""
+    revoked: tuple[int, ...]
+    """Held slots to give back once free."""
+    gone: str | None
+    """Set when the allocator is gone or the queue closed: launch nothing more."""
+
+
+@dataclass
+class Slot:
+    grant: SlotGrant
+    busy: bool = False
+    revoked: bool = False
+    free_since: float = 0.0
+    launched_at: float = 0.0
+
+
+@dataclass
+class DirectSlots:
+    """The client's delegated slots (module docstring).  ``interval`` is the lease interval
+    (seconds); times are wall-clock seconds of this machine."""
+
+    interval: float
+    slots: dict[int, Slot] = field(default_factory=dict)
+    queued: int = 0
+    """Tasks of bulk submissions waiting in the client for a slot."""
+    turned_away: int = 0
+    """Single calls that found no slot since the last report (they went through the queue)."""
+    gone: str | None = None
+    _launched: list[tuple[int, float]] = field(default_factory=list)
+    _ended: list[tuple[int, DirectOutcome, float]] = field(default_factory=list)
+    _withdrawn: int = 0
+
+    def take(self, now: float, waited: float = 0.0) -> SlotGrant | None:
+        """A slot to launch one task into now (marked busy; ``waited``: seconds the task
+        waited in the client), or None: the task goes through the queue (a single call) or
+        waits (a bulk one)."""
+        if self.gone is None:
+            for slot in self.slots.values():
+                if not slot.busy and not slot.revoked and now < slot.grant.expires:
+                    slot.busy = True
+                    slot.launched_at = now
+                    self._launched.append((slot.grant.slot, waited))
+                    return slot.grant
+        return None
+
+    def has_free(self, now: float) -> bool:
+        """Whether :meth:`take` would give a slot now."""
+        return self.gone is None and any(
+            not s.busy and not s.revoked and now < s.grant.expires
+            for s in self.slots.values())
+
+    def ended(self, slot_id: int, outcome: DirectOutcome, now: float) -> None:
+        """The task in ``slot_id`` ended; the slot is free again."""
+        slot = self.slots.get(slot_id)
+        if slot is None or not slot.busy:
+            return
+        slot.busy = False
+        slot.free_since = now
+        self._ended.append((slot_id, outcome, now - slot.launched_at))
+
+    def withdrawn(self, count: int) -> None:
+        """``count`` tasks waiting in the client were withdrawn (their caller closed them)."""
+        self._withdrawn += count
+
+    def wanted(self) -> int:
+        busy = sum(1 for s in self.slots.values() if s.busy)
+        return 0 if self.gone is not None else self.queued + busy + self.turned_away
+
+    def report(self, now: float) -> DirectReport:
+        """The report for the next exchange; the slots it returns are dropped here, and what
+        it reports is not reported again."""
+        back = tuple(i for i, s in self.slots.items() if not s.busy and (
+            s.revoked or now >= s.grant.expires or self.gone is not None
+            or (now - s.free_since >= RETURN_IDLE_INTERVALS * self.interval
+            and self.queued == 0)))
+        for i in back:
+            del self.slots[i]
+        out = DirectReport(self.wanted(), self.queued if self.gone is None else 0, back,
+                           tuple(self._launched), tuple(self._ended),
+                           tuple((i, now - s.launched_at) for i, s in self.slots.items()
+                                 if s.busy), self._withdrawn)
+        self._launched.clear()
+        self._ended.clear()
+        self._withdrawn = 0
+        self.turned_away = 0
+        return out
+
+    def granted(self, reply: DirectReply, now: float) -> None:
+        """Take the queue's answer: new and renewed slots, revocations, gone."""
+        for grant in reply.granted:
+            slot = self.slots.get(grant.slot)
+            if slot is None:
+                self.slots[grant.slot] = Slot(grant, free_since=now)
+            else:
+                slot.grant = grant
+        for i in reply.revoked:
+            if i in self.slots:
+                self.slots[i].revoked = True
+        if reply.gone is not None:
+            self.gone = reply.gone
+
+    def busy(self) -> int:
+        return sum(1 for s in self.slots.values() if s.busy)
+
+    def idle(self) -> bool:
+        """Nothing to tell the queue and nothing held: the exchanges may pause."""
+        return not (self.slots or self.queued or self.turned_away or self._launched
+                    or self._ended or self._withdrawn)
+
+
+__all__ = ["RETURN_IDLE_INTERVALS", "DirectOutcome", "DirectReply", "DirectReport",
+           "DirectSlots", "Slot", "SlotGrant"]

@@ -1,0 +1,279 @@
+"""The client's side of delegated slots: launch a tenant's tasks from the caller's process into
+slots its queue delegated (:mod:`psdsf_dist.admission.direct_slots`, which decides).
+
+A :class:`DirectLauncher` lives in the process that opened the tenant's queue (the driver).
+``TenantFunction.remote`` first offers the call here: with a free delegated slot the task is
+launched at once, an ordinary Ray task with the tenant's shape on the slot's node, and its own
+``ObjectRef`` goes to the caller; with none it goes through the queue as before.  A bulk
+submission (``map``) waits here for slots instead: its tasks need no ref when submitted, so
+each is launched the moment a slot frees, and its results come back as the tasks end.
+
+Three threads of Ray's and this module's share one lock: the caller's (single calls), a
+*pump* (launches a bulk submission's tasks as slots free), and an *exchange* loop that sends
+:meth:`DirectSlots.report` to the queue (:meth:`~psdsf_dist.runtime.tenant_queue.TenantQueue.
+exchange`) at least once per lease interval while it holds slots or has work waiting, and at
+once when a call found no slot or a bulk submission arrived.  A task's end is seen through its
+ref's future (a callback on a thread of Ray's): it frees the slot and wakes the pump.
+
+Retries.  A task launched here is retried by Ray (``max_retries``, the user's) with a soft
+affinity to its node: on the node while it lives — the slot stays held — and elsewhere once
+it died, where the allocator's leases do not cover that one run.  Its ref stays the caller's.
+
+Blocking.  The task's body gets its slot's id (:data:`~psdsf_dist.runtime.tenant_worker.
+SLOT_KEYWORD`), so that its notices when it blocks in ``ray.get`` name the slot to free.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from psdsf_dist.admission.direct_slots import DirectOutcome, DirectSlots, SlotGrant
+from psdsf_dist.admission.tenant_queue_state import AllocatorGoneError
+from psdsf_dist.runtime.tenant_worker import SLOT_KEYWORD
+
+EXCHANGE_TIMEOUT_INTERVALS = 40.0
+"""An exchange unanswered this long is given up (the queue is stuck or gone): the client
+launches nothing more and its waiting tasks fail."""
+
+
+@dataclass
+class Pending:
+    """A bulk submission's task waiting in the client for a slot."""
+
+    function: Any
+    """(remote function, options, max_retries, num_returns)."""
+    args: tuple[Any, ...]
+    done: Callable[[bool, Any], None]
+    """Called once when the task ended: (True, its ref or refs — ``ray.get`` gives its value
+    or raises its error) or (False, the error that kept it from running)."""
+    batch: str
+    submitted: float
+
+
+class DirectLauncher:
+    """Launches a tenant's tasks into delegated slots (module docstring)."""
+
+    def __init__(self, queue: Any, interval: float) -> None:
+        self.queue = queue
+        self.interval = interval
+        self.slots = DirectSlots(interval)
+        self.lock = threading.Condition()
+        self.pending: deque[Pending] = deque()
+        self.placed: dict[tuple[int, str, int, int], Any] = {}
+        self.live: dict[str, int] = {}
+        """A launched task's Ray task id -> its slot (to cancel it, :meth:`cancel`)."""
+        self.cancelling: set[str] = set()
+        self.stopped = False
+        self.wake = False
+        self.threads = [threading.Thread(target=self._exchange_loop, daemon=True,
+                                         name="psdsf-exchange"),
+                        threading.Thread(target=self._pump_loop, daemon=True,
+                                         name="psdsf-pump")]
+        for thread in self.threads:
+            thread.start()
+
+    # -- launching ----------------------------------------------------------------------------
+    def try_launch(self, function: tuple[Any, dict[str, Any]], max_retries: int,
+                   num_returns: int, args: tuple[Any, ...],
+                   kwargs: dict[str, Any]) -> Any | None:
+        """Launch one call into a free slot and return its ref(s), or None: no free slot (the
+        caller sends it through the queue; the next exchange asks for more)."""
+        with self.lock:
+            grant = self.slots.take(time.time())
+            if grant is None:
+                if self.slots.gone is None:
+                    self.slots.turned_away += 1
+                    self._wake_exchange()
+                return None
+        return self._launch(grant, function, max_retries, num_returns, args, kwargs, None)
+
+    def submit_many(self, function: tuple[Any, dict[str, Any]], max_retries: int,
+                    num_returns: int, calls: list[tuple[Any, ...]], batch: str,
+                    done: Callable[[int, bool, Any], None]) -> None:
+        """Queue a bulk submission's tasks here; ``done(index, ok, value)`` once each ends
+        (:class:`Pending`)."""
+        now = time.time()
+        with self.lock:
+            if self.slots.gone is not None:
+                error = AllocatorGoneError(self.slots.gone)
+                for index in range(len(calls)):
+                    done(index, False, error)
+                return
+            for index, args in enumerate(calls):
+                self.pending.append(Pending((function, max_retries, num_returns), args,
+                                            _bind(done, index), batch, now))
+            self.slots.queued = len(self.pending)
+            self._wake_exchange()
+            self.lock.notify_all()
+
+    def drop(self, batch: str) -> int:
+        """Withdraw the tasks of ``batch`` still waiting here; how many."""
+        with self.lock:
+            kept = deque(p for p in self.pending if p.batch != batch)
+            dropped = len(self.pending) - len(kept)
+            self.pending = kept
+            self.slots.queued = len(kept)
+            self.slots.withdrawn(dropped)
+            self._wake_exchange()
+        return dropped
+
+    def _launch(self, grant: SlotGrant, function: tuple[Any, dict[str, Any]],
+                max_retries: int, num_returns: int, args: tuple[Any, ...],
+                kwargs: dict[str, Any], done: Callable[[bool, Any], None] | None) -> Any:
+        try:
+            placed = self._placed(function, grant.node, max_retries, num_returns)
+            out = placed.remote(*args, **{**kwargs, SLOT_KEYWORD: grant.slot})
+        except Exception as err:  # e.g. arguments Ray cannot serialize: the caller's error
+            with self.lock:
+                self.slots.ended(grant.slot, DirectOutcome.FAILED, time.time())
+                self.lock.notify_all()
+            if done is None:
+                raise
+            done(False, err)
+            return None
+        refs = out if num_returns > 1 else [out]
+        ray_task = refs[0].task_id().hex()
+        with self.lock:
+            self.live[ray_task] = grant.slot
+        refs[-1].future().add_done_callback(
+            lambda future: self._ended(grant.slot, ray_task, refs, future, done))
+        return out
+
+    def _placed(self, function: tuple[Any, dict[str, Any]], node: str, max_retries: int,
+                num_returns: int) -> Any:
+        key = (id(function), node, max_retries, num_returns)
+        placed = self.placed.get(key)
+        if placed is None:
+            remote, options = function
+            placed = remote.options(
+                **options, max_retries=max_retries, num_returns=num_returns,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True))
+            self.placed[key] = placed
+        return placed
+
+    def _ended(self, slot: int, ray_task: str, refs: list[Any], future: Future[Any],
+               done: Callable[[bool, Any], None] | None) -> None:
+        """A task's last ref is ready (a thread of Ray's): free its slot, tell its caller."""
+        error = future.exception()
+        with self.lock:
+            self.live.pop(ray_task, None)
+            cancelled = ray_task in self.cancelling
+            self.cancelling.discard(ray_task)
+        if error is None or (isinstance(error, ray.exceptions.RayTaskError)
+                             and not isinstance(error, ray.exceptions.TaskCancelledError)):
+            outcome = DirectOutcome.CANCELLED if cancelled else DirectOutcome.COMPLETED
+        elif cancelled or isinstance(error, ray.exceptions.TaskCancelledError):
+            outcome = DirectOutcome.CANCELLED
+        else:
+            outcome = DirectOutcome.FAILED
+        with self.lock:
+            self.slots.ended(slot, outcome, time.time())
+            self.lock.notify_all()
+        if done is not None:
+            done(True, refs if len(refs) > 1 else refs[0])
+
+    def cancel(self, ref: Any, force: bool) -> bool:
+        """Cancel the task behind ``ref`` if it is one launched here (Ray's own cancel);
+        whether it was."""
+        ray_task = ref.task_id().hex()
+        with self.lock:
+            if ray_task not in self.live:
+                return False
+            self.cancelling.add(ray_task)
+        ray.cancel(ref, force=force)
+        return True
+
+    # -- the pump and the exchanges -----------------------------------------------------------
+    def _pump_loop(self) -> None:
+        while True:
+            with self.lock:
+                while not self.stopped and not (self.pending
+                                                and self.slots.has_free(time.time())):
+                    self.lock.wait()
+                if self.stopped:
+                    return
+                now = time.time()
+                work: list[tuple[SlotGrant, Pending]] = []
+                while self.pending:
+                    grant = self.slots.take(now, now - self.pending[0].submitted)
+                    if grant is None:
+                        break
+                    work.append((grant, self.pending.popleft()))
+                self.slots.queued = len(self.pending)
+            for grant, task in work:
+                (function, max_retries, num_returns) = task.function
+                self._launch(grant, function, max_retries, num_returns, task.args, {},
+                             task.done)
+
+    def _wake_exchange(self) -> None:
+        """(Lock held.)  Exchange now, not at the end of the interval."""
+        self.wake = True
+        self.lock.notify_all()
+
+    def _exchange_loop(self) -> None:
+        while ray.is_initialized():
+            with self.lock:
+                deadline = time.time() + self.interval
+                while not self.stopped and not self.wake and (
+                        self.slots.idle() or time.time() < deadline):
+                    self.lock.wait(None if self.slots.idle() else
+                                   max(deadline - time.time(), 0.0))
+                if self.stopped:
+                    return
+                self.wake = False
+                report = self.slots.report(time.time())
+            try:
+                reply = ray.get(self.queue.exchange.remote(report),
+                                timeout=EXCHANGE_TIMEOUT_INTERVALS * self.interval)
+            except Exception as err:  # Ray's errors, or Ray shut down under this thread
+                reply = None
+                gone = f"the tenant's queue did not answer ({type(err).__name__})"
+            with self.lock:
+                if reply is not None:
+                    self.slots.granted(reply, time.time())
+                elif self.slots.gone is None:
+                    self.slots.gone = gone
+                if self.slots.gone is not None:
+                    self._fail_pending(self.slots.gone)
+                self.lock.notify_all()
+
+    def _fail_pending(self, why: str) -> None:
+        """(Lock held.)  The queue is gone: what waits here fails, one line."""
+        failing, self.pending = self.pending, deque()
+        self.slots.queued = 0
+        for task in failing:
+            task.done(False, AllocatorGoneError(why))
+
+    def flush(self) -> None:
+        """One exchange now, without waiting for slots (before reading the queue's counts)."""
+        with self.lock:
+            report = self.slots.report(time.time())
+        reply = ray.get(self.queue.exchange.remote(report, False),
+                        timeout=EXCHANGE_TIMEOUT_INTERVALS * self.interval)
+        with self.lock:
+            self.slots.granted(reply, time.time())
+            self.lock.notify_all()
+
+    def close(self, why: str) -> None:
+        """Stop launching; what waits here fails with ``why``."""
+        with self.lock:
+            self.stopped = True
+            if self.slots.gone is None:
+                self.slots.gone = why
+            self._fail_pending(why)
+            self.lock.notify_all()
+
+
+def _bind(done: Callable[[int, bool, Any], None], index: int) -> Callable[[bool, Any], None]:
+    def bound(ok: bool, value: Any) -> None:
+        done(index, ok, value)
+    return bound

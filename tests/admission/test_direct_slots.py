@@ -1,0 +1,64 @@
+"""The client's delegated slots without Ray: a task only into a free, valid slot; slots go
+back when idle, revoked or expired; every launch and end reported once."""
+
+from __future__ import annotations
+
+from psdsf_dist.admission.direct_slots import (
+    RETURN_IDLE_INTERVALS,
+    DirectOutcome,
+    DirectReply,
+    DirectSlots,
+    SlotGrant,
+)
+
+INTERVAL = 0.25
+
+
+def holding(*grants: SlotGrant, now: float = 0.0) -> DirectSlots:
+    d = DirectSlots(INTERVAL)
+    d.granted(DirectReply(grants, (), None), now)
+    return d
+
+
+def test_a_task_goes_only_into_a_free_unexpired_unrevoked_slot() -> None:
+    d = holding(SlotGrant(1, "a", "n-a", 10.0), SlotGrant(2, "b", "n-b", 5.0))
+    assert d.take(6.0) == SlotGrant(1, "a", "n-a", 10.0)  # 2 has expired
+    assert d.take(6.0) is None  # 1 is busy
+    d.ended(1, DirectOutcome.COMPLETED, 6.5)
+    d.granted(DirectReply((), (1,), None), 6.6)
+    assert d.take(6.7) is None  # revoked
+    d.granted(DirectReply((SlotGrant(3, "a", "n-a", 10.0),), (), "gone"), 6.8)
+    assert d.take(6.9) is None  # the queue is gone
+
+
+def test_slots_go_back_when_idle_revoked_or_expired_never_while_busy() -> None:
+    d = holding(SlotGrant(1, "a", "n-a", 10.0), SlotGrant(2, "a", "n-a", 10.0),
+                SlotGrant(3, "b", "n-b", 0.15))
+    assert d.take(0.0) is not None  # slot 1 busy
+    d.granted(DirectReply((), (1,), None), 0.0)  # revoked while busy: kept until free
+    report = d.report(0.1)
+    assert report.returned == ()
+    assert report.launched == ((1, 0.0),) and report.ages == ((1, 0.1),)
+    assert report.wanted == 1  # its running task
+    assert d.report(0.15).returned == (3,)  # expired
+    idle = RETURN_IDLE_INTERVALS * INTERVAL
+    assert d.report(idle + 0.01).returned == (2,)  # idle
+    d.ended(1, DirectOutcome.CANCELLED, 3.1)
+    report = d.report(3.2)
+    assert report.returned == (1,) and report.ended == ((1, DirectOutcome.CANCELLED, 3.1),)
+    assert d.slots == {} and d.idle()
+    assert d.report(3.3).ended == ()  # reported once
+
+
+def test_demand_counts_waiting_running_and_turned_away_tasks() -> None:
+    d = holding(SlotGrant(1, "a", "n-a", 10.0))
+    d.queued = 5
+    assert d.take(0.0) is not None
+    d.turned_away = 2
+    assert d.wanted() == 5 + 1 + 2
+    report = d.report(0.0)
+    assert report.wanted == 8 and report.queued == 5
+    assert d.turned_away == 0  # counted once
+    d.withdrawn(5)
+    d.queued = 0
+    assert d.report(0.1).withdrawn == 5

@@ -433,14 +433,15 @@ class TenantQueueState:
         return out
 
     def grant(self, wanted: int, now: float) -> list[Launch]:
-        """Delegate free slots to the client, up to ``wanted`` held in all — only while no
-        task waits in the queue (those come first, in order) and never a pipelined one (the
-        client launches into a slot as one of its tasks ends: it has no gap to hide)."""
+        """Delegate open slots to the client, up to ``wanted`` held in all — only while no
+        task waits in the queue (those come first, in order); as :meth:`pump` places a task,
+        a pipelined slot (a task waiting at the node, where the lease allows it) last."""
         held = sum(1 for t in self.tasks.values() if t.delegated)
         out: list[Launch] = []
         while not self.queue and held + len(out) < wanted:
-            best = max(self.servers.values(), key=lambda s: s.free_slots(now), default=None)
-            if best is None or best.free_slots(now) <= 0:
+            best = max(self.servers.values(),
+                       key=lambda s: (s.free_slots(now), s.open_slots(now)), default=None)
+            if best is None or best.open_slots(now) <= 0:
                 break
             slot = QueuedTask(self._next_id, 0, now, delegated=True, server=best.name)
             self._next_id += 1

@@ -53,10 +53,17 @@ class Pending:
     """(remote function, options, max_retries, num_returns)."""
     args: tuple[Any, ...]
     done: Callable[[bool, Any], None]
-    """Called once when the task ended: (True, its ref or refs — ``ray.get`` gives its value
-    or raises its error) or (False, the error that kept it from running)."""
+    """Called once when the task ended: (True, its value — :class:`Refs` of a task with
+    several returns) or (False, its error, or the one that kept it from running)."""
     batch: str
     submitted: float
+
+
+@dataclass(frozen=True)
+class Refs:
+    """The refs of a bulk task with several returns (``ray.get`` them for its values)."""
+
+    refs: list[Any]
 
 
 class DirectLauncher:
@@ -74,12 +81,9 @@ class DirectLauncher:
         self.cancelling: set[str] = set()
         self.stopped = False
         self.wake = False
-        self.threads = [threading.Thread(target=self._exchange_loop, daemon=True,
-                                         name="psdsf-exchange"),
-                        threading.Thread(target=self._pump_loop, daemon=True,
-                                         name="psdsf-pump")]
-        for thread in self.threads:
-            thread.start()
+        self.exchanges = threading.Thread(target=self._exchange_loop, daemon=True,
+                                          name="psdsf-exchange")
+        self.exchanges.start()
 
     # -- launching ----------------------------------------------------------------------------
     def try_launch(self, function: tuple[Any, dict[str, Any]], max_retries: int,
@@ -113,7 +117,7 @@ class DirectLauncher:
                                             _bind(done, index), batch, now))
             self.slots.queued = len(self.pending)
             self._wake_exchange()
-            self.lock.notify_all()
+        self._launch_pending()
 
     def drop(self, batch: str) -> int:
         """Withdraw the tasks of ``batch`` still waiting here; how many."""
@@ -177,9 +181,14 @@ class DirectLauncher:
             outcome = DirectOutcome.FAILED
         with self.lock:
             self.slots.ended(slot, outcome, time.time())
-            self.lock.notify_all()
         if done is not None:
-            done(True, refs if len(refs) > 1 else refs[0])
+            if len(refs) > 1:
+                done(True, Refs(refs))
+            elif error is None:
+                done(True, future.result())
+            else:
+                done(False, error)
+        self._launch_pending()
 
     def cancel(self, ref: Any, force: bool) -> bool:
         """Cancel the task behind ``ref`` if it is one launched here (Ray's own cancel);
@@ -192,27 +201,22 @@ class DirectLauncher:
         ray.cancel(ref, force=force)
         return True
 
-    # -- the pump and the exchanges -----------------------------------------------------------
-    def _pump_loop(self) -> None:
+    # -- bulk submissions and the exchanges ----------------------------------------------------
+    def _launch_pending(self) -> None:
+        """Launch waiting bulk tasks into the free slots (from whichever thread freed or got
+        them: the caller's, Ray's that saw a task end, the exchanges')."""
         while True:
             with self.lock:
-                while not self.stopped and not (self.pending
-                                                and self.slots.has_free(time.time())):
-                    self.lock.wait()
-                if self.stopped:
+                if self.stopped or not self.pending:
                     return
                 now = time.time()
-                work: list[tuple[SlotGrant, Pending]] = []
-                while self.pending:
-                    grant = self.slots.take(now, now - self.pending[0].submitted)
-                    if grant is None:
-                        break
-                    work.append((grant, self.pending.popleft()))
+                grant = self.slots.take(now, now - self.pending[0].submitted)
+                if grant is None:
+                    return
+                task = self.pending.popleft()
                 self.slots.queued = len(self.pending)
-            for grant, task in work:
-                (function, max_retries, num_returns) = task.function
-                self._launch(grant, function, max_retries, num_returns, task.args, {},
-                             task.done)
+            function, max_retries, num_returns = task.function
+            self._launch(grant, function, max_retries, num_returns, task.args, {}, task.done)
 
     def _wake_exchange(self) -> None:
         """(Lock held.)  Exchange now, not at the end of the interval."""
@@ -244,7 +248,7 @@ class DirectLauncher:
                     self.slots.gone = gone
                 if self.slots.gone is not None:
                     self._fail_pending(self.slots.gone)
-                self.lock.notify_all()
+            self._launch_pending()
 
     def _fail_pending(self, why: str) -> None:
         """(Lock held.)  The queue is gone: what waits here fails, one line."""
@@ -261,7 +265,7 @@ class DirectLauncher:
                         timeout=EXCHANGE_TIMEOUT_INTERVALS * self.interval)
         with self.lock:
             self.slots.granted(reply, time.time())
-            self.lock.notify_all()
+        self._launch_pending()
 
     def close(self, why: str) -> None:
         """Stop launching; what waits here fails with ``why``."""

@@ -72,7 +72,7 @@ from psdsf_dist.admission.shapes import (
     check_weight,
     task_shape,
 )
-from psdsf_dist.runtime.direct_launcher import DirectLauncher
+from psdsf_dist.runtime.direct_launcher import DirectLauncher, Refs
 from psdsf_dist.runtime.messages import QueueStatus, TenantInfo
 from psdsf_dist.runtime.names import (
     DEFAULT_RUN_ID,
@@ -254,9 +254,9 @@ class DirectTaskResults(TaskResults):
             raise StopIteration
         index, ok, value = self._ended.get()
         self._left -= 1
-        if ok:  # the task's ref(s): its value, or the error ray.get raises
+        if isinstance(value, Refs):  # several returns: their values, or the error
             try:
-                value = tuple(ray.get(value)) if isinstance(value, list) else ray.get(value)
+                value = tuple(ray.get(value.refs))
             except ray.exceptions.RayError as err:
                 ok, value = False, err
         self._ready[index] = (ok, value)

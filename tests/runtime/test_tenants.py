@@ -597,6 +597,52 @@ def test_a_late_user_gets_its_share_by_preempting_long_preemptible_tasks(
     print(f"late user at 2 running after {took:.1f} s beside preemptible tasks")
 
 
+def launched_by_driver(ref: Any) -> bool:
+    """Whether ``ref`` is a task's own (no actor's: the driver launched it) rather than that
+    of a call to the user's queue."""
+    return bool(ref.task_id().actor_id().hex().startswith("f" * 24))
+
+
+def test_the_driver_launches_its_calls_into_delegated_slots_as_plain_ray_tasks(
+        run: Run, tmp_path: Any) -> None:
+    """Once the queue has delegated slots to the driver, its calls are launched there as
+    ordinary Ray tasks: the ref is the task's own (not an actor call's), ``ray.cancel`` with
+    ``force`` works on it as in Ray, and the queue counts the tasks as its own."""
+    t = Tenant.connect("direct", run_id=RUN)
+
+    @t.remote(num_cpus=1)
+    def echo(x: int) -> int:
+        return x
+
+    refs = []
+    for i in range(200):  # the first calls go through the queue, which then delegates
+        refs.append(echo.remote(i))
+        assert ray.get(refs[-1], timeout=30) == i
+    direct = [r for r in refs if launched_by_driver(r)]
+    assert len(direct) >= 150, len(direct)
+    status = t.status()
+    assert status.completed == 200 and status.admitted == 200 and status.failed == 0, status
+
+    @t.remote(num_cpus=1)
+    def sleeper() -> None:
+        (tmp_path / "started").touch()
+        time.sleep(60)
+
+    for _ in range(50):
+        ref = sleeper.remote()
+        if launched_by_driver(ref):
+            break
+        ray.cancel(ref)
+    assert launched_by_driver(ref)
+    assert wait_for(lambda: (tmp_path / "started").exists(), 20.0)
+    assert sum(t.status().delegated.values()) >= 1
+    ray.cancel(ref, force=True)  # refused by Ray on the ref of an actor call
+    with pytest.raises((ray.exceptions.TaskCancelledError, ray.exceptions.WorkerCrashedError)):
+        ray.get(ref, timeout=20)
+    assert wait_for(lambda: t.status().cancelled >= 1, 5.0), t.status()
+    t.close()
+
+
 def test_num_returns_and_large_arguments_by_reference(run: Run) -> None:
     t = Tenant.connect("returns", run_id=RUN)
 

@@ -121,6 +121,9 @@ class DirectSlots:
     turned_away: int = 0
     """Single calls that found no slot since the last report (they went through the queue)."""
     gone: str | None = None
+    given_back: set[int] = field(default_factory=set)
+    """Slots returned: a reply to an earlier exchange, answered before the queue had them
+    back, may still list them (two exchanges can be in flight: :meth:`granted`)."""
     _launched: list[tuple[int, float]] = field(default_factory=list)
     _ended: list[tuple[int, DirectOutcome, float]] = field(default_factory=list)
     _withdrawn: int = 0
@@ -170,6 +173,7 @@ class DirectSlots:
             and self.queued == 0)))
         for i in back:
             del self.slots[i]
+        self.given_back.update(back)
         out = DirectReport(self.wanted(), self.queued if self.gone is None else 0, back,
                            tuple(self._launched), tuple(self._ended),
                            tuple((i, now - s.launched_at) for i, s in self.slots.items()
@@ -181,9 +185,12 @@ class DirectSlots:
         return out
 
     def granted(self, reply: DirectReply, now: float) -> None:
-        """Take the queue's answer: new and renewed slots, revocations, gone."""
+        """Take the queue's answer: new and renewed slots, revocations, gone.  A slot given
+        back is never taken again (the queue never grants one id twice)."""
         for grant in reply.granted:
             slot = self.slots.get(grant.slot)
+            if grant.slot in self.given_back:
+                continue
             if slot is None:
                 self.slots[grant.slot] = Slot(grant, free_since=now)
             else:

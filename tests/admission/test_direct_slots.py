@@ -62,3 +62,11 @@ def test_demand_counts_waiting_running_and_turned_away_tasks() -> None:
     d.withdrawn(5)
     d.queued = 0
     assert d.report(0.1).withdrawn == 5
+
+
+def test_a_late_reply_does_not_give_back_a_slot_returned_since() -> None:
+    d = holding(SlotGrant(1, "a", "n-a", 10.0))
+    late = DirectReply((SlotGrant(1, "a", "n-a", 10.0),), (), None)  # sent before the return
+    assert d.report(1.0).returned == (1,)  # idle
+    d.granted(late, 1.1)
+    assert d.slots == {} and d.take(1.2) is None

@@ -25,13 +25,14 @@ at the node — the node is still never over-committed, only the book's ledger i
 notices the end, submits, and the node's raylet grants a worker: a few per cent of a 100 ms
 task on a loaded machine (``experiments/notes/design_measurements.md``).  Where that gap
 cannot be given to anyone else, the lease lets the queue keep
-``PIPELINE_DEPTH`` task waiting at the node beyond its slots (:attr:`Lease.pipeline`), so that
-Ray starts it the moment one of the user's tasks ends.  Only where it is safe: no other user
-claims or is allocated anything on this server, and the user's slots already fill it (one more
-task does not fit the capacity), so the waiting task can only start in place of one of the
-user's own — the user never runs more than its slots there.  The queue uses it only while its
-tasks there are short (:meth:`~psdsf_dist.admission.tenant_queue_state.ServerSlots.short_tasks`):
-behind a long task the waiting one would idle while a slot frees elsewhere.  The waiting task
+``PIPELINE_PER_SLOT`` tasks per slot waiting at the node beyond its slots
+(:attr:`Lease.pipeline`), so that Ray starts one the moment one of the user's tasks ends.
+Only where it is safe: no other user claims or is allocated anything on this server, and the
+user's slots already fill it (one more task does not fit the capacity), so a waiting task can
+only start in place of one of the user's own — the user never runs more than its slots there.
+The queue uses it only while its tasks there are short
+(:meth:`~psdsf_dist.admission.tenant_queue_state.ServerSlots.short_tasks`): behind a long task
+the waiting one would idle while a slot frees elsewhere.  The waiting task
 is not claimed: the queue reports only what runs, and if the allocation moves on (pipelining
 off, the claim shrinking), the waiting task still only starts in a slot one of the user's
 tasks frees.
@@ -73,10 +74,11 @@ LEASE_TTL_INTERVALS = 8
 up to seven intervals in a row — a machine busy starting workers or taking a burst of
 submissions — keeps running its slots (with 3, leases ran out under such bursts and every
 user's tasks stalled for seconds).  It is also how long a gone driver's share stays claimed."""
-PIPELINE_DEPTH = 1
-"""Tasks a sole user whose slots fill the node keeps waiting there beyond its slots: one
-closes most of the gap to plain Ray's slot use, two or three do no better
-(``experiments/notes/design_measurements.md``)."""
+PIPELINE_PER_SLOT = 1
+"""Tasks a sole user whose slots fill the node keeps waiting there beyond its slots, per
+slot: one behind each, so that a slot whose task ends starts the next at once however short
+the tasks (``experiments/notes/design_measurements.md``: one per node is enough for tasks of
+50-200 ms, not for tasks of a millisecond)."""
 
 
 @dataclass(frozen=True)
@@ -151,8 +153,8 @@ class LeaseBook:
                            - slots, 0)
         self.held[user] = _Held(slots + lent, max(running, 0), now + ttl, lent,
                                 max(overdue, 0), max(queued, 0))
-        pipeline = PIPELINE_DEPTH if self._alone(user, slots + lent, now, demand_of,
-                                                 reserved or {}) else 0
+        pipeline = PIPELINE_PER_SLOT * (slots + lent) if self._alone(
+            user, slots + lent, now, demand_of, reserved or {}) else 0
         return Lease(self.server, user, slots + lent, ttl, max(target, 0), pipeline)
 
     def _alone(self, user: str, slots: int, now: float, demand_of: dict[str, FloatArray],

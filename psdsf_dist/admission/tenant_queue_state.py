@@ -302,6 +302,8 @@ class TenantQueueState:
     """Delegated slots revoked and not yet given back."""
     direct_running: int = 0
     """Tasks the client launched into delegated slots that have not ended (its reports)."""
+    blockers: dict[int, str] = field(default_factory=dict)
+    """A delegated slot whose task blocks -> that task's Ray task id."""
     _next_id: int = 0
 
     def __post_init__(self) -> None:
@@ -350,6 +352,21 @@ class TenantQueueState:
         task.blocked = False
         if server is not None:
             server.running += 1
+
+    def slot_blocked(self, slot: int, ray_task: str, now: float) -> list[Launch]:
+        """The task ``ray_task`` the client launched into delegated ``slot`` blocks: as
+        :meth:`blocked` (the slot's one task at a time blocks it)."""
+        if slot in self.blockers or slot not in self.tasks:
+            return []
+        self.blockers[slot] = ray_task
+        return self.blocked(slot, now)
+
+    def slot_resumed(self, slot: int, ray_task: str) -> None:
+        """The task ``ray_task`` in delegated ``slot`` resumes — only the one that blocked
+        it: a late notice from an earlier task in the slot changes nothing."""
+        if self.blockers.get(slot) == ray_task:
+            del self.blockers[slot]
+            self.resumed(slot)
 
     @property
     def blocked_tasks(self) -> int:
@@ -510,6 +527,7 @@ class TenantQueueState:
         for slot_id in report.returned:
             slot = self.tasks.pop(slot_id, None)
             self.revoked.discard(slot_id)
+            self.blockers.pop(slot_id, None)
             server = None if slot is None else self.servers.get(slot.server or "")
             if slot is not None and server is not None:
                 server.ended(slot_id, now, blocked=slot.blocked, timed=False)

@@ -8,12 +8,13 @@ launched at once, an ordinary Ray task with the tenant's shape on the slot's nod
 submission (``map``) waits here for slots instead: its tasks need no ref when submitted, so
 each is launched the moment a slot frees, and its results come back as the tasks end.
 
-Three threads of Ray's and this module's share one lock: the caller's (single calls), a
-*pump* (launches a bulk submission's tasks as slots free), and an *exchange* loop that sends
-:meth:`DirectSlots.report` to the queue (:meth:`~psdsf_dist.runtime.tenant_queue.TenantQueue.
-exchange`) at least once per lease interval while it holds slots or has work waiting, and at
-once when a call found no slot or a bulk submission arrived.  A task's end is seen through its
-ref's future (a callback on a thread of Ray's): it frees the slot and wakes the pump.
+Threads share one lock: the caller's (single calls, bulk submissions), Ray's that run the
+callbacks of the tasks' futures (a task's end frees its slot, and the same thread launches the
+next waiting bulk task into it: no hop through another thread), and an *exchange* loop that
+sends :meth:`DirectSlots.report` to the queue (:meth:`~psdsf_dist.runtime.tenant_queue.
+TenantQueue.exchange`) at least once per lease interval while it holds slots or has work
+waiting, and at once when a call found no slot or a bulk submission arrived; slots it brings
+back take waiting bulk tasks at once.
 
 Retries.  A task launched here is retried by Ray (``max_retries``, the user's) with a soft
 affinity to its node: on the node while it lives — the slot stays held — and elsewhere once

@@ -40,7 +40,8 @@ What it does
       ``ALLOCATOR_SILENCE_PERIODS`` periods, every queued task fails with
       :class:`AllocatorGoneError` (one line), and so does every new one.
 
-The caller's ``ObjectRef`` is that of :meth:`TenantQueue.submit`, which returns the task's value:
+For a call through the queue (not launched by the client into a delegated slot, below), the
+caller's ``ObjectRef`` is that of :meth:`TenantQueue.submit`, which returns the task's value:
 ``ray.get`` and ``ray.wait`` work as usual (the value passes through the queue once; the
 arguments do not when large: the client puts them in the object store and the queue passes
 their refs on, which Ray resolves for the task).  The task's own error is returned as Ray's
@@ -73,6 +74,14 @@ Nested tasks
     task is an ordinary task of its user.  Resources Ray does not give back while a task
     blocks (memory, GPUs, custom ones) stay the blocked task's in Ray: a task launched into
     the freed slot that needs them waits at the node, as it would in plain Ray.
+
+Delegated slots
+    While nothing waits in it, the queue delegates the open slots of its leases to the client
+    that opened it (:meth:`TenantQueue.exchange`; the client's side is
+    :mod:`psdsf_dist.runtime.direct_launcher`, the rules :mod:`psdsf_dist.admission.
+    direct_slots` and the state's ``grant`` / ``revocations`` / ``direct_report``): the
+    client launches its own calls into them as plain Ray tasks, and reports what it ran once
+    per lease interval.  A task so launched names its slot when it blocks.
 
 Bulk submissions
     :meth:`TenantQueue.submit` is one Ray actor call per task; a burst of thousands takes
@@ -149,8 +158,6 @@ class TenantQueue:
         self.slots_changed = self.runner.freed
         """Set when slots may have freed (a lease answered, a task ended or blocked): an
         exchange waiting for a slot looks again."""
-        self.blockers: dict[int, str] = {}
-        """A delegated slot whose task blocks -> that task's Ray task id."""
         self.loops: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -277,24 +284,17 @@ class TenantQueue:
         ``ray.wait``: its slot is free until it resumes ("Nested tasks").  ``slot``: the
         delegated slot it runs in, launched by the client ("Delegated slots")."""
         if slot is not None:
-            if self.blockers.get(slot) is None and slot in self.state.tasks:
-                self.blockers[slot] = ray_task
-                self.runner.launch_all(self.state.blocked(slot, self.clock.now()))
-                self.slots_changed.set()
-            return
-        task_id = self.runner.ray_tasks.get(ray_task)
-        if task_id is not None:
-            self.runner.launch_all(self.state.blocked(task_id, self.clock.now()))
-            self.slots_changed.set()
+            self.runner.launch_all(self.state.slot_blocked(slot, ray_task, self.clock.now()))
+        else:
+            task_id = self.runner.ray_tasks.get(ray_task)
+            if task_id is not None:
+                self.runner.launch_all(self.state.blocked(task_id, self.clock.now()))
+        self.slots_changed.set()
 
     async def task_resumed(self, ray_task: str, slot: int | None = None) -> None:
-        """The task whose Ray task id is ``ray_task`` resumes: it takes its slot back (a
-        delegated slot only from the task that blocked it: a late notice of an earlier task
-        in the slot changes nothing)."""
+        """The task whose Ray task id is ``ray_task`` resumes: it takes its slot back."""
         if slot is not None:
-            if self.blockers.get(slot) == ray_task:
-                del self.blockers[slot]
-                self.state.resumed(slot)
+            self.state.slot_resumed(slot, ray_task)
             return
         task_id = self.runner.ray_tasks.get(ray_task)
         if task_id is not None:
@@ -316,8 +316,6 @@ class TenantQueue:
             if slot is not None and slot.server is not None \
                     and outcome is DirectOutcome.COMPLETED:
                 self.metrics.completed(slot.server)
-        for slot_id in report.returned:
-            self.blockers.pop(slot_id, None)
         launches, woke = self.state.direct_report(report, now)
         if woke:
             self.work.set()

@@ -95,7 +95,7 @@ def test_no_lending_without_tasks_waiting() -> None:
 def test_a_sole_user_filling_the_node_may_pipeline() -> None:
     b = book([4.0, 8.0])
     d = {"a": np.array([1.0, 1.0]), "b": np.array([1.0, 4.0])}
-    assert b.ask("a", 0, 4, 0.0, TTL, d, reserved={"a": 4, "b": 0}).pipeline == 1
+    assert b.ask("a", 0, 4, 0.0, TTL, d, reserved={"a": 4, "b": 0}).pipeline == 4  # one a slot
     # slots that leave room for one more task: a waiting task could start beside them
     assert b.ask("a", 3, 3, 0.1, TTL, d, reserved={"a": 3, "b": 0}).pipeline == 0
     # another user allocated here, or holding a claim: a freed slot may be theirs
@@ -103,7 +103,7 @@ def test_a_sole_user_filling_the_node_may_pipeline() -> None:
     c = book([4.0, 8.0])
     c.ask("b", 1, 1, 0.0, TTL, d, reserved={"a": 0, "b": 0})
     assert c.ask("a", 0, 4, 0.1, TTL, d, reserved={"a": 4, "b": 0}).pipeline == 0
-    assert c.ask("a", 0, 4, 0.8, TTL, d, reserved={"a": 4, "b": 0}).pipeline == 1  # b expired
+    assert c.ask("a", 0, 4, 0.8, TTL, d, reserved={"a": 4, "b": 0}).pipeline == 4  # b expired
 
 
 def test_most_that_fit() -> None:

@@ -325,8 +325,10 @@ def test_a_delegated_slot_whose_task_blocks_gives_its_slot_back() -> None:
     grant = client.take(1.0)
     assert grant is not None
     assert submit(s, 1, 1.1) == []  # the lease's one slot is the client's
-    assert [x.server for x in s.blocked(grant.slot, 1.2)] == ["a"]  # its child runs
-    s.resumed(grant.slot)
+    assert [x.server for x in s.slot_blocked(grant.slot, "t1", 1.2)] == ["a"]  # its child
+    s.slot_resumed(grant.slot, "t0")  # a late notice of an earlier task in the slot
+    assert s.servers["a"].running == 1
+    s.slot_resumed(grant.slot, "t1")
     assert s.servers["a"].running == 2  # beyond the lease for a moment, as Ray does
 
 

@@ -495,32 +495,36 @@ def test_nested_tasks_give_their_slot_back_while_they_wait(run: Run) -> None:
 def test_cancel_withdraws_a_queued_task_and_stops_a_running_one(run: Run, tmp_path: Any) -> None:
     t = Tenant.connect("canceller", run_id=RUN)
 
+    release = tmp_path / "release"
+    marks = tmp_path / "marks"
+    marks.mkdir()
+
     @t.remote(num_cpus=1)
     def mark(name: str, seconds: float) -> None:
-        with open(tmp_path / name, "a") as f:
+        with open(marks / name, "a") as f:
             f.write("started\n")
         end = time.time() + seconds
-        try:
-            while time.time() < end:  # short sleeps: Ray interrupts between bytecodes
-                time.sleep(0.01)
+        try:  # until released: a blocker ends only once the test has seen the five start
+            while time.time() < end and not release.exists():
+                time.sleep(0.01)  # short sleeps: Ray interrupts between bytecodes
         except KeyboardInterrupt:
-            with open(tmp_path / name, "a") as f:
+            with open(marks / name, "a") as f:
                 f.write(f"interrupted {time.time()}\n")
             raise
-        with open(tmp_path / name, "a") as f:
+        with open(marks / name, "a") as f:
             f.write("ended\n")
 
-    blockers = [mark.remote(f"b{i}", 4.0) for i in range(7)]  # 5 CPUs: two stay queued
+    blockers = [mark.remote(f"b{i}", 60.0) for i in range(7)]  # 5 CPUs: two stay queued
     # single .remote calls may reach the queue in any order (docs/tenants.md), so the task
     # to withdraw is submitted once five blockers hold the five CPUs: it is surely queued
-    assert wait_for(lambda: len(list(tmp_path.iterdir())) >= 5, 20.0)
+    assert wait_for(lambda: len(list(marks.iterdir())) >= 5, 20.0)
     last = mark.remote("queued", 0.0)
     time.sleep(0.3)
-    assert len(list(tmp_path.iterdir())) == 5, t.status()
+    assert len(list(marks.iterdir())) == 5, t.status()
     ray.cancel(last)
     with pytest.raises(ray.exceptions.TaskCancelledError):
         ray.get(last, timeout=10)
-    started = [i for i in range(7) if (tmp_path / f"b{i}").exists()]
+    started = [i for i in range(7) if (marks / f"b{i}").exists()]
     assert len(started) >= 2
     first, second = started[:2]
     cancelled_at = time.time()
@@ -531,14 +535,15 @@ def test_cancel_withdraws_a_queued_task_and_stops_a_running_one(run: Run, tmp_pa
                             ray.exceptions.WorkerCrashedError)):
             ray.get(ref, timeout=10)
     rest = [b for i, b in enumerate(blockers) if i not in (first, second)]
+    release.touch()
     ray.get(rest, timeout=60)
-    time.sleep(0.5)
+    assert wait_for(lambda: t.status().cancelled == 3, 5.0), t.status()
     status = t.status()
-    assert not (tmp_path / "queued").exists(), status  # never started
-    interrupted = (tmp_path / f"b{first}").read_text().splitlines()
+    assert not (marks / "queued").exists(), status  # never started
+    interrupted = (marks / f"b{first}").read_text().splitlines()
     assert interrupted[0] == "started" and interrupted[1].startswith("interrupted ")
     assert float(interrupted[1].split()[1]) - cancelled_at < 2.0  # stopped within 2 s
-    assert (tmp_path / f"b{second}").read_text() == "started\n"  # its worker killed
+    assert (marks / f"b{second}").read_text() == "started\n"  # its worker killed
     assert status.cancelled == 3 and status.retried == 0, status
     t.close()
 
@@ -620,8 +625,10 @@ def test_the_driver_launches_its_calls_into_delegated_slots_as_plain_ray_tasks(
         assert ray.get(refs[-1], timeout=30) == i
     direct = [r for r in refs if launched_by_driver(r)]
     assert len(direct) >= 150, len(direct)
+    # counted once the driver has seen each end (a moment after ray.get returned)
+    assert wait_for(lambda: t.status().completed == 200, 5.0), t.status()
     status = t.status()
-    assert status.completed == 200 and status.admitted == 200 and status.failed == 0, status
+    assert status.admitted == 200 and status.failed == 0, status
 
     @t.remote(num_cpus=1)
     def sleeper() -> None:

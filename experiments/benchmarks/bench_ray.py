@@ -53,7 +53,7 @@ import yaml
 
 from experiments.common.paths import EXAMPLES, RESULTS
 from experiments.common.sim_common import write_csv
-from psdsf_dist.model.scenario import Scenario, load_scenario
+from psdsf_dist.model.scenario import Scenario, read_document
 from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.runtime.launcher import launch
 from psdsf_dist.runtime.settings import RunConfig
@@ -168,8 +168,7 @@ def paper_convergence(seed: int, paper_json: Path | None) -> PaperResult:
         note = (f"Ray side: {PAPER_ROUNDS} rounds in {time.perf_counter() - t0:.0f} s of "
                 f"wall-clock time, start-up included, {PAPER_SERVERS_PER_ACTOR} servers per "
                 "actor")
-    scenario = load_scenario(PAPER)
-    doc = dict(scenario.raw)
+    doc = dict(read_document(PAPER))
     doc["events"] = [{**e, "at": e["at"] * TIME_SCALE} for e in doc["events"]]
     # the same protocol settings, so the same definition of converged
     sim = simulate(Scenario.from_dict(doc), SimConfig(protocol, rounds=PAPER_ROUNDS))

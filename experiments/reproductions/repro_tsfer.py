@@ -129,9 +129,7 @@ def sample(pool: Jobs, n: int, seed: int) -> Jobs:
 
 def subset(sc: Scenario, users: tuple[int, ...]) -> Scenario:
     """The scenario restricted to some users (their rows only)."""
-    raw: dict[str, Any] = dict(sc.raw)
-    raw["users"] = [raw["users"][j] for j in users]
-    return Scenario.from_dict(raw, "section 6.2")
+    return sc.only_users(users)
 
 
 # -- fluid runs (Table 3, Figs. 3-4) ------------------------------------------------------------

@@ -35,7 +35,7 @@ import numpy as np
 from experiments.common.paths import EXAMPLES, RESULTS
 from experiments.common.sim_common import HOLD, publish, rounds_stat, table, write_csv
 from psdsf_dist.model.random_scenarios import google_cluster
-from psdsf_dist.model.scenario import Scenario, load_scenario
+from psdsf_dist.model.scenario import Scenario, read_document
 from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.simulator.simulation import GossipModel, SimConfig, simulate
 
@@ -79,7 +79,7 @@ def sweeps(seeds: int) -> list[tuple[str, str, SimConfig, int]]:
 
 def churn_scenario() -> Scenario:
     """The paper cluster with u4 away during (LEAVE, REJOIN)."""
-    doc = dict(load_scenario(EXAMPLES / "paper_cluster.yaml").raw)
+    doc = dict(read_document(EXAMPLES / "paper_cluster.yaml"))
     doc["events"] = [{"at": LEAVE, "user_leaves": "u4"}, {"at": REJOIN, "user_joins": "u4"}]
     return Scenario.from_dict(doc, "paper_cluster.yaml")
 

@@ -84,7 +84,7 @@ class TenantBook:
         if not table.known:
             return [new_user_joins({"name": user, "demand": dict(demand),
                                     "weight": 1.0 if weight is None else weight,
-                                    "max_tasks": backlog})]
+                                    "max_tasks": backlog}, resources)]
         out: list[Event] = []
         if table.demand is None or not _same_demand(demand, table.demand):
             out.append(set_demand(user, dict(demand), resources))

@@ -180,7 +180,7 @@ def unmanaged_events(server: str, usage: Mapping[str, float], *, known: bool, pr
     spec = {r: float(v) for r, v in usage.items() if v > 0}
     if not known:
         return [new_user_joins({"name": user, "demand": spec, "servers": [server],
-                                "weight": UNMANAGED_WEIGHT, "max_tasks": 1})]
+                                "weight": UNMANAGED_WEIGHT, "max_tasks": 1}, resources)]
     out: list[Event] = []
     if demand is None or _moved(usage, demand):
         out.append(set_demand(user, spec, resources))

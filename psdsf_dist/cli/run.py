@@ -149,10 +149,9 @@ def source_of(path: str, events: list[Any]) -> Any:
     scenario = load(path, doc)
     if not events:
         return scenario
-    raw = dict(scenario.raw)
-    raw["events"] = [*(raw.get("events") or []), *events]
     try:
-        return Scenario.from_dict(raw, path)
+        return Scenario.from_dict({**doc, "events": [*(doc.get("events") or []), *events]},
+                                  path)
     except ScenarioError as err:
         raise CommandError(str(err)) from None
 
@@ -168,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
             source.check_mode(cfg.protocol.mode)
         except ScenarioError as err:
             raise CommandError(f"{args.scenario}: {err}") from None
-        last = max((float(e.get("at", 0.0)) for e in source.events), default=0.0)
+        last = max((e.at for e in source.events), default=0.0)
         if args.duration is None and last * cfg.time_scale > MAX_SECONDS:
             raise CommandError(f"{args.scenario}: the last event, at {last:g} s, comes "
                                f"{last * cfg.time_scale:g} s of wall-clock time into the run, "
@@ -298,8 +297,9 @@ def _write_tokens(args: argparse.Namespace, source: Any, the_run: Any) -> None:
 
 
 def _takes_tenants(source: Any) -> bool:
-    raw = source.raw if isinstance(source, Scenario) else source
-    return isinstance(raw, Mapping) and raw.get("tenants") is True
+    if isinstance(source, Scenario):
+        return source.tenants
+    return isinstance(source, Mapping) and source.get("tenants") is True
 
 
 def serve_metrics(the_run: Any, port: int, bind: str, per_pair: bool) -> str:
@@ -317,7 +317,7 @@ def serve_metrics(the_run: Any, port: int, bind: str, per_pair: bool) -> str:
 def _default_limit(the_run: Any) -> float:
     cfg: RunConfig = the_run.config
     events = the_run.result().scenario.events
-    last = max((float(e.get("at", 0.0)) for e in events), default=0.0)
+    last = max((e.at for e in events), default=0.0)
     return last * cfg.time_scale + SETTLE_PERIODS * cfg.period
 
 

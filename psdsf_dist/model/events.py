@@ -20,25 +20,36 @@ server is open to users without a ``servers`` list whose ``requires`` its labels
 Every problem raises :class:`~psdsf_dist.errors.ScenarioError` naming the field, e.g.
 ``events[3].at`` or ``events[0].set_demand.demand.gpu``.
 
-:func:`universe` turns a scenario and its events into one fixed-size scenario holding every
-server and user that is ever present, plus who is present at time 0: the simulator works on it
-with presence masks.
+Events are typed values: a new user or server is carried as its checked entry
+(:class:`~psdsf_dist.model.entries.UserSpec`, :class:`~psdsf_dist.model.entries.ServerSpec`),
+which the scenario places among its own when it grows
+(:meth:`Scenario.with_joiners <psdsf_dist.model.scenario.Scenario.with_joiners>`; what needs the
+other servers, such as whether a server a new user names exists, is checked then).
+:func:`~psdsf_dist.model.universe.universe` turns a scenario and its events into one fixed-size
+scenario holding every server and user that is ever present, plus who is present at time 0: the
+simulator works on it with presence masks.
 """
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from psdsf_dist.errors import ScenarioError, ScenarioWarning
+from psdsf_dist.errors import ScenarioError
+from psdsf_dist.model.entries import (
+    NEW_SERVER_KEYS,
+    ServerSpec,
+    UserSpec,
+    server_spec,
+    user_spec,
+)
 from psdsf_dist.model.fields import (
     USER_KEYS,
-    _label,
+    _check_keys,
     _mapping,
     _name,
     _sequence,
@@ -53,7 +64,6 @@ BoolArray = npt.NDArray[np.bool_]
 EVENT_KINDS = ("user_leaves", "user_joins", "server_fails", "server_joins", "set_demand",
                "set_weight", "set_max_tasks")
 USER_SETTINGS = ("set_demand", "set_weight", "set_max_tasks")
-NEW_SERVER_KEYS = {"name", "capacity", "labels"}
 
 
 @dataclass(frozen=True)
@@ -65,6 +75,12 @@ class Event:
     @property
     def kind(self) -> str:
         raise NotImplementedError
+
+    @property
+    def field(self) -> str:
+        """The field an error about this event names: ``events[3].user_joins`` for the
+        scenario file's, ``event.user_joins`` for one given while a run goes (index -1)."""
+        return f"events[{self.index}].{self.kind}" if self.index >= 0 else f"event.{self.kind}"
 
     def describe(self) -> str:
         raise NotImplementedError
@@ -85,8 +101,8 @@ class UserLeaves(Event):
 @dataclass(frozen=True)
 class UserJoins(Event):
     user: str
-    spec: Mapping[str, Any] | None
-    """The full user entry for a user not declared in ``users`` (None for a declared one)."""
+    spec: UserSpec | None
+    """The checked entry of a user not declared in ``users`` (None for a declared one)."""
 
     @property
     def kind(self) -> str:
@@ -111,8 +127,8 @@ class ServerFails(Event):
 @dataclass(frozen=True)
 class ServerJoins(Event):
     server: str
-    spec: Mapping[str, Any] | None
-    """The new server's entry (None when a failed server comes back)."""
+    spec: ServerSpec | None
+    """The new server's checked entry (None when a failed server comes back)."""
 
     @property
     def kind(self) -> str:
@@ -162,12 +178,22 @@ class SetMaxTasks(Event):
         return f"user {self.user} max_tasks set to {self.max_tasks:g}"
 
 
-def new_user_joins(spec: Mapping[str, Any], *, at: float = 0.0, index: int = -1,
-                   fld: str = "event.user_joins") -> UserJoins:
-    """A new user's join, its entry checked like an entry of ``users`` (its keys here; its
-    values when the scenario grows by it)."""
-    entry = _check_new_user(spec, fld)
-    return UserJoins(at, index, str(entry["name"]), entry)
+def new_user_joins(entry: Any, resources: Sequence[str], external: Sequence[str] = (), *,
+                   at: float = 0.0, index: int = -1, fld: str = "event.user_joins") -> UserJoins:
+    """A new user's join, its entry checked like an entry of ``users``
+    (:func:`~psdsf_dist.model.entries.user_spec`; ``resources`` and ``external``: the
+    scenario's).  Whether the servers it names exist is checked when the scenario grows by
+    it."""
+    spec = user_spec(entry, fld, resources, external)
+    return UserJoins(at, index, spec.name, spec)
+
+
+def new_server_joins(entry: Any, resources: Sequence[str], *, at: float = 0.0, index: int = -1,
+                     fld: str = "event.server_joins") -> ServerJoins:
+    """A new server's join, its entry (``name``, ``capacity``, ``labels``) checked like an
+    entry of ``servers``."""
+    spec = server_spec(entry, fld, resources, NEW_SERVER_KEYS)
+    return ServerJoins(at, index, spec.name, spec)
 
 
 def set_demand(user: str, demand: Any, resources: Sequence[str], *, at: float = 0.0,
@@ -193,23 +219,24 @@ def set_max_tasks(user: str, max_tasks: Any, *, at: float = 0.0, index: int = -1
 
 def parse_events(
     value: Any,
-    doc: Mapping[str, Any],
     *,
+    resources: Sequence[str],
+    external: Sequence[str] = (),
     server_names: Sequence[str],
     user_names: Sequence[str],
-    build: Callable[[dict[str, Any]], Any],
 ) -> tuple[Event, ...]:
-    """Check an ``events`` list against the scenario document; events sorted by time.
-    ``build`` makes a scenario of a document (new users and servers are checked by building the
-    document with them appended).
+    """Check an ``events`` list against the scenario's membership; events sorted by time.
 
-    ``doc`` is the (already checked) scenario document; ``server_names`` are the servers after
-    expanding classes and ``user_names`` the declared users.
+    ``resources`` and ``external`` are the scenario's (resources and external resources),
+    ``server_names`` its servers after expanding classes and ``user_names`` its declared
+    users.  A new user's or server's entry is checked on its own here; whether it fits among
+    the others (the servers a new user names exist, ...) is checked by growing the scenario
+    with it (:meth:`Scenario.with_joiners
+    <psdsf_dist.model.scenario.Scenario.with_joiners>`).
     """
     if value is None:
         return ()
     items = _sequence(value, "events")
-    resources = [str(r) for r in doc.get("resources", [])]
     raw: list[tuple[float, int, Mapping[str, Any]]] = []
     for j, item in enumerate(items):
         fld = f"events[{j}]"
@@ -261,12 +288,11 @@ def parse_events(
             out.append(UserLeaves(at, j, u))
         elif kind == "user_joins":
             if isinstance(body, Mapping):
-                spec = _check_new_user(body, kf)
-                u = str(spec["name"])
+                u = _new_user_name(body, kf)
                 if u in users_present:
                     raise ScenarioError(f"{kf}.name", f"user {u!r} already exists")
                 users_present[u] = True
-                out.append(UserJoins(at, j, u, spec))
+                out.append(new_user_joins(body, resources, external, at=at, index=j, fld=kf))
             else:
                 u = _name(body, kf)
                 if u not in users_present:
@@ -290,10 +316,7 @@ def parse_events(
             out.append(ServerFails(at, j, s))
         elif kind == "server_joins":
             body = _mapping(body, kf)
-            for k in body:
-                if k not in NEW_SERVER_KEYS:
-                    allowed = ", ".join(sorted(NEW_SERVER_KEYS))
-                    raise ScenarioError(f"{kf}.{k}", f"unknown key (allowed: {allowed})")
+            _check_keys(body, NEW_SERVER_KEYS, kf)
             if "name" not in body:
                 raise ScenarioError(f"{kf}.name", "missing")
             s = _name(body["name"], f"{kf}.name")
@@ -305,13 +328,8 @@ def parse_events(
                 servers_present[s] = True
                 out.append(ServerJoins(at, j, s, None))
                 continue
-            if "capacity" not in body:
-                raise ScenarioError(f"{kf}.capacity", "missing")
-            resource_vector(body["capacity"], resources, f"{kf}.capacity")
-            labels = _mapping(body.get("labels", {}) or {}, f"{kf}.labels")
-            _check_labels(labels, f"{kf}.labels")
             servers_present[s] = True
-            out.append(ServerJoins(at, j, s, dict(body)))
+            out.append(new_server_joins(body, resources, at=at, index=j, fld=kf))
         elif kind == "set_demand":
             body = _mapping(body, kf)
             _only(body, {"user", "demand"}, kf)
@@ -333,9 +351,6 @@ def parse_events(
             if "max_tasks" not in body:
                 raise ScenarioError(f"{kf}.max_tasks", "missing")
             out.append(set_max_tasks(u, body["max_tasks"], at=at, index=j, fld=kf))
-    if any(isinstance(e, UserJoins | ServerJoins) and e.spec is not None for e in out):
-        # new users and servers are checked like declared ones, by building the universe
-        check_grown(doc, out, build)
     return tuple(out)
 
 
@@ -367,70 +382,11 @@ def _known_user(body: Mapping[str, Any], present: Mapping[str, bool], fld: str) 
     return u
 
 
-def _check_labels(labels: Mapping[str, Any], fld: str) -> None:
-    for k, v in labels.items():
-        _label(v, f"{fld}.{k}")
-
-
-def _check_new_user(body: Mapping[str, Any], fld: str) -> dict[str, Any]:
-    hint = ", ".join(sorted(USER_KEYS))
-    for k in body:
-        if k not in USER_KEYS:
-            raise ScenarioError(f"{fld}.{k}", f"unknown key (allowed: {hint})")
+def _new_user_name(body: Mapping[str, Any], fld: str) -> str:
+    """The name of a new user's entry, after the checks that come before it (its keys, its
+    name): the membership check needs the name before the entry's values are read."""
+    body = _mapping(body, fld)
+    _check_keys(body, USER_KEYS, fld)
     if "name" not in body:
         raise ScenarioError(f"{fld}.name", "missing")
-    _name(body["name"], f"{fld}.name")
-    if "demand" not in body:
-        raise ScenarioError(f"{fld}.demand", "missing")
-    return dict(body)
-
-
-def _universe_doc(doc: Mapping[str, Any], events: Sequence[Event]) -> tuple[
-        dict[str, Any], dict[int, str], dict[int, str]]:
-    """The scenario document with every joining server and new user appended.
-
-    Returns the document and, for error messages, which appended ``servers[i]`` / ``users[i]``
-    came from which event field.
-    """
-    servers = list(doc.get("servers") or [])
-    users = list(doc.get("users") or [])
-    server_origin: dict[int, str] = {}
-    user_origin: dict[int, str] = {}
-    for e in events:
-        if isinstance(e, ServerJoins) and e.spec is not None:
-            server_origin[len(servers)] = f"events[{e.index}].server_joins"
-            servers.append(dict(e.spec))
-        elif isinstance(e, UserJoins) and e.spec is not None:
-            user_origin[len(users)] = f"events[{e.index}].user_joins"
-            users.append(dict(e.spec))
-    out = {k: v for k, v in doc.items() if k != "events"}
-    out["servers"] = servers
-    out["users"] = users
-    return out, server_origin, user_origin
-
-
-def check_grown(doc: Mapping[str, Any], events: Sequence[Event],
-                build: Callable[[dict[str, Any]], Any]) -> Any:
-    """Build the document with every joining server and new user appended (``build``:
-    :meth:`Scenario.from_dict <psdsf_dist.model.scenario.Scenario.from_dict>`), so that they are
-    checked like declared ones; an error names the event field behind it."""
-    udoc, server_origin, user_origin = _universe_doc(doc, events)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ScenarioWarning)
-        try:
-            return build(udoc)
-        except ScenarioError as err:
-            raise _remap(err, server_origin, user_origin) from None
-
-
-def _remap(err: ScenarioError, server_origin: Mapping[int, str],
-           user_origin: Mapping[int, str]) -> ScenarioError:
-    """Name the event field behind an error found in an appended server or user."""
-    for prefix, origin in (("servers", server_origin), ("users", user_origin)):
-        for i, where in origin.items():
-            head = f"{prefix}[{i}]"
-            if err.field == head or err.field.startswith(head + "."):
-                return ScenarioError(where + err.field[len(head):], err.message)
-    return err
-
-
+    return _name(body["name"], f"{fld}.name")

@@ -17,17 +17,23 @@ Array conventions (used by every other module):
 * ``gamma_given`` N x K  per-user gamma overrides (section IV extension), NaN where not given
 * ``task_groups`` per-server task counts and task groups of bound users (Guan thesis chapters
   4-5, :mod:`.task_groups`), None when no user declares any
+
+The document is read once, here: its entries become typed values (:mod:`.entries`), its events
+typed :class:`~psdsf_dist.model.events.Event` values, its ``tenants`` a flag.  A scenario grows
+by servers and users that join (:meth:`Scenario.with_servers`, :meth:`Scenario.with_users`,
+:meth:`Scenario.with_joiners`) through the same steps that place the declared ones, so a joining
+entry is checked exactly as a declared one would be.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
-import math
 import os
 import stat
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -37,12 +43,25 @@ import numpy.typing as npt
 import yaml
 
 from psdsf_dist.errors import ScenarioError, ScenarioWarning
-from psdsf_dist.model.events import Event, SetDemand, SetMaxTasks, SetWeight, parse_events
+from psdsf_dist.model.entries import (
+    PlacementRule,
+    ServerSpec,
+    UserSpec,
+    server_spec,
+    user_spec,
+)
+from psdsf_dist.model.events import (
+    Event,
+    ServerJoins,
+    SetDemand,
+    SetMaxTasks,
+    SetWeight,
+    UserJoins,
+    parse_events,
+)
 from psdsf_dist.model.fields import (
-    USER_KEYS,
     _check_keys,
     _kind,
-    _label,
     _mapping,
     _name,
     _sequence,
@@ -57,7 +76,7 @@ from psdsf_dist.model.limits import (
     current_limits,
     nesting_depth,
 )
-from psdsf_dist.model.task_groups import TaskGroups, build_task_groups
+from psdsf_dist.model.task_groups import BoundTasks, TaskGroups, extend_task_groups
 from psdsf_dist.model.tenant_policy import TenantPolicy, parse_tenant_policy
 
 FloatArray = npt.NDArray[np.float64]
@@ -67,7 +86,6 @@ MODES: tuple[Mode, ...] = ("rdm", "tdm")
 
 TOP_KEYS = {"resources", "servers", "users", "external", "events", "name", "description",
             "tenants", "tenant_policy"}
-SERVER_KEYS = {"name", "capacity", "count", "labels"}
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,11 +105,16 @@ class Scenario:
     demand_gamma: FloatArray
     max_tasks: FloatArray
     gamma_given: FloatArray
+    placement_rules: tuple[PlacementRule, ...]
+    """Each user's declared placement (``servers``, ``requires``): what opens a server that
+    joins later to it (:meth:`with_servers`)."""
     external_resources: tuple[str, ...] = ()
     external_capacity: FloatArray = field(default_factory=lambda: np.zeros(0))
     external_demand: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
-    events: tuple[Mapping[str, Any], ...] = ()
-    raw: Mapping[str, Any] = field(default_factory=dict)
+    events: tuple[Event, ...] = ()
+    """The scenario file's events (churn), checked and in time order (ties in file order)."""
+    tenants: bool = False
+    """``tenants: true``: users are tenants' task queues, present only while they have work."""
     task_groups: TaskGroups | None = None
     tenant_policy: TenantPolicy | None = None
     """A tenants run's operator policy (:mod:`~psdsf_dist.model.tenant_policy`; None: open)."""
@@ -126,6 +149,15 @@ class Scenario:
     def server_index(self) -> Mapping[str, int]:
         """Each server's column, by name."""
         return {s: i for i, s in enumerate(self.server_names)}
+
+    @functools.cached_property
+    def class_members(self) -> Mapping[str, tuple[int, ...]]:
+        """The columns of each server class, by class name (a server declared alone is a
+        class of one, named after it)."""
+        members: dict[str, list[int]] = {}
+        for i, c in enumerate(self.server_class):
+            members.setdefault(c, []).append(i)
+        return {c: tuple(m) for c, m in members.items()}
 
     @property
     def eligible(self) -> BoolArray:
@@ -228,38 +260,263 @@ class Scenario:
             external_capacity=self.external_capacity,
             external_demand=self.external_demand if external_demand is None
             else _frozen(np.asarray(external_demand, dtype=float)),
+            placement_rules=self.placement_rules,
             events=self.events,
-            raw=self.raw,
+            tenants=self.tenants,
             task_groups=self.task_groups if task_groups is None else task_groups,
             tenant_policy=self.tenant_policy,
         )
 
+    def only_users(self, rows: Sequence[int]) -> Scenario:
+        """A copy with only the users ``rows`` (in that order), every server kept: what the
+        document with only those entries of ``users`` builds (a user's arrays depend on its
+        entry and the servers alone).  Without events, which may name users left out."""
+        r = list(rows)
+        return dataclasses.replace(
+            self,
+            user_names=tuple(self.user_names[n] for n in r),
+            demand=_frozen(self.demand[r]),
+            weight=_frozen(self.weight[r]),
+            placement=_frozen(self.placement[r]),
+            gamma=_frozen(self.gamma[r]),
+            demand_gamma=_frozen(self.demand_gamma[r]),
+            max_tasks=_frozen(self.max_tasks[r]),
+            gamma_given=_frozen(self.gamma_given[r]),
+            placement_rules=tuple(self.placement_rules[n] for n in r),
+            external_demand=_frozen(self.external_demand[r]),
+            events=(),
+            task_groups=None if self.task_groups is None else self.task_groups.of_users(r),
+        )
 
-def _check_span_with_settings(events: Sequence[Event], resources: Sequence[str],
-                              capacity: FloatArray, placement: npt.NDArray[np.bool_],
-                              given: FloatArray, gamma: FloatArray, caps: Sequence[float],
-                              weights: Sequence[float], unames: Sequence[str]) -> None:
-    """The span limit (:func:`check_span`) over every value a user's settings take in the run:
-    the declared ones and those ``set_weight``, ``set_max_tasks`` and ``set_demand`` events
-    give (joining users and servers are checked when their document is built)."""
-    rows = [gamma]
-    more_caps = list(caps)
-    more_weights = list(weights)
-    index = {u: n for n, u in enumerate(unames)}
+    # -- growing -----------------------------------------------------------------------------
+    def with_servers(self, servers: Iterable[ServerSpec],
+                     fields: Sequence[str] | None = None) -> Scenario:
+        """A copy with ``servers`` appended (a class entry expanded to its members), each
+        checked as an entry of ``servers`` is: a name no server or class has, and within the
+        ``servers`` and ``cells`` limits.  ``fields``: the field each entry is reported under
+        (default ``servers[i]``, its place were it written after the declared ones).  The
+        entries are taken one at a time, so a lazily parsed list reports its first problem
+        first.
+
+        Indices do not move.  A new server is open to each user whose declared placement
+        admits it (:class:`~psdsf_dist.model.entries.PlacementRule`); its tasks alone are the
+        demand-based ones (a ``gamma`` can name only servers that exist when the user is
+        declared), so the arrays are those of a document with the entries appended."""
+        limits = current_limits()
+        first = len(self.class_names)
+        names = list(self.server_names)
+        classes = list(self.server_class)
+        labels = list(self.server_labels)
+        caps: list[FloatArray] = []
+        taken = set(self.class_members)
+        for j, spec in enumerate(servers):
+            fld = fields[j] if fields is not None else f"servers[{first + j}]"
+            if spec.name in taken or spec.name in self.server_index:
+                raise ScenarioError(f"{fld}.name", f"duplicate server name {spec.name!r}")
+            taken.add(spec.name)
+            cap = resource_vector(spec.capacity, self.resources, f"{fld}.capacity")
+            for m in spec.members:
+                limits.check("servers", len(names) + 1,
+                             f"{fld}.count" if spec.count is not None else fld)
+                names.append(m)
+                classes.append(spec.name)
+                labels.append(spec.labels)
+                caps.append(cap)
+        if not caps:
+            return self
+        dup = _first_duplicate(names)
+        if dup is not None:
+            raise ScenarioError("servers", f"duplicate server name {dup!r} after expanding classes")
+        limits.check("cells", self.num_users * len(names), "users")
+        K0 = self.num_servers
+        new_cap = np.array(caps, dtype=float)
+        col = _admitted(self.placement_rules,
+                        [(names[i], classes[i], labels[i]) for i in range(K0, len(names))])
+        dg = demand_gamma(new_cap, self.demand) * col
+        gamma = np.hstack([self.gamma, dg])
+        check_span(gamma, self.max_tasks, self.weight)
+        return dataclasses.replace(
+            self,
+            server_names=tuple(names),
+            server_class=tuple(classes),
+            server_labels=tuple(labels),
+            capacity=_frozen(np.vstack([self.capacity, new_cap])),
+            placement=_frozen(np.hstack([self.placement, col])),
+            gamma=_frozen(gamma),
+            demand_gamma=_frozen(np.hstack([self.demand_gamma, dg])),
+            gamma_given=_frozen(np.hstack([self.gamma_given, np.full(dg.shape, np.nan)])),
+        )
+
+    def with_users(self, users: Iterable[UserSpec],
+                   fields: Sequence[str] | None = None) -> Scenario:
+        """A copy with ``users`` appended, each checked as an entry of ``users`` is against
+        the servers: a name no user has, servers and classes it names that exist, ``gamma``
+        and bound tasks only where it may run, within the ``users`` and ``cells`` limits, and
+        the span of every user's task counts and weights (:func:`check_span`).  ``fields``:
+        the field each entry is reported under (default ``users[n]``, its row).  The entries
+        are taken one at a time, so a lazily parsed list reports its first problem first
+        (bound tasks are checked after every entry, as the task groups are built at once).
+        Indices do not move; the arrays are those of a document with the entries appended."""
+        limits = current_limits()
+        N0, K = self.num_users, self.num_servers
+        taken = set(self.user_names)
+        added: list[UserSpec] = []
+        where: list[str] = []
+        rows: list[BoolArray] = []
+        given: list[FloatArray] = []
+        demand: list[FloatArray] = []
+        ext: list[FloatArray] = []
+        matches: dict[tuple[tuple[str, str], ...], BoolArray] = {}
+        for j, spec in enumerate(users):
+            fld = fields[j] if fields is not None else f"users[{N0 + j}]"
+            if spec.name in taken:
+                raise ScenarioError(f"{fld}.name", f"duplicate user name {spec.name!r}")
+            taken.add(spec.name)
+            demand.append(resource_vector(spec.demand, self.resources, f"{fld}.demand"))
+            row = self._placement_row(spec.placement, fld, matches)
+            gvals = np.full(K, np.nan)
+            for i, g in self._gamma_overrides(spec.gamma, row, fld).items():
+                gvals[i] = g
+            ext.append(resource_vector(spec.external_demand, self.external_resources,
+                                       f"{fld}.external_demand"))
+            added.append(spec)
+            where.append(fld)
+            rows.append(row)
+            given.append(gvals)
+        n = len(added)
+        limits.check("users", N0 + n, "users")
+        limits.check("cells", (N0 + n) * K, "users")
+        new_rows = np.array(rows, dtype=bool).reshape(n, K)
+        groups = extend_task_groups(
+            self.task_groups, N0,
+            [BoundTasks(u.server_tasks, u.task_groups, fld) for u, fld in zip(added, where,
+                                                                              strict=True)],
+            new_rows, self.server_index, self.class_members, limits)
+        new_given = np.array(given, dtype=float).reshape(n, K)
+        dg = demand_gamma(self.capacity,
+                          np.array(demand, dtype=float).reshape(n, self.num_resources)) * new_rows
+        gamma = np.vstack([self.gamma, np.where(np.isnan(new_given), dg, new_given) * new_rows])
+        weight = np.concatenate([self.weight, [u.weight for u in added]])
+        max_tasks = np.concatenate([self.max_tasks, [u.max_tasks for u in added]])
+        check_span(gamma, max_tasks, weight)
+        return dataclasses.replace(
+            self,
+            user_names=(*self.user_names, *(u.name for u in added)),
+            demand=_frozen(np.vstack([self.demand, np.array(demand, dtype=float).reshape(
+                n, self.num_resources)])),
+            weight=_frozen(weight),
+            placement=_frozen(np.vstack([self.placement, new_rows])),
+            gamma=_frozen(gamma),
+            demand_gamma=_frozen(np.vstack([self.demand_gamma, dg])),
+            max_tasks=_frozen(max_tasks),
+            gamma_given=_frozen(np.vstack([self.gamma_given, new_given])),
+            placement_rules=(*self.placement_rules, *(u.placement for u in added)),
+            external_demand=_frozen(np.vstack([self.external_demand, np.array(
+                ext, dtype=float).reshape(n, len(self.external_resources))])),
+            task_groups=groups,
+        )
+
+    def with_joiners(self, events: Sequence[Event]) -> Scenario:
+        """A copy with every new server and then every new user that ``events`` bring
+        (joins with an entry, in the order given) appended: the scenario that holds all of
+        them (errors name the event's field).  The scenario itself when none is new."""
+        servers = [e for e in events if isinstance(e, ServerJoins) and e.spec is not None]
+        users = [e for e in events if isinstance(e, UserJoins) and e.spec is not None]
+        grown = self.with_servers([e.spec for e in servers if e.spec is not None],
+                                  [e.field for e in servers])
+        if users:
+            grown = grown.with_users([e.spec for e in users if e.spec is not None],
+                                     [e.field for e in users])
+        return grown
+
+    def _placement_row(self, rule: PlacementRule, fld: str,
+                       matches: dict[tuple[tuple[str, str], ...], BoolArray]) -> BoolArray:
+        """The servers a placement rule opens, every server or class it names checked to
+        exist.  ``matches``: the servers whose labels meet each ``requires`` seen so far
+        (users share a handful of them; each is matched against the labels once)."""
+        K = self.num_servers
+        row = np.ones(K, dtype=bool)
+        if rule.servers is not None:
+            row = np.zeros(K, dtype=bool)
+            for j, sname in enumerate(rule.servers):
+                if sname in self.class_members:
+                    row[list(self.class_members[sname])] = True
+                elif sname in self.server_index:
+                    row[self.server_index[sname]] = True
+                else:
+                    raise ScenarioError(f"{fld}.servers[{j}]", f"unknown server or class {sname!r}")
+        if rule.requires:
+            key = tuple(sorted(rule.requires.items()))
+            if key not in matches:
+                matches[key] = np.array([all(lab.get(k) == v for k, v in key)
+                                         for lab in self.server_labels], dtype=bool).reshape(K)
+            row &= matches[key]
+        return row
+
+    def _gamma_overrides(self, gamma: Mapping[str, float], row: BoolArray,
+                         fld: str) -> dict[int, float]:
+        """A user's ``gamma`` by column: a class gives each member its value, a member named
+        explicitly overrides its class; only where the user may run."""
+        out: dict[int, float] = {}
+        # class entries first so that a member named explicitly overrides its class
+        for sname in sorted(gamma, key=lambda s: s not in self.class_members):
+            if sname in self.class_members:
+                targets: Sequence[int] = self.class_members[sname]
+            elif sname in self.server_index:
+                targets = [self.server_index[sname]]
+            else:
+                raise ScenarioError(f"{fld}.gamma.{sname}", "unknown server or class")
+            if not row[list(targets)].all():
+                raise ScenarioError(f"{fld}.gamma.{sname}",
+                                    "server is excluded by the user's placement")
+            for t in targets:
+                out[t] = gamma[sname]
+        return out
+
+
+def _admitted(rules: Sequence[PlacementRule],
+              servers: Sequence[tuple[str, str, Mapping[str, str]]]) -> BoolArray:
+    """N x K': whether user n's rule admits server i (name, class, labels).  Each distinct
+    rule is evaluated once: users share a handful of rules (most users have none)."""
+    out = np.ones((len(rules), len(servers)), dtype=bool)
+    done: dict[tuple[tuple[str, ...] | None, tuple[tuple[str, str], ...]], BoolArray] = {}
+    for n, rule in enumerate(rules):
+        if rule.servers is None and not rule.requires:
+            continue
+        key = (rule.servers, tuple(sorted(rule.requires.items())))
+        if key not in done:
+            done[key] = np.array([rule.admits(*srv) for srv in servers], dtype=bool)
+        out[n] = done[key]
+    return out
+
+
+def _check_span_with_settings(events: Sequence[Event], scenario: Scenario) -> None:
+    """The span limit (:func:`check_span`) over every value a declared user's settings take
+    in the run: the declared ones and those ``set_weight``, ``set_max_tasks`` and
+    ``set_demand`` events give (joining users and servers are checked when the scenario grows
+    by them)."""
+    rows = [scenario.gamma]
+    caps = list(scenario.max_tasks)
+    weights = list(scenario.weight)
+    more = False
+    placement, given = scenario.placement, scenario.gamma_given
     for e in events:
         if isinstance(e, SetWeight):
-            more_weights.append(e.weight)
+            weights.append(e.weight)
+            more = True
         elif isinstance(e, SetMaxTasks):
-            more_caps.append(e.max_tasks)
-        elif isinstance(e, SetDemand) and e.user in index:
-            n = index[e.user]
-            vec = np.array([[float(e.demand.get(r, 0.0)) for r in resources]])
-            dg_row = demand_gamma(capacity, vec)[0] * placement[n]
+            caps.append(e.max_tasks)
+            more = True
+        elif isinstance(e, SetDemand) and e.user in scenario.user_index:
+            n = scenario.user_index[e.user]
+            vec = np.array([[float(e.demand.get(r, 0.0)) for r in scenario.resources]])
+            dg_row = demand_gamma(scenario.capacity, vec)[0] * placement[n]
             rows.append((np.where(np.isnan(given[n]), dg_row, given[n]) * placement[n])[None, :])
-    if len(rows) == 1 and len(more_caps) == len(caps) and len(more_weights) == len(weights):
+            more = True
+    if not more:
         return
     try:
-        check_span(np.concatenate(rows), more_caps, more_weights)
+        check_span(np.concatenate(rows), caps, weights)
     except ScenarioError as err:
         raise ScenarioError("events", f"with the values its events set, {err.message}") from None
 
@@ -563,49 +820,22 @@ def _build(data: Any) -> Scenario:
     # servers (classes expanded)
     if "servers" not in top:
         raise ScenarioError("servers", "missing")
-    servers_in = top["servers"]
-    names: list[str] = []
-    classes: list[str] = []
-    labels: list[Mapping[str, str]] = []
-    caps: list[FloatArray] = []
-    class_members: dict[str, list[int]] = {}
-    _check_server_count(_sequence(servers_in, "servers"), limits)
-    for s, srv in enumerate(_sequence(servers_in, "servers")):
-        fld = f"servers[{s}]"
-        srv = _mapping(srv, fld)
-        _check_keys(srv, SERVER_KEYS, fld)
-        if "name" not in srv:
-            raise ScenarioError(f"{fld}.name", "missing")
-        cname = _name(srv["name"], f"{fld}.name")
-        if cname in class_members:
-            raise ScenarioError(f"{fld}.name", f"duplicate server name {cname!r}")
-        if "capacity" not in srv:
-            raise ScenarioError(f"{fld}.capacity", "missing")
-        cap = resource_vector(srv["capacity"], resources, f"{fld}.capacity")
-        lab_in = _mapping(srv.get("labels", {}) or {}, f"{fld}.labels")
-        lab = {k: _label(v, f"{fld}.labels.{k}") for k, v in lab_in.items()}
-        if "count" in srv:
-            cnt = srv["count"]
-            if isinstance(cnt, bool) or not isinstance(cnt, int) or cnt < 1:
-                raise ScenarioError(f"{fld}.count", f"must be a whole number >= 1, got {cnt!r}")
-            members = [f"{cname}-{k}" for k in range(1, cnt + 1)]
-        else:
-            members = [cname]
-        class_members[cname] = []
-        for m in members:
-            class_members[cname].append(len(names))
-            names.append(m)
-            classes.append(cname)
-            labels.append(lab)
-            caps.append(cap)
-    if not names:
+    servers_in = _sequence(top["servers"], "servers")
+    _check_server_count(servers_in, limits)
+    M = len(resources)
+    no_one = Scenario(
+        resources=tuple(resources), server_names=(), server_class=(), server_labels=(),
+        user_names=(), capacity=_frozen(np.zeros((0, M))), demand=_frozen(np.zeros((0, M))),
+        weight=_frozen(np.zeros(0)), placement=_frozen(np.zeros((0, 0), dtype=bool)),
+        gamma=_frozen(np.zeros((0, 0))), demand_gamma=_frozen(np.zeros((0, 0))),
+        max_tasks=_frozen(np.zeros(0)), gamma_given=_frozen(np.zeros((0, 0))),
+        placement_rules=(),
+    )
+    # each entry parsed as it is placed: the first problem in file order is the one reported
+    scenario = no_one.with_servers(server_spec(srv, f"servers[{s}]", resources)
+                                   for s, srv in enumerate(servers_in))
+    if not scenario.num_servers:
         raise ScenarioError("servers", "no server declared")
-    dup = _first_duplicate(names)
-    if dup is not None:
-        raise ScenarioError("servers", f"duplicate server name {dup!r} after expanding classes")
-    server_index = {n: i for i, n in enumerate(names)}
-    capacity = np.array(caps, dtype=float)
-    K = len(names)
 
     # external resources (outside every server; TSF-ER)
     ext_names: list[str] = []
@@ -617,6 +847,9 @@ def _build(data: Any) -> Scenario:
             if k in resources:
                 raise ScenarioError(f"external.{k}", "already declared as a server resource")
         ext_cap = np.array([number(ext[k], f"external.{k}") for k in ext_names], dtype=float)
+    scenario = dataclasses.replace(scenario, external_resources=tuple(ext_names),
+                                   external_capacity=_frozen(ext_cap),
+                                   external_demand=_frozen(np.zeros((0, len(ext_names)))))
 
     # users
     tenants = top.get("tenants", False)
@@ -631,130 +864,32 @@ def _build(data: Any) -> Scenario:
         policy = parse_tenant_policy(top["tenant_policy"], resources)
     users_in = _sequence(top.get("users") or [], "users")
     limits.check("users", len(users_in), "users")
-    limits.check("cells", len(users_in) * len(names), "users")
-    unames: list[str] = []
-    entries: list[Mapping[str, Any]] = []
-    demands: list[FloatArray] = []
-    weights: list[float] = []
-    caps_n: list[float] = []
-    placement_rows: list[BoolArray] = []
-    overrides: list[dict[int, float]] = []
-    ext_dem: list[FloatArray] = []
-    for n, usr in enumerate(users_in):
-        fld = f"users[{n}]"
-        usr = _mapping(usr, fld)
-        _check_keys(usr, USER_KEYS, fld)
-        if "name" not in usr:
-            raise ScenarioError(f"{fld}.name", "missing")
-        uname = _name(usr["name"], f"{fld}.name")
-        if uname in unames:
-            raise ScenarioError(f"{fld}.name", f"duplicate user name {uname!r}")
-        if "demand" not in usr:
-            raise ScenarioError(f"{fld}.demand", "missing")
-        d = resource_vector(usr["demand"], resources, f"{fld}.demand")
-        if not (d > 0).any():
-            raise ScenarioError(f"{fld}.demand", "all zero: a task must need some resource")
-        w = number(usr.get("weight", 1), f"{fld}.weight", positive=True)
-        mt_raw = usr.get("max_tasks")
-        mt = math.inf if mt_raw is None else number(mt_raw, f"{fld}.max_tasks", allow_inf=True)
-        row = np.ones(K, dtype=bool)
-        if "servers" in usr and usr["servers"] is not None:
-            row = np.zeros(K, dtype=bool)
-            for j, sname in enumerate(_sequence(usr["servers"], f"{fld}.servers")):
-                sname = _name(sname, f"{fld}.servers[{j}]")
-                if sname in class_members:
-                    row[class_members[sname]] = True
-                elif sname in server_index:
-                    row[server_index[sname]] = True
-                else:
-                    raise ScenarioError(f"{fld}.servers[{j}]", f"unknown server or class {sname!r}")
-        if "requires" in usr and usr["requires"] is not None:
-            req = _mapping(usr["requires"], f"{fld}.requires")
-            want = {k: _label(v, f"{fld}.requires.{k}") for k, v in req.items()}
-            match = np.array([all(lab.get(k) == v for k, v in want.items()) for lab in labels])
-            row &= match
-        ov: dict[int, float] = {}
-        if "gamma" in usr and usr["gamma"] is not None:
-            gm = _mapping(usr["gamma"], f"{fld}.gamma")
-            # class entries first so that a member named explicitly overrides its class
-            for sname in sorted(gm, key=lambda s: s not in class_members):
-                gval = number(gm[sname], f"{fld}.gamma.{sname}")
-                if sname in class_members:
-                    targets = class_members[sname]
-                elif sname in server_index:
-                    targets = [server_index[sname]]
-                else:
-                    raise ScenarioError(f"{fld}.gamma.{sname}", "unknown server or class")
-                if not row[targets].all():
-                    raise ScenarioError(
-                        f"{fld}.gamma.{sname}", "server is excluded by the user's placement"
-                    )
-                for t in targets:
-                    ov[t] = gval
-        xd = np.zeros(len(ext_names))
-        if "external_demand" in usr and usr["external_demand"] is not None:
-            if not ext_names:
-                raise ScenarioError(f"{fld}.external_demand", "no `external` resource is declared")
-            xd = resource_vector(usr["external_demand"], ext_names, f"{fld}.external_demand")
-        unames.append(uname)
-        entries.append(usr)
-        demands.append(d)
-        weights.append(w)
-        caps_n.append(mt)
-        placement_rows.append(row)
-        overrides.append(ov)
-        ext_dem.append(xd)
-    if not unames and not tenants:
+    limits.check("cells", len(users_in) * scenario.num_servers, "users")
+    if not users_in and not tenants:
         raise ScenarioError("users", "no user declared")
-
-    demand = np.array(demands, dtype=float).reshape(len(unames), len(resources))
-    placement = np.array(placement_rows, dtype=bool).reshape(len(unames), K)
-    task_groups = build_task_groups(entries, placement, server_index, class_members, limits)
-    dg = demand_gamma(capacity, demand) * placement
-    given = np.full(dg.shape, np.nan)
-    for n, ov in enumerate(overrides):
-        for i, gval in ov.items():
-            given[n, i] = gval
-    gamma = np.where(np.isnan(given), dg, given) * placement
-    for n, uname in enumerate(unames):
-        if not (gamma[n] > 0).any():
+    scenario = scenario.with_users(user_spec(usr, f"users[{n}]", resources, ext_names)
+                                   for n, usr in enumerate(users_in))
+    for n, uname in enumerate(scenario.user_names):
+        if not (scenario.gamma[n] > 0).any():
             warnings.warn(
                 f"users[{n}] ({uname}): eligible on no server; it will get no task",
                 ScenarioWarning,
                 stacklevel=3,
             )
-    check_span(gamma, caps_n, weights)
+
+    # events (churn)
     events = top.get("events") or ()
     if events:
         limits.check("events", len(_sequence(events, "events")), "events")
-    parsed = parse_events(top.get("events"), top, server_names=names, user_names=unames,
-                          build=Scenario.from_dict)
-    _check_span_with_settings(parsed, resources, capacity, placement, given, gamma, caps_n,
-                              weights, unames)
-    return Scenario(
-        resources=tuple(resources),
-        server_names=tuple(names),
-        server_class=tuple(classes),
-        server_labels=tuple(labels),
-        user_names=tuple(unames),
-        capacity=_frozen(capacity),
-        demand=_frozen(demand),
-        weight=_frozen(np.array(weights, dtype=float)),
-        placement=_frozen(placement),
-        gamma=_frozen(gamma),
-        demand_gamma=_frozen(dg),
-        max_tasks=_frozen(np.array(caps_n, dtype=float)),
-        gamma_given=_frozen(given),
-        external_resources=tuple(ext_names),
-        external_capacity=_frozen(ext_cap),
-        external_demand=_frozen(
-            np.array(ext_dem, dtype=float).reshape(len(unames), len(ext_names))
-        ),
-        events=tuple(events),
-        raw=dict(top),
-        task_groups=task_groups,
-        tenant_policy=policy,
-    )
+    parsed = parse_events(top.get("events"), resources=resources, external=ext_names,
+                          server_names=scenario.server_names, user_names=scenario.user_names)
+    scenario = dataclasses.replace(scenario, events=parsed, tenants=tenants,
+                                   tenant_policy=policy)
+    # a new user or server is checked as a declared one is, by growing the scenario with it
+    # (what the universe of the run does again: nothing of the grown scenario is kept here)
+    scenario.with_joiners(parsed)
+    _check_span_with_settings(parsed, scenario)
+    return scenario
 
 
 def _unique(items: Sequence[str], fld: str) -> None:

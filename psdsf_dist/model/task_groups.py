@@ -88,75 +88,138 @@ class TaskGroups:
         return TaskGroups(self.user, np.asarray(tasks, dtype=float), self.ptr, self.server,
                           self.bound)
 
+    def of_users(self, rows: Sequence[int]) -> TaskGroups | None:
+        """The groups of the users ``rows``, each user renumbered by its place in ``rows``
+        (groups in user order, as built); None if none of them is bound."""
+        if not self.bound[list(rows)].any():
+            return None
+        groups = [int(g) for n in rows for g in self.of_user(n)]
+        sizes = np.diff(self.ptr)[groups] if groups else np.zeros(0, dtype=np.int64)
+        renumber = [j for j, n in enumerate(rows) for _ in self.of_user(n)]
+        return TaskGroups(np.array(renumber, dtype=np.int64),
+                          np.array(self.tasks[groups], dtype=float),
+                          np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+                          np.array([int(s) for g in groups for s in self.servers_of(g)],
+                                   dtype=np.int64),
+                          np.array(self.bound[list(rows)], dtype=bool))
 
-def build_task_groups(
-    users: Sequence[Mapping[str, Any]],
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """One entry of a user's ``task_groups``: ``tasks`` tasks, each runnable on any one of the
+    named servers or classes."""
+
+    servers: tuple[str, ...]
+    tasks: float
+
+
+def parse_server_tasks(value: Any, fld: str) -> dict[str, float]:
+    """A user's ``server_tasks`` (``{server or class: count}``), its counts checked."""
+    st = _mapping(value, fld)
+    return {s: number(c, f"{fld}.{s}") for s, c in st.items()}
+
+
+def parse_task_groups(value: Any, fld: str) -> tuple[GroupSpec, ...]:
+    """A user's ``task_groups`` (``[{servers: [...], tasks: count}, ...]``), checked but for
+    whether the servers it names exist (:func:`extend_task_groups`)."""
+    out: list[GroupSpec] = []
+    for k, grp in enumerate(_sequence(value, fld)):
+        gf = f"{fld}[{k}]"
+        grp = _mapping(grp, gf)
+        _check_keys(grp, GROUP_KEYS, gf)
+        for key in sorted(GROUP_KEYS):
+            if key not in grp:
+                raise ScenarioError(f"{gf}.{key}", "missing")
+        count = number(grp["tasks"], f"{gf}.tasks")
+        names = _sequence(grp["servers"], f"{gf}.servers")
+        if not names:
+            raise ScenarioError(f"{gf}.servers", "empty: a group runs on some server")
+        out.append(GroupSpec(tuple(_name(s, f"{gf}.servers[{j}]") for j, s in enumerate(names)),
+                             count))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class BoundTasks:
+    """What one new user declares of its tasks (``server_tasks``, ``task_groups``: None when
+    not given), with the field its entry is reported under (``users[3]``)."""
+
+    server_tasks: Mapping[str, float] | None
+    groups: tuple[GroupSpec, ...] | None
+    fld: str
+
+
+def extend_task_groups(
+    existing: TaskGroups | None,
+    num_users: int,
+    new_users: Sequence[BoundTasks],
     placement: BoolArray,
     server_index: Mapping[str, int],
     class_members: Mapping[str, Sequence[int]],
     limits: Limits,
 ) -> TaskGroups | None:
-    """Read ``server_tasks`` and ``task_groups`` of every (already checked) user entry; None if
-    no user declares either.  Raises ScenarioError naming the field."""
+    """The task groups of ``num_users`` users (``existing``: theirs) followed by
+    ``new_users`` (``placement``: their rows, one per new user): a class name stands for its
+    members and a member named in ``server_tasks`` overrides its class; every server named
+    must exist and be allowed by the user's placement.  None if no user declares any.  The
+    groups of the users before are kept as they are (their indices do not move), and the
+    ``cells`` limit counts every group entry, theirs included."""
     g_user: list[int] = []
     g_tasks: list[float] = []
     g_servers: list[Sequence[int]] = []
-    bound = np.zeros(len(users), dtype=bool)
-    entries = 0
-    for n, usr in enumerate(users):
-        fld = f"users[{n}]"
-        if usr.get("server_tasks") is not None:
-            bound[n] = True
-            st = _mapping(usr["server_tasks"], f"{fld}.server_tasks")
+    bound = np.zeros(len(new_users), dtype=bool)
+    entries = 0 if existing is None else int(existing.ptr[-1])
+    for j, spec in enumerate(new_users):
+        n = num_users + j
+        fld = spec.fld
+        if spec.server_tasks is not None:
+            bound[j] = True
             counts: dict[int, float] = {}
             # class entries first so that a member named explicitly overrides its class
-            for sname in sorted(st, key=lambda s: s not in class_members):
+            for sname in sorted(spec.server_tasks, key=lambda s: s not in class_members):
                 sf = f"{fld}.server_tasks.{sname}"
-                count = number(st[sname], sf)
                 targets = _targets(sname, sf, server_index, class_members)
-                _allowed(placement[n], targets, sf)
+                _allowed(placement[j], targets, sf)
                 for t in targets:
-                    counts[t] = count
+                    counts[t] = spec.server_tasks[sname]
             entries += len(counts)
             limits.check("cells", entries, f"{fld}.server_tasks")
             for t in sorted(counts):
                 g_user.append(n)
                 g_tasks.append(counts[t])
                 g_servers.append((t,))
-        if usr.get("task_groups") is not None:
-            bound[n] = True
-            for k, grp in enumerate(_sequence(usr["task_groups"], f"{fld}.task_groups")):
+        if spec.groups is not None:
+            bound[j] = True
+            for k, grp in enumerate(spec.groups):
                 gf = f"{fld}.task_groups[{k}]"
-                grp = _mapping(grp, gf)
-                _check_keys(grp, GROUP_KEYS, gf)
-                for key in sorted(GROUP_KEYS):
-                    if key not in grp:
-                        raise ScenarioError(f"{gf}.{key}", "missing")
-                count = number(grp["tasks"], f"{gf}.tasks")
                 members: list[int] = []
-                names = _sequence(grp["servers"], f"{gf}.servers")
-                if not names:
-                    raise ScenarioError(f"{gf}.servers", "empty: a group runs on some server")
-                for j, sname in enumerate(names):
-                    sf = f"{gf}.servers[{j}]"
-                    sname = _name(sname, sf)
+                for i, sname in enumerate(grp.servers):
+                    sf = f"{gf}.servers[{i}]"
                     targets = _targets(sname, sf, server_index, class_members)
-                    _allowed(placement[n], targets, sf)
+                    _allowed(placement[j], targets, sf)
                     if set(targets) & set(members):
                         raise ScenarioError(sf, f"server {sname!r} is listed twice in the group")
                     members.extend(targets)
                 entries += len(members)
                 limits.check("cells", entries, f"{gf}.servers")
                 g_user.append(n)
-                g_tasks.append(count)
+                g_tasks.append(grp.tasks)
                 g_servers.append(tuple(members))
-    if not bound.any():
+    if existing is None and not bound.any():
         return None
+    before = existing if existing is not None else TaskGroups(
+        np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(1, dtype=np.int64),
+        np.zeros(0, dtype=np.int64), np.zeros(num_users, dtype=bool))
+    if not len(new_users):
+        return before
     sizes = np.array([len(s) for s in g_servers], dtype=np.int64)
-    ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    ptr = before.ptr[-1] + np.cumsum(sizes)
     flat = np.array([t for s in g_servers for t in s], dtype=np.int64)
-    return TaskGroups(np.array(g_user, dtype=np.int64), np.array(g_tasks, dtype=float), ptr,
-                      flat, bound)
+    return TaskGroups(np.concatenate([before.user, np.array(g_user, dtype=np.int64)]),
+                      np.concatenate([before.tasks, np.array(g_tasks, dtype=float)]),
+                      np.concatenate([before.ptr, ptr]).astype(np.int64),
+                      np.concatenate([before.server, flat]).astype(np.int64),
+                      np.concatenate([before.bound, bound]))
 
 
 def _targets(sname: str, fld: str, server_index: Mapping[str, int],

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from psdsf_dist.model.events import Event, ServerJoins, UserJoins, check_grown, parse_events
+from psdsf_dist.model.events import Event, UserJoins
 from psdsf_dist.model.scenario import Scenario
 
 BoolArray = npt.NDArray[np.bool_]
@@ -32,28 +32,25 @@ class Universe:
 
 
 def universe(scenario: Scenario) -> Universe:
-    """Build the fixed-size universe of a scenario and its events (see module docstring)."""
-    events = parse_events(
-        list(scenario.events) if scenario.events else None, scenario.raw,
-        server_names=scenario.server_names, user_names=scenario.user_names,
-        build=Scenario.from_dict,
-    )
-    grown = any(isinstance(e, UserJoins | ServerJoins) and e.spec is not None for e in events)
-    full = check_grown(scenario.raw, events, Scenario.from_dict) if grown else scenario
+    """Build the fixed-size universe of a scenario and its events (see module docstring): the
+    scenario grown by every server and user its events bring (:meth:`Scenario.with_joiners`,
+    appended after the declared ones, so a declared one keeps its index), the declared ones
+    present at time 0 but for a user whose first event is a join."""
+    events = scenario.events
+    full = scenario.with_joiners(events)
     users = np.zeros(full.num_users, dtype=bool)
     users[: scenario.num_users] = True
     servers = np.zeros(full.num_servers, dtype=bool)
     servers[: scenario.num_servers] = True
     seen: set[str] = set()
-    index = {u: n for n, u in enumerate(full.user_names)}
     for e in events:
         u = getattr(e, "user", None)
         if u is None or u in seen:
             continue
         seen.add(u)
         if isinstance(e, UserJoins) and e.spec is None:
-            users[index[u]] = False  # declared, but first seen joining: absent until then
-    if scenario.raw.get("tenants"):
+            users[full.user_index[u]] = False  # declared, but first seen joining: absent until then
+    if scenario.tenants:
         users[:] = False  # tenants are present only while their queues have work
     return Universe(full, events, servers, users)
 

@@ -83,6 +83,7 @@ def merge_classes(scenario: Scenario) -> tuple[Scenario, ServerClasses]:
         demand_gamma=_frozen(scenario.demand_gamma[:, rep] * k[None, :]),
         max_tasks=scenario.max_tasks,
         gamma_given=_frozen(scenario.gamma_given[:, rep] * k[None, :]),
+        placement_rules=scenario.placement_rules,
         external_resources=scenario.external_resources,
         external_capacity=scenario.external_capacity,
         external_demand=scenario.external_demand,

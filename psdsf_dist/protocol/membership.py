@@ -1,16 +1,17 @@
 """Who is present and what they ask for, as churn changes it (the coordinator's user table).
 
 The state starts from the scenario's universe (every server and user its events ever name,
-:func:`psdsf_dist.model.events.universe`) with who is present at time 0, and grows when a user or a
-server unknown so far joins at run time.  Each change makes a new :class:`Table` with a larger
-``epoch``; servers adopt the newest table they hear of.  Indices never move: new users and new
-servers are appended, absent ones are masked out, as in the simulator.
+:func:`psdsf_dist.model.universe.universe`) with who is present at time 0, and grows when a user
+or a server unknown so far joins at run time (:meth:`Scenario.with_joiners
+<psdsf_dist.model.scenario.Scenario.with_joiners>`, which checks it as a declared one would be).
+Each change makes a new :class:`Table` with a larger ``epoch``; servers adopt the newest table
+they hear of.  Indices never move: new users and new servers are appended, absent ones are
+masked out, as in the simulator.
 """
 
 from __future__ import annotations
 
 import functools
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from psdsf_dist.errors import ScenarioError, ScenarioWarning
+from psdsf_dist.errors import ScenarioError
 from psdsf_dist.model.events import (
     Event,
     ServerFails,
@@ -154,7 +155,7 @@ class ChurnState:
                     raise ScenarioError(f"{fld}.user_joins",
                                         f"unknown user {event.user!r} (a new user needs a "
                                         "full entry: {name, demand})")
-                self._grow(users=[dict(event.spec)], fld=f"{fld}.user_joins")
+                self._grow(event)
             n = self.full.user_index[event.user]
             if self.users_present[n]:
                 raise ScenarioError(f"{fld}.user_joins", f"user {event.user!r} is present")
@@ -182,7 +183,7 @@ class ChurnState:
                     raise ScenarioError(f"{fld}.server_joins",
                                         f"unknown server {event.server!r} (a new server needs "
                                         "a capacity)")
-                self._grow(servers=[dict(event.spec)], fld=f"{fld}.server_joins")
+                self._grow(event)
             i = self.full.server_index[event.server]
             if self.servers_present[i]:
                 raise ScenarioError(f"{fld}.server_joins", f"server {event.server!r} is up")
@@ -230,10 +231,10 @@ class ChurnState:
                 if kinds[0] == "user_joins":
                     return UserJoins(float(ev["at"]), -1, name, None)
                 return ServerJoins(float(ev["at"]), -1, name, None)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ScenarioWarning)
-            parsed = parse_events([ev], self.full.raw, server_names=self.full.server_names,
-                                  user_names=self.full.user_names, build=Scenario.from_dict)
+        parsed = parse_events([ev], resources=self.full.resources,
+                              external=self.full.external_resources,
+                              server_names=self.full.server_names,
+                              user_names=self.full.user_names)
         return _with_index(parsed[0], -1)
 
     # -- internals ----------------------------------------------------------------------------
@@ -271,17 +272,16 @@ class ChurnState:
             raise ScenarioError(fld, f"unknown server {name!r}")
         return i
 
-    def _grow(self, *, users: list[dict[str, Any]] | None = None,
-              servers: list[dict[str, Any]] | None = None, fld: str) -> None:
-        doc = {k: v for k, v in self.full.raw.items() if k != "events"}
-        doc["users"] = [*list(doc.get("users") or []), *(users or [])]
-        doc["servers"] = [*list(doc.get("servers") or []), *(servers or [])]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ScenarioWarning)
-            try:
-                grown = Scenario.from_dict(doc)
-            except ScenarioError as err:
-                raise ScenarioError(fld, f"{err.field}: {err.message}") from None
+    def _grow(self, event: UserJoins | ServerJoins) -> None:
+        """Append the new user or server ``event`` brings (:meth:`Scenario.with_joiners`:
+        checked as a declared one would be).  An error about the whole scenario (a limit, the
+        span) is reported under the event's field."""
+        try:
+            grown = self.full.with_joiners([event])
+        except ScenarioError as err:
+            if err.field.startswith(event.field):
+                raise
+            raise ScenarioError(event.field, f"{err.field}: {err.message}") from None
         added_users = grown.num_users - self.full.num_users
         added_servers = grown.num_servers - self.full.num_servers
         self.users_present = np.concatenate([self.users_present, np.zeros(added_users, bool)])

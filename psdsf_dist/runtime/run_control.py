@@ -106,7 +106,7 @@ class RunControl:
         return self.churn
 
     def takes_tenants(self) -> bool:
-        return bool(self.state().full.raw.get("tenants")) and self.node_spec is not None
+        return self.state().full.tenants and self.node_spec is not None
 
     def present(self, server: str) -> bool:
         churn = self.state()

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from psdsf_dist.model.events import Event, ServerFails, ServerJoins
+from psdsf_dist.model.events import Event, ServerFails, ServerJoins, new_server_joins
 from psdsf_dist.observability.metrics import RunMetrics
 from psdsf_dist.protocol.membership import ChurnState, Table
 from psdsf_dist.runtime.members import Member
@@ -100,8 +100,9 @@ class ServerCare:
                 spec = self.host.node_spec(node)
                 pinned[spec["name"]] = node["NodeID"]
                 back = spec["name"] in churn.full.server_names  # a node came back
-                joins.append(ServerJoins(self.host.now(), -1, spec["name"],
-                                         None if back else spec))
+                joins.append(ServerJoins(self.host.now(), -1, spec["name"], None) if back
+                             else new_server_joins(spec, churn.full.resources,
+                                                   at=self.host.now()))
         if joins:  # one change: the servers start together on one table
             await self.host.apply_events(*joins, from_scenario=False)
 

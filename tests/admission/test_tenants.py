@@ -8,6 +8,7 @@ import pytest
 
 from psdsf_dist.admission.tenants import TenantBook, UserInTable, cap_needs_update
 from psdsf_dist.errors import ScenarioError
+from psdsf_dist.model.entries import UserSpec
 from psdsf_dist.model.events import SetDemand, SetMaxTasks, SetWeight, UserJoins, UserLeaves
 
 SHAPE = {"CPU": 1.0, "memory": 2.0}
@@ -17,11 +18,10 @@ RES = ("CPU", "memory")
 def test_a_new_user_joins_with_its_shape_weight_and_backlog() -> None:
     book = TenantBook()
     assert book.report("alice", SHAPE, 2.0, 40, 0.0, UserInTable(known=False), RES) == [
-        UserJoins(0.0, -1, "alice",
-                  {"name": "alice", "demand": SHAPE, "weight": 2.0, "max_tasks": 40})]
+        UserJoins(0.0, -1, "alice", UserSpec("alice", SHAPE, weight=2.0, max_tasks=40))]
     joins = book.report("bob", SHAPE, None, 1, 0.0, UserInTable(known=False), RES)[0]
     assert isinstance(joins, UserJoins) and joins.spec is not None
-    assert joins.spec["weight"] == 1.0
+    assert joins.spec.weight == 1.0
 
 
 def test_a_declared_absent_user_gets_its_shape_then_joins() -> None:

@@ -20,6 +20,7 @@ from psdsf_dist.admission.unmanaged import (
 )
 from psdsf_dist.core.certificate import certificate
 from psdsf_dist.core.solver import solve
+from psdsf_dist.model.entries import PlacementRule, UserSpec
 from psdsf_dist.model.events import SetDemand, UserJoins, UserLeaves
 from psdsf_dist.model.scenario import Scenario
 
@@ -103,9 +104,9 @@ def test_events_make_the_table_follow_the_usage() -> None:
                             resources=res) == []
     joins = unmanaged_events("s1", {"CPU": 4.0, "memory": 0.0}, known=False, present=False,
                              demand=None, resources=res)
-    assert joins == [UserJoins(0.0, -1, user, {"name": user, "demand": {"CPU": 4.0},
-                                               "servers": ["s1"], "weight": UNMANAGED_WEIGHT,
-                                               "max_tasks": 1})]
+    assert joins == [UserJoins(0.0, -1, user, UserSpec(
+        user, {"CPU": 4.0, "memory": 0.0}, weight=UNMANAGED_WEIGHT, max_tasks=1,
+        placement=PlacementRule(servers=("s1",))))]
     same = {"CPU": 4.0}
     assert unmanaged_events("s1", {"CPU": 4.1}, known=True, present=True, demand=same,
                             resources=res) == []

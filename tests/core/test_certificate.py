@@ -3,16 +3,14 @@ ignored, and the residual is scale-free."""
 
 from __future__ import annotations
 
-import copy
-from typing import Any
-
 import numpy as np
 import numpy.typing as npt
 import pytest
 
 from psdsf_dist.core.certificate import certificate
 from psdsf_dist.errors import ScenarioError
-from psdsf_dist.model.scenario import Mode, Scenario
+from psdsf_dist.model.scenario import Mode, Scenario, read_document
+from tests.conftest import example_path
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -21,14 +19,11 @@ FIG2_RDM_X = np.array([[3.6, 0], [3.6, 0], [0, 8], [0, 8]])
 FIG2_TDM_X = np.array([[3.0, 0], [3, 0], [0, 6], [0, 6]])
 
 
-def with_users(scenario: Scenario, **changes: Any) -> Scenario:
-    """The scenario rebuilt from its document with per-user fields changed ({field: [values]})."""
-    doc = copy.deepcopy(dict(scenario.raw))
-    for key, values in changes.items():
-        for user, value in zip(doc["users"], values, strict=True):
-            if value is not None:
-                user[key] = value
-    return Scenario.from_dict(doc)
+def with_users(scenario: Scenario, *, max_tasks: list[float | None]) -> Scenario:
+    """The scenario with some users' ``max_tasks`` changed (None: the user's own)."""
+    caps = [float(c) if c is not None else float(old)
+            for c, old in zip(max_tasks, scenario.max_tasks, strict=True)]
+    return scenario.replace_users(max_tasks=np.array(caps))
 
 
 def cluster_allocation(cluster: Scenario) -> FloatArray:
@@ -153,8 +148,8 @@ def test_dust_below_1e_12_is_ignored(fig1: Scenario, fig2: Scenario) -> None:
     assert not certificate(fig2, Y, mode="rdm").holds
 
 
-def _scaled(scenario: Scenario, factor: float) -> Scenario:
-    doc = copy.deepcopy(dict(scenario.raw))
+def _scaled(name: str, factor: float) -> Scenario:
+    doc = read_document(example_path(name))
     for s in doc["servers"]:
         s["capacity"] = {r: v * factor for r, v in s["capacity"].items()}
     for u in doc["users"]:
@@ -168,7 +163,7 @@ def test_residual_is_scale_free(fig2: Scenario, factor: float, damage: float) ->
     X = FIG2_RDM_X * damage
     X[2, 1] *= 1.02  # an uneven violation as well
     a = certificate(fig2, X, mode="rdm")
-    b = certificate(_scaled(fig2, factor), X, mode="rdm")
+    b = certificate(_scaled("paper_fig2", factor), X, mode="rdm")
     assert a.residual > 0
     assert b.residual == pytest.approx(a.residual, rel=1e-9)
     assert b.holds == a.holds

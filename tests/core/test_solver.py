@@ -74,10 +74,7 @@ def test_oracle_3_paper_cluster_table_iv(cluster: Scenario, mode: Mode) -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_oracle_3_user_4_away(cluster: Scenario, mode: Mode) -> None:
-    doc = copy.deepcopy(dict(cluster.raw))
-    doc["users"] = doc["users"][:3]
-    doc.pop("events")
-    away = Scenario.from_dict(doc)
+    away = cluster.only_users(range(3))
     sol = solve(away, mode)
     np.testing.assert_allclose(sol.totals, [251.25, 125.625, 82.5], atol=1e-6)
     util = (sol.allocation.T @ away.demand) / away.capacity

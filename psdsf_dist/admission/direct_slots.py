@@ -141,12 +141,6 @@ class DirectSlots:
                     return slot.grant
         return None
 
-    def has_free(self, now: float) -> bool:
-        """Whether :meth:`take` would give a slot now."""
-        return self.gone is None and any(
-            not s.busy and not s.revoked and now < s.grant.expires
-            for s in self.slots.values())
-
     def ended(self, slot_id: int, outcome: DirectOutcome, now: float) -> None:
         """The task in ``slot_id`` ended; the slot is free again."""
         slot = self.slots.get(slot_id)
@@ -161,6 +155,7 @@ class DirectSlots:
         self._withdrawn += count
 
     def wanted(self) -> int:
+        """Slots the client could use now (module docstring, "Demand")."""
         busy = sum(1 for s in self.slots.values() if s.busy)
         return 0 if self.gone is not None else self.queued + busy + self.turned_away
 
@@ -200,9 +195,6 @@ class DirectSlots:
                 self.slots[i].revoked = True
         if reply.gone is not None:
             self.gone = reply.gone
-
-    def busy(self) -> int:
-        return sum(1 for s in self.slots.values() if s.busy)
 
     def idle(self) -> bool:
         """Nothing to tell the queue and nothing held: the exchanges may pause."""

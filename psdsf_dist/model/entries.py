@@ -26,6 +26,7 @@ from psdsf_dist.model.fields import (
     _label,
     _mapping,
     _name,
+    _required,
     _sequence,
     number,
     resource_vector,
@@ -102,12 +103,8 @@ def user_spec(value: Any, fld: str, resources: Sequence[str],
     external resources, which its amounts must name."""
     usr = _mapping(value, fld)
     _check_keys(usr, USER_KEYS, fld)
-    if "name" not in usr:
-        raise ScenarioError(f"{fld}.name", "missing")
-    name = _name(usr["name"], f"{fld}.name")
-    if "demand" not in usr:
-        raise ScenarioError(f"{fld}.demand", "missing")
-    d = resource_vector(usr["demand"], resources, f"{fld}.demand")
+    name = _name(_required(usr, "name", fld), f"{fld}.name")
+    d = resource_vector(_required(usr, "demand", fld), resources, f"{fld}.demand")
     if not (d > 0).any():
         raise ScenarioError(f"{fld}.demand", "all zero: a task must need some resource")
     weight = number(usr.get("weight", 1), f"{fld}.weight", positive=True)
@@ -147,12 +144,8 @@ def server_spec(value: Any, fld: str, resources: Sequence[str],
     are :data:`NEW_SERVER_KEYS`) as a :class:`ServerSpec`."""
     srv = _mapping(value, fld)
     _check_keys(srv, keys, fld)
-    if "name" not in srv:
-        raise ScenarioError(f"{fld}.name", "missing")
-    name = _name(srv["name"], f"{fld}.name")
-    if "capacity" not in srv:
-        raise ScenarioError(f"{fld}.capacity", "missing")
-    cap = resource_vector(srv["capacity"], resources, f"{fld}.capacity")
+    name = _name(_required(srv, "name", fld), f"{fld}.name")
+    cap = resource_vector(_required(srv, "capacity", fld), resources, f"{fld}.capacity")
     lab = _mapping(srv.get("labels", {}) or {}, f"{fld}.labels")
     labels = {k: _label(v, f"{fld}.labels.{k}") for k, v in lab.items()}
     count = None

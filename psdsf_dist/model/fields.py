@@ -70,6 +70,13 @@ def _mapping(value: Any, fld: str) -> Mapping[str, Any]:
     return value
 
 
+def _required(obj: Mapping[str, Any], key: str, fld: str) -> Any:
+    """``obj[key]``, or the one-line error that ``fld.key`` is missing."""
+    if key not in obj:
+        raise ScenarioError(f"{fld}.{key}", "missing")
+    return obj[key]
+
+
 def _check_keys(obj: Mapping[str, Any], allowed: set[str], fld: str) -> None:
     """Refuse a key of ``obj`` outside ``allowed``, naming it and the keys allowed."""
     for k in obj:

@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from psdsf_dist.admission.direct_slots import DirectOutcome, DirectSlots, SlotGrant
 from psdsf_dist.admission.tenant_queue_state import AllocatorGoneError
+from psdsf_dist.runtime.task_runner import placed_on
 from psdsf_dist.runtime.tenant_worker import SLOT_KEYWORD
 
 EXCHANGE_TIMEOUT_INTERVALS = 40.0
@@ -76,7 +76,7 @@ class DirectLauncher:
         self.slots = DirectSlots(interval)
         self.lock = threading.Condition()
         self.pending: deque[Pending] = deque()
-        self.placed: dict[tuple[int, str, int, int], Any] = {}
+        self.placed: dict[tuple[int, str, bool, int, int], Any] = {}
         self.live: dict[str, int] = {}
         """A launched task's Ray task id -> its slot (to cancel it, :meth:`cancel`)."""
         self.cancelling: set[str] = set()
@@ -140,7 +140,6 @@ class DirectLauncher:
         except Exception as err:  # e.g. arguments Ray cannot serialize: the caller's error
             with self.lock:
                 self.slots.ended(grant.slot, DirectOutcome.FAILED, time.time())
-                self.lock.notify_all()
             if done is None:
                 raise
             done(False, err)
@@ -155,15 +154,10 @@ class DirectLauncher:
 
     def _placed(self, function: tuple[Any, dict[str, Any]], node: str, max_retries: int,
                 num_returns: int) -> Any:
-        key = (id(function), node, max_retries, num_returns)
-        placed = self.placed.get(key)
-        if placed is None:
-            remote, options = function
-            placed = remote.options(
-                **options, max_retries=max_retries, num_returns=num_returns,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True))
-            self.placed[key] = placed
-        return placed
+        """The function with a soft affinity to ``node`` and Ray's retries (module
+        docstring, "Retries")."""
+        return placed_on(self.placed, function, node, soft=True, max_retries=max_retries,
+                         num_returns=num_returns)
 
     def _ended(self, slot: int, ray_task: str, refs: list[Any], future: Future[Any],
                done: Callable[[bool, Any], None] | None) -> None:
@@ -247,8 +241,9 @@ class DirectLauncher:
                     self.slots.granted(reply, time.time())
                 elif self.slots.gone is None:
                     self.slots.gone = gone
-                if self.slots.gone is not None:
+                if self.slots.gone is not None:  # nothing more to exchange
                     self._fail_pending(self.slots.gone)
+                    return
             self._launch_pending()
 
     def _fail_pending(self, why: str) -> None:

@@ -59,6 +59,23 @@ class TaskCall:
     """The launched Ray task's id (hex; None while queued, and for an actor)."""
 
 
+def placed_on(cache: dict[tuple[int, str, bool, int, int], Any],
+              function: tuple[Any, dict[str, Any]], node: str, *, soft: bool,
+              max_retries: int, num_returns: int) -> Any:
+    """A Ray remote function with its options (the tenant's shape, passed options) and an
+    affinity to ``node`` (``soft``: elsewhere only once the node is gone), made once per
+    node and kind in ``cache`` (Ray's options wrapper is not free to build)."""
+    key = (id(function), node, soft, max_retries, num_returns)
+    placed = cache.get(key)
+    if placed is None:
+        remote, options = function
+        placed = remote.options(
+            **options, max_retries=max_retries, num_returns=num_returns,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=soft))
+        cache[key] = placed
+    return placed
+
+
 class TaskRunner:
     """Launches and watches a queue's tasks (module docstring)."""
 
@@ -69,7 +86,7 @@ class TaskRunner:
         self.metrics = metrics
         self.period = period
         self.tasks: dict[int, TaskCall] = {}
-        self.placed: dict[tuple[int, str, int], Any] = {}
+        self.placed: dict[tuple[int, str, bool, int, int], Any] = {}
         self.ray_tasks: dict[str, int] = {}
         """A launched task's Ray task id -> its task id (its blocking notices name the former)."""
         self.actors: dict[str, Any] = {}
@@ -120,17 +137,9 @@ class TaskRunner:
 
     def _placed(self, function: tuple[Any, dict[str, Any]], node: str,
                 num_returns: int = 1) -> Any:
-        """The function with its options and hard affinity to ``node``, made once per node
-        (Ray's options wrapper is not free to build)."""
-        key = (id(function), node, num_returns)
-        placed = self.placed.get(key)
-        if placed is None:
-            remote, options = function
-            placed = remote.options(
-                **options, max_retries=0, num_returns=num_returns,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
-            self.placed[key] = placed
-        return placed
+        """The function with hard affinity to ``node`` and no Ray retries (the state's)."""
+        return placed_on(self.placed, function, node, soft=False, max_retries=0,
+                         num_returns=num_returns)
 
     def _launch_all(self, launches: list[Launch]) -> None:
         loop = asyncio.get_running_loop()

@@ -30,9 +30,11 @@ servers decided:
   its own.
 
 Demand: the client asks (``wanted``) for as many slots as it has tasks waiting for one (a
-bulk submission's, :attr:`DirectSlots.queued`) plus its tasks running, plus the single calls
+bulk submission's, :attr:`DirectSlots.queued`) plus the slots it holds, plus the single calls
 that found no free slot since the last exchange (they went through the queue: the next ones
-may find a slot).
+may find a slot).  Holding one slot more than a caller's calls keep busy matters: a caller
+that waits for each task before the next call can make that call before the end of the last
+one has freed its slot here (``ray.get`` returns before the task's future calls back).
 """
 
 from __future__ import annotations
@@ -156,8 +158,8 @@ class DirectSlots:
 
     def wanted(self) -> int:
         """Slots the client could use now (module docstring, "Demand")."""
-        busy = sum(1 for s in self.slots.values() if s.busy)
-        return 0 if self.gone is not None else self.queued + busy + self.turned_away
+        held = sum(1 for s in self.slots.values() if not s.revoked)
+        return 0 if self.gone is not None else self.queued + held + self.turned_away
 
     def report(self, now: float) -> DirectReport:
         """The report for the next exchange; the slots it returns are dropped here, and what

@@ -39,7 +39,7 @@ def test_slots_go_back_when_idle_revoked_or_expired_never_while_busy() -> None:
     report = d.report(0.1)
     assert report.returned == ()
     assert report.launched == ((1, 0.0),) and report.ages == ((1, 0.1),)
-    assert report.wanted == 1  # its running task
+    assert report.wanted == 2  # the slots it holds and may use (1 is revoked)
     assert d.report(0.15).returned == (3,)  # expired
     idle = RETURN_IDLE_INTERVALS * INTERVAL
     assert d.report(idle + 0.01).returned == (2,)  # idle

@@ -159,12 +159,19 @@ class ServerSlots:
         ordered = sorted(self.durations)
         return ordered[len(ordered) // 2] <= self.short_seconds
 
+    def allowed(self, now: float) -> int:
+        """Tasks the lease lets run here now, pipelined ones included (only while the user's
+        tasks here are short); 0 once it ran out."""
+        if now >= self.expires:
+            return 0
+        return self.slots + (self.pipeline if self.short_tasks() else 0)
+
     def open_slots(self, now: float) -> int:
         """Tasks that may be launched here now, a pipelined one included (only while the
         user's tasks here are short)."""
-        if now >= self.expires:
+        allowed = self.allowed(now)
+        if allowed == 0:
             return 0
-        allowed = self.slots + (self.pipeline if self.short_tasks() else 0)
         if self.asking:
             # the server is deciding with ``running_at_ask``: replacing tasks that finish
             # meanwhile keeps within the claim it records (max(new slots, running_at_ask))
@@ -326,9 +333,13 @@ class TenantQueueState:
         and whether the queue was idle (report at once: a late user should not wait a period
         to join)."""
         self.queue.extend(ids)
+        return self.pump(now), self._woke()
+
+    def _woke(self) -> bool:
+        """Work arrived: whether the queue was idle until now (it is not any more)."""
         woke = self.idle_since is not None
         self.idle_since = None
-        return self.pump(now), woke
+        return woke
 
     def blocked(self, task_id: int, now: float) -> list[Launch]:
         """Task ``task_id`` blocks in ``ray.get`` / ``ray.wait``: its slot is free while it
@@ -423,15 +434,21 @@ class TenantQueueState:
                 if best is None or best.free_slots(now) <= 0:
                     break
             else:
-                # a free slot before a pipelined one: a task sent to wait at a full node
-                # while another has room would start after later tasks sent there
-                best = max(self.servers.values(),
-                           key=lambda s: (s.free_slots(now), s.open_slots(now)), default=None)
-                if best is None or best.open_slots(now) <= 0:
+                best = self._open_server(now)
+                if best is None:
                     break
             self.queue.popleft()
             launches.append(self._launch(task, best, now))
         return launches
+
+    def _open_server(self, now: float) -> ServerSlots | None:
+        """Where the next task goes: the server with the most free slots, else — all full —
+        one whose lease lets a task wait at the node; None: no open slot.  A free slot comes
+        before a pipelined one: a task sent to wait at a full node while another has room
+        would start after later tasks sent there."""
+        best = max(self.servers.values(),
+                   key=lambda s: (s.free_slots(now), s.open_slots(now)), default=None)
+        return None if best is None or best.open_slots(now) <= 0 else best
 
     def _launch(self, task: QueuedTask, server: ServerSlots, now: float) -> Launch:
         task.server = server.name
@@ -453,12 +470,11 @@ class TenantQueueState:
         """Delegate open slots to the client, up to ``wanted`` held in all — only while no
         task waits in the queue (those come first, in order); as :meth:`pump` places a task,
         a pipelined slot (a task waiting at the node, where the lease allows it) last."""
-        held = sum(1 for t in self.tasks.values() if t.delegated)
+        held = len(self.delegated_slots())
         out: list[Launch] = []
         while not self.queue and held + len(out) < wanted:
-            best = max(self.servers.values(),
-                       key=lambda s: (s.free_slots(now), s.open_slots(now)), default=None)
-            if best is None or best.open_slots(now) <= 0:
+            best = self._open_server(now)
+            if best is None:
                 break
             slot = QueuedTask(self._next_id, 0, now, delegated=True, server=best.name)
             self._next_id += 1
@@ -485,8 +501,7 @@ class TenantQueueState:
         beyond those revoked already."""
         out: list[int] = []
         for s in self.servers.values():
-            allowed = s.slots + (s.pipeline if s.short_tasks() else 0) \
-                if now < s.expires else 0
+            allowed = s.allowed(now)
             slots = [t.id for t in self.tasks.values()
                      if t.delegated and t.server == s.name and t.id not in self.revoked]
             over = s.running - allowed - sum(
@@ -531,11 +546,8 @@ class TenantQueueState:
             server = None if slot is None else self.servers.get(slot.server or "")
             if slot is not None and server is not None:
                 server.ended(slot_id, now, blocked=slot.blocked, timed=False)
-        woke = report.queued > 0 and self.idle_since is not None
         self.client_queued = report.queued
-        if woke:
-            self.idle_since = None
-        return self.pump(now), woke
+        return self.pump(now), report.queued > 0 and self._woke()
 
     def ended(self, task_id: int, signal: Signal, now: float) -> EndDecision:
         """A launched task ended: decide its outcome (or its retry), free its slot, and

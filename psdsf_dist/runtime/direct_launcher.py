@@ -50,8 +50,8 @@ launches nothing more and its waiting tasks fail."""
 class Pending:
     """A bulk submission's task waiting in the client for a slot."""
 
-    function: Any
-    """(remote function, options, max_retries, num_returns)."""
+    function: tuple[tuple[Any, dict[str, Any]], int, int]
+    """((remote function, options), max_retries, num_returns)."""
     args: tuple[Any, ...]
     done: Callable[[bool, Any], None]
     """Called once when the task ended: (True, its value — :class:`Refs` of a task with

@@ -322,14 +322,13 @@ class TenantQueue:
         self.runner.launch_all(launches)
         for name in self.state.asks_urgent(now):
             self._send_ask(name)
-        granted = self.state.grant(report.wanted, now) if self.state.gone is None else []
-        held = len(self.state.delegated_slots())
-        if wait and not granted and report.wanted > held and self.state.gone is None:
+        if self.state.gone is None and not self.state.grant(report.wanted, now) and wait \
+                and report.wanted > len(self.state.delegated_slots()):
             self.slots_changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.slots_changed.wait(), self.interval)
             if self.state.gone is None:
-                granted = self.state.grant(report.wanted, self.clock.now())
+                self.state.grant(report.wanted, self.clock.now())
         return self.state.direct_reply(self.clock.now(), self.clock.started_at)
 
     async def drop(self, batch: str) -> int:

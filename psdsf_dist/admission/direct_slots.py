@@ -40,6 +40,7 @@ one has freed its slot here (``ray.get`` returns before the task's future calls 
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 RETURN_IDLE_INTERVALS = 1.0
@@ -80,10 +81,10 @@ class DirectReport:
     """Slots given back (free; idle, revoked or expired)."""
     launched: tuple[tuple[int, float], ...]
     """Tasks launched since the last report: (slot, seconds from the submission to the
-    launch)."""
+    launch); a chunk's calls one entry each."""
     ended: tuple[tuple[int, DirectOutcome, float], ...]
     """Tasks that ended since the last report: (slot, outcome, seconds from the launch to
-    the end)."""
+    the end); a chunk's calls one entry each, with an equal share of its time."""
     ages: tuple[tuple[int, float], ...]
     """For each busy slot: seconds since its task was launched."""
     withdrawn: int = 0
@@ -109,6 +110,8 @@ class Slot:
     revoked: bool = False
     free_since: float = 0.0
     launched_at: float = 0.0
+    calls: int = 1
+    """Calls the Ray task running in it runs (several: a chunk)."""
 
 
 @dataclass
@@ -130,36 +133,44 @@ class DirectSlots:
     _ended: list[tuple[int, DirectOutcome, float]] = field(default_factory=list)
     _withdrawn: int = 0
 
-    def take(self, now: float, waited: float = 0.0) -> SlotGrant | None:
-        """A slot to launch one task into now (marked busy; ``waited``: seconds the task
-        waited in the client), or None: the task goes through the queue (a single call) or
-        waits (a bulk one)."""
+    def take(self, now: float, waited: Sequence[float] = (0.0,)) -> SlotGrant | None:
+        """A slot to launch one Ray task into now (marked busy), or None: the task goes
+        through the queue (a single call) or waits (a bulk one).  The Ray task runs one call
+        per entry of ``waited`` (a chunk of a bulk submission's calls:
+        :mod:`~psdsf_dist.admission.chunks`): seconds each waited in the client; each is
+        one task launched for the queue."""
         if self.gone is None:
             for slot in self.slots.values():
                 if not slot.busy and not slot.revoked and now < slot.grant.expires:
                     slot.busy = True
                     slot.launched_at = now
-                    self._launched.append((slot.grant.slot, waited))
+                    slot.calls = len(waited)
+                    self._launched.extend((slot.grant.slot, w) for w in waited)
                     return slot.grant
         return None
 
     def ended(self, slot_id: int, outcome: DirectOutcome, now: float) -> None:
-        """The task in ``slot_id`` ended; the slot is free again."""
+        """The Ray task in ``slot_id`` ended (each of its calls with ``outcome``, their share
+        of its time each); the slot is free again."""
         slot = self.slots.get(slot_id)
         if slot is None or not slot.busy:
             return
         slot.busy = False
         slot.free_since = now
-        self._ended.append((slot_id, outcome, now - slot.launched_at))
+        seconds = (now - slot.launched_at) / slot.calls
+        self._ended.extend((slot_id, outcome, seconds) for _ in range(slot.calls))
 
     def withdrawn(self, count: int) -> None:
         """``count`` tasks waiting in the client were withdrawn (their caller closed them)."""
         self._withdrawn += count
 
+    def held(self) -> int:
+        """Slots held and not revoked."""
+        return sum(1 for s in self.slots.values() if not s.revoked)
+
     def wanted(self) -> int:
         """Slots the client could use now (module docstring, "Demand")."""
-        held = sum(1 for s in self.slots.values() if not s.revoked)
-        return 0 if self.gone is not None else self.queued + held + self.turned_away
+        return 0 if self.gone is not None else self.queued + self.held() + self.turned_away
 
     def report(self, now: float) -> DirectReport:
         """The report for the next exchange; the slots it returns are dropped here, and what

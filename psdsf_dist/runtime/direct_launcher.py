@@ -6,7 +6,8 @@ A :class:`DirectLauncher` lives in the process that opened the tenant's queue (t
 launched at once, an ordinary Ray task with the tenant's shape on the slot's node, and its own
 ``ObjectRef`` goes to the caller; with none it goes through the queue as before.  A bulk
 submission (``map``) waits here for slots instead: its tasks need no ref when submitted, so
-each is launched the moment a slot frees, and its results come back as the tasks end.
+each is launched the moment a slot frees, and its results come back as the tasks end; its short
+calls run several to a Ray task (:mod:`psdsf_dist.admission.chunks` sizes the chunks).
 
 Threads share one lock: the caller's (single calls, bulk submissions), Ray's that run the
 callbacks of the tasks' futures (a task's end frees its slot, and the same thread launches the
@@ -26,6 +27,7 @@ SLOT_KEYWORD`), so that its notices when it blocks in ``ray.get`` name the slot 
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import deque
@@ -36,6 +38,7 @@ from typing import Any
 
 import ray
 
+from psdsf_dist.admission.chunks import CallTimes, chunk_size
 from psdsf_dist.admission.direct_slots import DirectOutcome, DirectSlots, SlotGrant
 from psdsf_dist.admission.tenant_queue_state import AllocatorGoneError
 from psdsf_dist.runtime.task_runner import placed_on
@@ -44,6 +47,16 @@ from psdsf_dist.runtime.tenant_worker import SLOT_KEYWORD
 EXCHANGE_TIMEOUT_INTERVALS = 40.0
 """An exchange unanswered this long is given up (the queue is stuck or gone): the client
 launches nothing more and its waiting tasks fail."""
+
+
+@dataclass(frozen=True)
+class Chunked:
+    """A function whose bulk calls run several to a Ray task (:mod:`psdsf_dist.admission.
+    chunks`): its chunk body (:func:`~psdsf_dist.runtime.tenant_worker.tenant_chunk`) with
+    the function's options, and its calls' measured run time."""
+
+    function: tuple[Any, dict[str, Any]]
+    times: CallTimes
 
 
 @dataclass
@@ -58,6 +71,8 @@ class Pending:
     several returns) or (False, its error, or the one that kept it from running)."""
     batch: str
     submitted: float
+    chunked: Chunked | None = None
+    """Set: it runs in a chunk with the calls of the same function waiting behind it."""
 
 
 @dataclass(frozen=True)
@@ -103,9 +118,10 @@ class DirectLauncher:
 
     def submit_many(self, function: tuple[Any, dict[str, Any]], max_retries: int,
                     num_returns: int, calls: list[tuple[Any, ...]], batch: str,
-                    done: Callable[[int, bool, Any], None]) -> None:
+                    done: Callable[[int, bool, Any], None],
+                    chunked: Chunked | None = None) -> None:
         """Queue a bulk submission's tasks here; ``done(index, ok, value)`` once each ends
-        (:class:`Pending`)."""
+        (:class:`Pending`); with ``chunked``, they run in chunks."""
         now = time.time()
         with self.lock:
             if self.slots.gone is not None:
@@ -115,7 +131,7 @@ class DirectLauncher:
                 return
             for index, args in enumerate(calls):
                 self.pending.append(Pending((function, max_retries, num_returns), args,
-                                            _bind(done, index), batch, now))
+                                            _bind(done, index), batch, now, chunked))
             self.slots.queued = len(self.pending)
             self._wake_exchange()
         self._launch_pending()
@@ -134,48 +150,54 @@ class DirectLauncher:
     def _launch(self, grant: SlotGrant, function: tuple[Any, dict[str, Any]],
                 max_retries: int, num_returns: int, args: tuple[Any, ...],
                 kwargs: dict[str, Any], done: Callable[[bool, Any], None] | None) -> Any:
+        """Launch one call into ``grant``'s slot; its ref(s).  A launch Ray refuses (e.g.
+        arguments it cannot serialize) is the caller's error: raised, or given to ``done``."""
         try:
-            placed = self._placed(function, grant.node, max_retries, num_returns)
-            out = placed.remote(*args, **{**kwargs, SLOT_KEYWORD: grant.slot})
-        except Exception as err:  # e.g. arguments Ray cannot serialize: the caller's error
-            with self.lock:
-                self.slots.ended(grant.slot, DirectOutcome.FAILED, time.time())
+            refs = self._submit(grant, function, max_retries, num_returns, args, kwargs)
+        except Exception as err:
+            self._free(grant.slot, DirectOutcome.FAILED)
             if done is None:
                 raise
             done(False, err)
             return None
-        refs = out if num_returns > 1 else [out]
-        ray_task = refs[0].task_id().hex()
-        with self.lock:
-            self.live[ray_task] = grant.slot
         refs[-1].future().add_done_callback(
-            lambda future: self._ended(grant.slot, ray_task, refs, future, done))
-        return out
+            lambda future: self._ended(grant.slot, refs, future, done))
+        return refs if num_returns > 1 else refs[0]
 
-    def _placed(self, function: tuple[Any, dict[str, Any]], node: str, max_retries: int,
-                num_returns: int) -> Any:
-        """The function with a soft affinity to ``node`` and Ray's retries (module
-        docstring, "Retries")."""
-        return placed_on(self.placed, function, node, soft=True, max_retries=max_retries,
-                         num_returns=num_returns)
+    def _launch_chunk(self, grant: SlotGrant, tasks: list[Pending]) -> None:
+        """Launch waiting bulk calls of one function as one Ray task into ``grant``'s slot
+        (:mod:`psdsf_dist.admission.chunks`)."""
+        chunked = tasks[0].chunked
+        assert chunked is not None
+        try:
+            refs = self._submit(grant, chunked.function, tasks[0].function[1], 1,
+                                ([task.args for task in tasks],), {})
+        except Exception as err:
+            self._free(grant.slot, DirectOutcome.FAILED)
+            for task in tasks:
+                task.done(False, err)
+            return
+        refs[0].future().add_done_callback(
+            lambda future: self._chunk_ended(grant.slot, refs, tasks, chunked, future))
 
-    def _ended(self, slot: int, ray_task: str, refs: list[Any], future: Future[Any],
+    def _submit(self, grant: SlotGrant, function: tuple[Any, dict[str, Any]],
+                max_retries: int, num_returns: int, args: tuple[Any, ...],
+                kwargs: dict[str, Any]) -> list[Any]:
+        """One Ray task of ``function`` in ``grant``'s slot, with a soft affinity to its node
+        and Ray's retries (module docstring, "Retries"); its refs, known as live."""
+        placed = placed_on(self.placed, function, grant.node, soft=True,
+                           max_retries=max_retries, num_returns=num_returns)
+        out = placed.remote(*args, **{**kwargs, SLOT_KEYWORD: grant.slot})
+        refs = out if num_returns > 1 else [out]
+        with self.lock:
+            self.live[refs[0].task_id().hex()] = grant.slot
+        return refs
+
+    def _ended(self, slot: int, refs: list[Any], future: Future[Any],
                done: Callable[[bool, Any], None] | None) -> None:
         """A task's last ref is ready (a thread of Ray's): free its slot, tell its caller."""
         error = future.exception()
-        with self.lock:
-            self.live.pop(ray_task, None)
-            cancelled = ray_task in self.cancelling
-            self.cancelling.discard(ray_task)
-        if error is None or (isinstance(error, ray.exceptions.RayTaskError)
-                             and not isinstance(error, ray.exceptions.TaskCancelledError)):
-            outcome = DirectOutcome.CANCELLED if cancelled else DirectOutcome.COMPLETED
-        elif cancelled or isinstance(error, ray.exceptions.TaskCancelledError):
-            outcome = DirectOutcome.CANCELLED
-        else:
-            outcome = DirectOutcome.FAILED
-        with self.lock:
-            self.slots.ended(slot, outcome, time.time())
+        self._free(slot, self._outcome(refs, error))
         if done is not None:
             if len(refs) > 1:
                 done(True, Refs(refs))
@@ -184,6 +206,45 @@ class DirectLauncher:
             else:
                 done(False, error)
         self._launch_pending()
+
+    def _chunk_ended(self, slot: int, refs: list[Any], tasks: list[Pending], chunked: Chunked,
+                     future: Future[Any]) -> None:
+        """A chunk ended (a thread of Ray's): note its calls' time, free its slot, tell each
+        call's caller its outcome (a call's own error is its alone)."""
+        error = future.exception()
+        outcome = self._outcome(refs, error)
+        outcomes: list[tuple[bool, Any]] = []
+        if error is None:
+            outcomes, seconds = future.result()
+            with self.lock:
+                chunked.times.measured(len(tasks), seconds)
+        self._free(slot, outcome)
+        if error is None:
+            for task, (ok, value) in zip(tasks, outcomes, strict=True):
+                task.done(ok, value if ok else value.as_instanceof_cause())
+        else:
+            for task in tasks:
+                task.done(False, error)
+        self._launch_pending()
+
+    def _outcome(self, refs: list[Any], error: BaseException | None) -> DirectOutcome:
+        """How the Ray task of ``refs`` ended, given its error (None: its value); it is no
+        longer live."""
+        ray_task = refs[0].task_id().hex()
+        with self.lock:
+            self.live.pop(ray_task, None)
+            cancelled = ray_task in self.cancelling
+            self.cancelling.discard(ray_task)
+        if error is None or (isinstance(error, ray.exceptions.RayTaskError)
+                             and not isinstance(error, ray.exceptions.TaskCancelledError)):
+            return DirectOutcome.CANCELLED if cancelled else DirectOutcome.COMPLETED
+        if cancelled or isinstance(error, ray.exceptions.TaskCancelledError):
+            return DirectOutcome.CANCELLED
+        return DirectOutcome.FAILED
+
+    def _free(self, slot: int, outcome: DirectOutcome) -> None:
+        with self.lock:
+            self.slots.ended(slot, outcome, time.time())
 
     def cancel(self, ref: Any, force: bool) -> bool:
         """Cancel the task behind ``ref`` if it is one launched here (Ray's own cancel);
@@ -205,13 +266,31 @@ class DirectLauncher:
                 if self.stopped or not self.pending:
                     return
                 now = time.time()
-                grant = self.slots.take(now, now - self.pending[0].submitted)
+                tasks = self._next_tasks()
+                grant = self.slots.take(now, [now - task.submitted for task in tasks])
                 if grant is None:
                     return
-                task = self.pending.popleft()
+                for _ in tasks:
+                    self.pending.popleft()
                 self.slots.queued = len(self.pending)
-            function, max_retries, num_returns = task.function
-            self._launch(grant, function, max_retries, num_returns, task.args, {}, task.done)
+            if tasks[0].chunked is not None:
+                self._launch_chunk(grant, tasks)
+            else:
+                function, max_retries, num_returns = tasks[0].function
+                self._launch(grant, function, max_retries, num_returns, tasks[0].args, {},
+                             tasks[0].done)
+
+    def _next_tasks(self) -> list[Pending]:
+        """(Lock held.)  The waiting tasks the next launch runs: the first, and if it runs
+        in chunks, the calls of its function behind it, as many as :func:`~psdsf_dist.
+        admission.chunks.chunk_size` says."""
+        first = self.pending[0]
+        chunked = first.chunked
+        if chunked is None:
+            return [first]
+        size = chunk_size(len(self.pending), self.slots.held(), chunked.times.seconds)
+        return list(itertools.takewhile(lambda task: task.chunked is chunked,
+                                        itertools.islice(self.pending, size)))
 
     def _wake_exchange(self) -> None:
         """(Lock held.)  Exchange now, not at the end of the interval."""

@@ -57,6 +57,7 @@ import numpy as np
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from psdsf_dist.admission.chunks import CallTimes
 from psdsf_dist.admission.identity import TOKEN_ENV, TenantAuthError
 from psdsf_dist.admission.leases import LEASE_INTERVALS_PER_PERIOD
 from psdsf_dist.admission.shapes import (
@@ -72,7 +73,7 @@ from psdsf_dist.admission.shapes import (
     check_weight,
     task_shape,
 )
-from psdsf_dist.runtime.direct_launcher import DirectLauncher, Refs
+from psdsf_dist.runtime.direct_launcher import Chunked, DirectLauncher, Refs
 from psdsf_dist.runtime.messages import QueueStatus, TenantInfo
 from psdsf_dist.runtime.names import (
     DEFAULT_RUN_ID,
@@ -82,7 +83,7 @@ from psdsf_dist.runtime.names import (
     coordinator_name,
 )
 from psdsf_dist.runtime.tenant_queue import AllocatorGoneError, RemoteTenantQueue
-from psdsf_dist.runtime.tenant_worker import marked_actor, tenant_task
+from psdsf_dist.runtime.tenant_worker import marked_actor, tenant_chunk, tenant_task
 
 CONNECT_TIMEOUT = 30.0
 
@@ -128,6 +129,10 @@ class TenantFunction:
         self._preemptible = bool(options.get("preemptible", False))
         # a preemptible task is run again by its queue under the caller's ref: never direct
         self._direct = None if self._preemptible else tenant.direct
+        # a map's calls of a plain function with one value run in chunks (admission.chunks)
+        self._chunked = None if self._num_returns != 1 or inspect.iscoroutinefunction(
+            function) else Chunked((ray.remote(tenant_chunk(function, tenant.queue, tenant.user)),
+                                    self._function[1]), CallTimes())
         self.__name__ = getattr(function, "__name__", "task")
         self.__doc__ = function.__doc__
 
@@ -166,7 +171,8 @@ class TenantFunction:
         if self._direct is not None:
             items = [tuple(args) for args in zip(*iterables, strict=False)]
             return DirectTaskResults(self._direct, self._function, self._retries,
-                                     self._num_returns, items, batch, ordered=ordered)
+                                     self._num_returns, items, batch, ordered=ordered,
+                                     chunked=self._chunked)
         calls = [[[by_reference(a) for a in args], {}] for args in zip(*iterables, strict=False)]
         stream = None if not calls else self._queue.submit_many.options(
             num_returns="streaming").remote(self._key, calls, self._retries, batch,
@@ -238,13 +244,14 @@ class DirectTaskResults(TaskResults):
 
     def __init__(self, direct: DirectLauncher, function: tuple[Any, dict[str, Any]],
                  retries: int, num_returns: int, items: list[tuple[Any, ...]], batch: str,
-                 *, ordered: bool) -> None:
+                 *, ordered: bool, chunked: Chunked | None = None) -> None:
         super().__init__(None, None, batch, len(items), ordered=ordered)
         self._direct = direct
         self._ended: thread_queue.SimpleQueue[tuple[int, bool, Any]] = \
             thread_queue.SimpleQueue()
         if items:
-            direct.submit_many(function, retries, num_returns, items, batch, self._done)
+            direct.submit_many(function, retries, num_returns, items, batch, self._done,
+                               chunked)
 
     def _done(self, index: int, ok: bool, value: Any) -> None:
         self._ended.put((index, ok, value))

@@ -27,6 +27,8 @@ import contextlib
 import contextvars
 import functools
 import inspect
+import time
+import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,6 +88,47 @@ def tenant_task(function: Callable[..., Any], queue: Any,
             _leave(token, mark)
     tenant_task_body.__signature__ = _with_slot(function)  # type: ignore[attr-defined]
     return tenant_task_body
+
+
+def tenant_chunk(function: Callable[..., Any], queue: Any,
+                 user: str = "") -> Callable[..., tuple[list[tuple[bool, Any]], float]]:
+    """``function`` as the Ray task body of a chunk of a bulk submission's calls
+    (:mod:`psdsf_dist.admission.chunks`): it runs ``function(*args)`` for each ``args`` of
+    its ``calls`` in turn, as :func:`tenant_task` runs one, and returns each call's outcome —
+    ``(True, value)``, or ``(False, the RayTaskError Ray would have made of its exception)``,
+    so that one call's error ends only that call — and the calls' run time in seconds.  It
+    carries ``function``'s name, so Ray's task listings name the user's function."""
+    name = f"{getattr(function, '__module__', '')}.{getattr(function, '__qualname__', 'task')}"
+
+    @functools.wraps(function)
+    def tenant_chunk_body(calls: list[tuple[Any, ...]],
+                          **kwargs: Any) -> tuple[list[tuple[bool, Any]], float]:
+        token, mark = _enter(queue, user, kwargs.pop(SLOT_KEYWORD, None))
+        try:
+            return _run_calls(function, name, calls)
+        finally:
+            _leave(token, mark)
+    # Ray checks a call's arguments against this (``wraps`` would show ``function``'s)
+    tenant_chunk_body.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+        inspect.Parameter("calls", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        inspect.Parameter(SLOT_KEYWORD, inspect.Parameter.KEYWORD_ONLY, default=None)])
+    return tenant_chunk_body
+
+
+def _run_calls(function: Callable[..., Any], name: str,
+               calls: list[tuple[Any, ...]]) -> tuple[list[tuple[bool, Any]], float]:
+    """Run ``calls`` of ``function`` in turn (:func:`tenant_chunk`).  An exception of a call
+    becomes its outcome; what is not an ``Exception`` (Ray's cancel interrupts with
+    ``KeyboardInterrupt``, ``SystemExit``) ends the whole chunk, as it would end a task."""
+    out: list[tuple[bool, Any]] = []
+    start = time.perf_counter()
+    for args in calls:
+        try:
+            out.append((True, function(*args)))
+        except Exception as err:
+            out.append((False, ray.exceptions.RayTaskError(  # type: ignore[no-untyped-call]
+                name, traceback.format_exc(), err, proctitle=f"ray::{name.rsplit('.', 1)[-1]}")))
+    return out, time.perf_counter() - start
 
 
 def _with_slot(function: Callable[..., Any]) -> inspect.Signature:

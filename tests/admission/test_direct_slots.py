@@ -70,3 +70,18 @@ def test_a_late_reply_does_not_give_back_a_slot_returned_since() -> None:
     assert d.report(1.0).returned == (1,)  # idle
     d.granted(late, 1.1)
     assert d.slots == {} and d.take(1.2) is None
+
+
+def test_a_chunk_counts_as_one_task_per_call() -> None:
+    d = holding(SlotGrant(1, "a", "n-a", 10.0))
+    assert d.take(1.0, [0.5, 0.2, 0.1]) is not None
+    assert d.take(1.0) is None  # one Ray task in the slot
+    d.ended(1, DirectOutcome.COMPLETED, 1.3)
+    report = d.report(1.4)
+    assert report.launched == ((1, 0.5), (1, 0.2), (1, 0.1))
+    assert len(report.ended) == 3
+    assert all(slot == 1 and outcome is DirectOutcome.COMPLETED and abs(seconds - 0.1) < 1e-9
+               for slot, outcome, seconds in report.ended)  # a third of the chunk's time each
+    assert d.take(1.5) is not None  # one call again
+    d.ended(1, DirectOutcome.FAILED, 1.6)
+    assert len(d.report(1.7).ended) == 1

@@ -343,7 +343,7 @@ EVENT = st.one_of(
     st.tuples(st.just("preempt"), st.integers(0, 2), st.integers(0, 3), st.just(0)),
     st.tuples(st.just("block"), st.integers(0, 50), st.booleans(), st.just(0)),
     st.tuples(st.just("exchange"), st.integers(0, 4), st.integers(0, 3), st.just(0)),
-    st.tuples(st.just("direct"), st.integers(0, 3), st.just(False), st.just(0)),
+    st.tuples(st.just("direct"), st.integers(0, 3), st.just(False), st.integers(1, 4)),
     st.tuples(st.just("direct_end"), st.integers(0, 50), st.sampled_from(list(DirectOutcome)),
               st.just(0)),
 )
@@ -448,7 +448,7 @@ def test_never_more_running_than_leased_and_no_task_lost(events: list[tuple]) ->
             client.granted(s.direct_reply(now, 0.0), now)
         elif kind == "direct":
             for _ in range(a):
-                grant = client.take(now)
+                grant = client.take(now, [0.0] * c)  # a chunk of c calls
                 if grant is not None:  # only into a slot the queue holds for the client
                     assert grant.slot in s.tasks and s.tasks[grant.slot].delegated
                     assert grant.slot not in s.revoked

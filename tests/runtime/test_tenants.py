@@ -377,6 +377,37 @@ def test_a_bulk_submission_streams_its_values(run: Run) -> None:
     t.close()
 
 
+def test_short_bulk_calls_run_several_to_a_ray_task_each_with_its_own_outcome(run: Run) -> None:
+    t = Tenant.connect("chunks", run_id=RUN)
+
+    @t.remote(num_cpus=1)
+    def where(x: int) -> tuple[int, str]:
+        if x == 150:
+            raise ValueError(f"call {x} failed")
+        return x, ray.get_runtime_context().get_task_id() or ""
+
+    list(where.map(range(10)))  # its calls are measured: short
+    before = t.status()
+    results = where.map(range(300))
+    got, ray_tasks = [], set()
+    for i in range(300):
+        if i == 150:  # its error alone, at its place, as a task's would be
+            with pytest.raises(ValueError, match="call 150 failed") as err:
+                next(results)
+            assert isinstance(err.value, ray.exceptions.RayTaskError)
+            assert "where" in str(err.value) and "raise ValueError" in str(err.value)
+        else:
+            x, ray_task = next(results)
+            got.append(x)
+            ray_tasks.add(ray_task)
+    assert got == [x for x in range(300) if x != 150]
+    assert len(ray_tasks) < 100  # several calls to a Ray task
+    after = t.status()  # each call counted as one task of the queue
+    assert after.completed - before.completed == 300
+    assert after.admitted - before.admitted == 300 and after.failed == before.failed
+    t.close()
+
+
 def test_a_server_actor_kill_loses_no_queued_task(run: Run) -> None:
     t = Tenant.connect("sturdy", run_id=RUN)
 

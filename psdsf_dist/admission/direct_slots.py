@@ -110,8 +110,6 @@ class Slot:
     revoked: bool = False
     free_since: float = 0.0
     launched_at: float = 0.0
-    calls: int = 1
-    """Calls the Ray task running in it runs (several: a chunk)."""
 
 
 @dataclass
@@ -133,32 +131,35 @@ class DirectSlots:
     _ended: list[tuple[int, DirectOutcome, float]] = field(default_factory=list)
     _withdrawn: int = 0
 
-    def take(self, now: float, waited: Sequence[float] = (0.0,)) -> SlotGrant | None:
-        """A slot to launch one Ray task into now (marked busy), or None: the task goes
-        through the queue (a single call) or waits (a bulk one).  The Ray task runs one call
-        per entry of ``waited`` (a chunk of a bulk submission's calls:
-        :mod:`~psdsf_dist.admission.chunks`): seconds each waited in the client; each is
-        one task launched for the queue."""
+    def take(self, now: float, waited: float = 0.0) -> SlotGrant | None:
+        """A slot to launch one task into now (marked busy; ``waited``: seconds the task
+        waited in the client), or None: the task goes through the queue (a single call) or
+        waits (a bulk one)."""
         if self.gone is None:
             for slot in self.slots.values():
                 if not slot.busy and not slot.revoked and now < slot.grant.expires:
                     slot.busy = True
                     slot.launched_at = now
-                    slot.calls = len(waited)
-                    self._launched.extend((slot.grant.slot, w) for w in waited)
+                    self._launched.append((slot.grant.slot, waited))
                     return slot.grant
         return None
 
-    def ended(self, slot_id: int, outcome: DirectOutcome, now: float) -> None:
-        """The Ray task in ``slot_id`` ended (each of its calls with ``outcome``, their share
-        of its time each); the slot is free again."""
+    def ended(self, slot_id: int, outcome: DirectOutcome, now: float,
+              more: Sequence[float] = ()) -> None:
+        """The task in ``slot_id`` ended; the slot is free again.  A Ray task that ran a
+        chunk of a bulk submission's calls (:mod:`~psdsf_dist.admission.chunks`) was one task
+        when taken, its first call; ``more`` are the seconds its further calls waited in the
+        client, and each is one more task, launched and ended with ``outcome`` (calls are
+        counted when known to have run: a chunk may stop early and give the rest back to
+        wait).  Each call gets an equal share of the time."""
         slot = self.slots.get(slot_id)
         if slot is None or not slot.busy:
             return
         slot.busy = False
         slot.free_since = now
-        seconds = (now - slot.launched_at) / slot.calls
-        self._ended.extend((slot_id, outcome, seconds) for _ in range(slot.calls))
+        self._launched.extend((slot_id, w) for w in more)
+        seconds = (now - slot.launched_at) / (1 + len(more))
+        self._ended.extend((slot_id, outcome, seconds) for _ in range(1 + len(more)))
 
     def withdrawn(self, count: int) -> None:
         """``count`` tasks waiting in the client were withdrawn (their caller closed them)."""

@@ -119,9 +119,9 @@ class DirectLauncher:
     def submit_many(self, function: tuple[Any, dict[str, Any]], max_retries: int,
                     num_returns: int, calls: list[tuple[Any, ...]], batch: str,
                     done: Callable[[int, bool, Any], None],
-                    chunked: Chunked | None = None) -> None:
+                    chunked: list[Chunked | None] | None = None) -> None:
         """Queue a bulk submission's tasks here; ``done(index, ok, value)`` once each ends
-        (:class:`Pending`); with ``chunked``, they run in chunks."""
+        (:class:`Pending`); those ``chunked`` names (by index) run in chunks."""
         now = time.time()
         with self.lock:
             if self.slots.gone is not None:
@@ -131,7 +131,8 @@ class DirectLauncher:
                 return
             for index, args in enumerate(calls):
                 self.pending.append(Pending((function, max_retries, num_returns), args,
-                                            _bind(done, index), batch, now, chunked))
+                                            _bind(done, index), batch, now,
+                                            None if chunked is None else chunked[index]))
             self.slots.queued = len(self.pending)
             self._wake_exchange()
         self._launch_pending()
@@ -164,21 +165,21 @@ class DirectLauncher:
             lambda future: self._ended(grant.slot, refs, future, done))
         return refs if num_returns > 1 else refs[0]
 
-    def _launch_chunk(self, grant: SlotGrant, tasks: list[Pending]) -> None:
+    def _launch_chunk(self, grant: SlotGrant, tasks: list[Pending], now: float) -> None:
         """Launch waiting bulk calls of one function as one Ray task into ``grant``'s slot
-        (:mod:`psdsf_dist.admission.chunks`)."""
+        (:mod:`psdsf_dist.admission.chunks`) at ``now``."""
         chunked = tasks[0].chunked
         assert chunked is not None
         try:
             refs = self._submit(grant, chunked.function, tasks[0].function[1], 1,
                                 ([task.args for task in tasks],), {})
         except Exception as err:
-            self._free(grant.slot, DirectOutcome.FAILED)
+            self._free(grant.slot, DirectOutcome.FAILED, tasks, now)
             for task in tasks:
                 task.done(False, err)
             return
         refs[0].future().add_done_callback(
-            lambda future: self._chunk_ended(grant.slot, refs, tasks, chunked, future))
+            lambda future: self._chunk_ended(grant.slot, refs, tasks, chunked, now, future))
 
     def _submit(self, grant: SlotGrant, function: tuple[Any, dict[str, Any]],
                 max_retries: int, num_returns: int, args: tuple[Any, ...],
@@ -208,19 +209,24 @@ class DirectLauncher:
         self._launch_pending()
 
     def _chunk_ended(self, slot: int, refs: list[Any], tasks: list[Pending], chunked: Chunked,
-                     future: Future[Any]) -> None:
-        """A chunk ended (a thread of Ray's): note its calls' time, free its slot, tell each
-        call's caller its outcome (a call's own error is its alone)."""
+                     launched: float, future: Future[Any]) -> None:
+        """A chunk ended (a thread of Ray's): note its calls' time, give the calls it did not
+        run back to wait (first in line), free its slot, tell each call's caller its outcome
+        (a call's own error is its alone)."""
         error = future.exception()
         outcome = self._outcome(refs, error)
         outcomes: list[tuple[bool, Any]] = []
+        ran = tasks
         if error is None:
             outcomes, seconds = future.result()
+            ran = tasks[:len(outcomes)]
             with self.lock:
-                chunked.times.measured(len(tasks), seconds)
-        self._free(slot, outcome)
+                chunked.times.measured(len(ran), seconds)
+                self.pending.extendleft(reversed(tasks[len(ran):]))
+                self.slots.queued = len(self.pending)
+        self._free(slot, outcome, ran, launched)
         if error is None:
-            for task, (ok, value) in zip(tasks, outcomes, strict=True):
+            for task, (ok, value) in zip(ran, outcomes, strict=True):
                 task.done(ok, value if ok else value.as_instanceof_cause())
         else:
             for task in tasks:
@@ -242,9 +248,13 @@ class DirectLauncher:
             return DirectOutcome.CANCELLED
         return DirectOutcome.FAILED
 
-    def _free(self, slot: int, outcome: DirectOutcome) -> None:
+    def _free(self, slot: int, outcome: DirectOutcome, ran: list[Pending] | None = None,
+              launched: float = 0.0) -> None:
+        """The task in ``slot`` ended with ``outcome``; a chunk's further calls that ``ran``
+        (launched at ``launched``) count as tasks too (:meth:`DirectSlots.ended`)."""
+        more = [] if ran is None else [launched - task.submitted for task in ran[1:]]
         with self.lock:
-            self.slots.ended(slot, outcome, time.time())
+            self.slots.ended(slot, outcome, time.time(), more)
 
     def cancel(self, ref: Any, force: bool) -> bool:
         """Cancel the task behind ``ref`` if it is one launched here (Ray's own cancel);
@@ -267,14 +277,14 @@ class DirectLauncher:
                     return
                 now = time.time()
                 tasks = self._next_tasks()
-                grant = self.slots.take(now, [now - task.submitted for task in tasks])
+                grant = self.slots.take(now, now - tasks[0].submitted)
                 if grant is None:
                     return
                 for _ in tasks:
                     self.pending.popleft()
                 self.slots.queued = len(self.pending)
             if tasks[0].chunked is not None:
-                self._launch_chunk(grant, tasks)
+                self._launch_chunk(grant, tasks, now)
             else:
                 function, max_retries, num_returns = tasks[0].function
                 self._launch(grant, function, max_retries, num_returns, tasks[0].args, {},

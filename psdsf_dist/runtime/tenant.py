@@ -53,7 +53,6 @@ from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any, overload
 
-import numpy as np
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -73,6 +72,7 @@ from psdsf_dist.admission.shapes import (
     check_weight,
     task_shape,
 )
+from psdsf_dist.admission.values import is_large
 from psdsf_dist.runtime.direct_launcher import Chunked, DirectLauncher, Refs
 from psdsf_dist.runtime.messages import QueueStatus, TenantInfo
 from psdsf_dist.runtime.names import (
@@ -88,22 +88,11 @@ from psdsf_dist.runtime.tenant_worker import marked_actor, tenant_chunk, tenant_
 CONNECT_TIMEOUT = 30.0
 
 
-LARGE_ARGUMENT_BYTES = 100 * 1024
-"""An argument this large (a numpy array's data, bytes, a string) goes to the object store
-once, from the caller, and the queue passes its ref on (Ray's own limit for arguments sent
-inline): the queue never copies it."""
-
 def by_reference(value: Any) -> Any:
     """``value``, or its ObjectRef in the object store if it is large
-    (:data:`LARGE_ARGUMENT_BYTES`): Ray resolves a top-level ref for the task, so the task
-    sees the value either way."""
-    if isinstance(value, np.ndarray):
-        size = value.nbytes
-    elif isinstance(value, bytes | bytearray | memoryview | str):
-        size = len(value)
-    else:
-        return value
-    return ray.put(value) if size >= LARGE_ARGUMENT_BYTES else value
+    (:mod:`psdsf_dist.admission.values`): Ray resolves a top-level ref for the task, so the
+    task sees the value either way, and the queue never copies it."""
+    return ray.put(value) if is_large(value) else value
 
 
 def register(queue: Any, remote: Any, options: dict[str, Any]) -> str:
@@ -170,9 +159,12 @@ class TenantFunction:
         batch = f"{id(self):x}-{next(_BATCHES)}"
         if self._direct is not None:
             items = [tuple(args) for args in zip(*iterables, strict=False)]
+            # a call with a large argument runs alone (admission.values)
+            chunked = [None if any(is_large(a) for a in args) else self._chunked
+                       for args in items]
             return DirectTaskResults(self._direct, self._function, self._retries,
                                      self._num_returns, items, batch, ordered=ordered,
-                                     chunked=self._chunked)
+                                     chunked=chunked)
         calls = [[[by_reference(a) for a in args], {}] for args in zip(*iterables, strict=False)]
         stream = None if not calls else self._queue.submit_many.options(
             num_returns="streaming").remote(self._key, calls, self._retries, batch,
@@ -244,7 +236,7 @@ class DirectTaskResults(TaskResults):
 
     def __init__(self, direct: DirectLauncher, function: tuple[Any, dict[str, Any]],
                  retries: int, num_returns: int, items: list[tuple[Any, ...]], batch: str,
-                 *, ordered: bool, chunked: Chunked | None = None) -> None:
+                 *, ordered: bool, chunked: list[Chunked | None] | None = None) -> None:
         super().__init__(None, None, batch, len(items), ordered=ordered)
         self._direct = direct
         self._ended: thread_queue.SimpleQueue[tuple[int, bool, Any]] = \

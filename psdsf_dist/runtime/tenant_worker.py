@@ -36,6 +36,8 @@ from typing import Any
 
 import ray
 
+from psdsf_dist.admission.chunks import chunk_full
+from psdsf_dist.admission.values import known_bytes
 from psdsf_dist.runtime.running_marks import mark_end, mark_start
 
 SLOT_KEYWORD = "_psdsf_slot"
@@ -94,10 +96,12 @@ def tenant_chunk(function: Callable[..., Any], queue: Any,
                  user: str = "") -> Callable[..., tuple[list[tuple[bool, Any]], float]]:
     """``function`` as the Ray task body of a chunk of a bulk submission's calls
     (:mod:`psdsf_dist.admission.chunks`): it runs ``function(*args)`` for each ``args`` of
-    its ``calls`` in turn, as :func:`tenant_task` runs one, and returns each call's outcome —
-    ``(True, value)``, or ``(False, the RayTaskError Ray would have made of its exception)``,
-    so that one call's error ends only that call — and the calls' run time in seconds.  It
-    carries ``function``'s name, so Ray's task listings name the user's function."""
+    its ``calls`` in turn, as :func:`tenant_task` runs one, until the chunk is full
+    (:func:`~psdsf_dist.admission.chunks.chunk_full`), and returns the outcome of each call
+    it ran — ``(True, value)``, or ``(False, the RayTaskError Ray would have made of its
+    exception)``, so that one call's error ends only that call — and their run time in
+    seconds.  It carries ``function``'s name, so Ray's task listings name the user's
+    function."""
     name = f"{getattr(function, '__module__', '')}.{getattr(function, '__qualname__', 'task')}"
 
     @functools.wraps(function)
@@ -117,14 +121,20 @@ def tenant_chunk(function: Callable[..., Any], queue: Any,
 
 def _run_calls(function: Callable[..., Any], name: str,
                calls: list[tuple[Any, ...]]) -> tuple[list[tuple[bool, Any]], float]:
-    """Run ``calls`` of ``function`` in turn (:func:`tenant_chunk`).  An exception of a call
-    becomes its outcome; what is not an ``Exception`` (Ray's cancel interrupts with
-    ``KeyboardInterrupt``, ``SystemExit``) ends the whole chunk, as it would end a task."""
+    """Run ``calls`` of ``function`` in turn until the chunk is full (:func:`tenant_chunk`).
+    An exception of a call becomes its outcome; what is not an ``Exception`` (Ray's cancel
+    interrupts with ``KeyboardInterrupt``, ``SystemExit``) ends the whole chunk, as it would
+    end a task."""
     out: list[tuple[bool, Any]] = []
     start = time.perf_counter()
+    value_bytes = 0
     for args in calls:
+        if out and chunk_full(time.perf_counter() - start, value_bytes):
+            break
         try:
-            out.append((True, function(*args)))
+            value = function(*args)
+            value_bytes += known_bytes(value)
+            out.append((True, value))
         except Exception as err:
             out.append((False, ray.exceptions.RayTaskError(  # type: ignore[no-untyped-call]
                 name, traceback.format_exc(), err, proctitle=f"ray::{name.rsplit('.', 1)[-1]}")))

@@ -13,8 +13,10 @@ from psdsf_dist.admission.chunks import (
     GUIDED_FACTOR,
     SMOOTHING,
     CallTimes,
+    chunk_full,
     chunk_size,
 )
+from psdsf_dist.admission.values import LARGE_VALUE_BYTES
 
 
 @given(st.integers(0, 10_000), st.integers(0, 64),
@@ -47,3 +49,10 @@ def test_call_times_follow_the_newest_chunks() -> None:
     assert times.seconds == 0.001
     times.measured(2, 0.2)  # calls grew longer: the estimate moves toward them at once
     assert times.seconds == SMOOTHING * 0.1 + (1 - SMOOTHING) * 0.001
+
+
+def test_a_chunk_is_full_after_its_time_or_a_large_value() -> None:
+    assert not chunk_full(0.0, 0)
+    assert not chunk_full(CHUNK_SECONDS / 2, LARGE_VALUE_BYTES - 1)
+    assert chunk_full(CHUNK_SECONDS, 0)
+    assert chunk_full(0.0, LARGE_VALUE_BYTES)

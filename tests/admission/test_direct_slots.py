@@ -72,13 +72,14 @@ def test_a_late_reply_does_not_give_back_a_slot_returned_since() -> None:
     assert d.slots == {} and d.take(1.2) is None
 
 
-def test_a_chunk_counts_as_one_task_per_call() -> None:
+def test_a_chunk_counts_as_one_task_per_call_that_ran() -> None:
     d = holding(SlotGrant(1, "a", "n-a", 10.0))
-    assert d.take(1.0, [0.5, 0.2, 0.1]) is not None
+    assert d.take(1.0, 0.5) is not None
     assert d.take(1.0) is None  # one Ray task in the slot
-    d.ended(1, DirectOutcome.COMPLETED, 1.3)
+    assert d.report(1.1).launched == ((1, 0.5),)  # its first call: launched
+    d.ended(1, DirectOutcome.COMPLETED, 1.3, more=[0.2, 0.1])  # two more calls ran in it
     report = d.report(1.4)
-    assert report.launched == ((1, 0.5), (1, 0.2), (1, 0.1))
+    assert report.launched == ((1, 0.2), (1, 0.1))
     assert len(report.ended) == 3
     assert all(slot == 1 and outcome is DirectOutcome.COMPLETED and abs(seconds - 0.1) < 1e-9
                for slot, outcome, seconds in report.ended)  # a third of the chunk's time each

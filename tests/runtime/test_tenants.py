@@ -405,6 +405,20 @@ def test_short_bulk_calls_run_several_to_a_ray_task_each_with_its_own_outcome(ru
     after = t.status()  # each call counted as one task of the queue
     assert after.completed - before.completed == 300
     assert after.admitted - before.admitted == 300 and after.failed == before.failed
+
+    @t.remote(num_cpus=1)
+    def uneven(x: int) -> tuple[int, str, Any]:
+        if x % 40 == 39:
+            time.sleep(0.1)  # longer than a chunk: its chunk ends after it
+        size = 200_000 if 100 <= x < 110 else 1  # a large value: its chunk ends after it
+        return x, ray.get_runtime_context().get_task_id() or "", np.zeros(size, np.uint8)
+
+    out = list(uneven.map(range(200)))
+    assert [x for x, _, _ in out] == list(range(200))  # the calls a chunk did not run ran later
+    chunk_of = {x: task for x, task, _ in out}
+    assert all(chunk_of[x] != chunk_of[x + 1] for x in range(39, 199, 40))
+    assert all(chunk_of[x] != chunk_of[x + 1] for x in range(100, 110))
+    assert t.status().completed - after.completed == 200
     t.close()
 
 

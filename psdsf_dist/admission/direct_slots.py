@@ -45,6 +45,9 @@ from dataclasses import dataclass, field
 
 RETURN_IDLE_INTERVALS = 1.0
 """A delegated slot free for this many lease intervals goes back to the queue."""
+EXCHANGE_TIMEOUT_INTERVALS = 40.0
+"""An exchange unanswered for this many lease intervals is given up (the queue is stuck or
+gone): the client launches nothing more and its waiting tasks fail."""
 
 
 class DirectOutcome(enum.Enum):
@@ -124,9 +127,10 @@ class DirectSlots:
     turned_away: int = 0
     """Single calls that found no slot since the last report (they went through the queue)."""
     gone: str | None = None
-    given_back: set[int] = field(default_factory=set)
-    """Slots returned: a reply to an earlier exchange, answered before the queue had them
-    back, may still list them (two exchanges can be in flight: :meth:`granted`)."""
+    given_back: dict[int, float] = field(default_factory=dict)
+    """Slots returned, and when: a reply to an earlier exchange, answered before the queue had
+    them back, may still list them (several exchanges can be in flight: :meth:`granted`).
+    Kept for :data:`EXCHANGE_TIMEOUT_INTERVALS`: no reply comes later than that."""
     _launched: list[tuple[int, float]] = field(default_factory=list)
     _ended: list[tuple[int, DirectOutcome, float]] = field(default_factory=list)
     _withdrawn: int = 0
@@ -182,7 +186,9 @@ class DirectSlots:
             and self.queued == 0)))
         for i in back:
             del self.slots[i]
-        self.given_back.update(back)
+        self.given_back = {i: t for i, t in self.given_back.items()
+                           if now - t <= EXCHANGE_TIMEOUT_INTERVALS * self.interval}
+        self.given_back.update((i, now) for i in back)
         out = DirectReport(self.wanted(), self.queued if self.gone is None else 0, back,
                            tuple(self._launched), tuple(self._ended),
                            tuple((i, now - s.launched_at) for i, s in self.slots.items()
@@ -216,5 +222,5 @@ class DirectSlots:
                     or self._ended or self._withdrawn)
 
 
-__all__ = ["RETURN_IDLE_INTERVALS", "DirectOutcome", "DirectReply", "DirectReport",
-           "DirectSlots", "Slot", "SlotGrant"]
+__all__ = ["EXCHANGE_TIMEOUT_INTERVALS", "RETURN_IDLE_INTERVALS", "DirectOutcome",
+           "DirectReply", "DirectReport", "DirectSlots", "Slot", "SlotGrant"]

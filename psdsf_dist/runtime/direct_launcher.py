@@ -39,14 +39,15 @@ from typing import Any
 import ray
 
 from psdsf_dist.admission.chunks import CallTimes, chunk_size
-from psdsf_dist.admission.direct_slots import DirectOutcome, DirectSlots, SlotGrant
+from psdsf_dist.admission.direct_slots import (
+    EXCHANGE_TIMEOUT_INTERVALS,
+    DirectOutcome,
+    DirectSlots,
+    SlotGrant,
+)
 from psdsf_dist.admission.tenant_queue_state import AllocatorGoneError
 from psdsf_dist.runtime.task_runner import placed_on
 from psdsf_dist.runtime.tenant_worker import SLOT_KEYWORD
-
-EXCHANGE_TIMEOUT_INTERVALS = 40.0
-"""An exchange unanswered this long is given up (the queue is stuck or gone): the client
-launches nothing more and its waiting tasks fail."""
 
 
 @dataclass(frozen=True)

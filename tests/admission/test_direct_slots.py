@@ -4,6 +4,7 @@ back when idle, revoked or expired; every launch and end reported once."""
 from __future__ import annotations
 
 from psdsf_dist.admission.direct_slots import (
+    EXCHANGE_TIMEOUT_INTERVALS,
     RETURN_IDLE_INTERVALS,
     DirectOutcome,
     DirectReply,
@@ -86,3 +87,13 @@ def test_a_chunk_counts_as_one_task_per_call_that_ran() -> None:
     assert d.take(1.5) is not None  # one call again
     d.ended(1, DirectOutcome.FAILED, 1.6)
     assert len(d.report(1.7).ended) == 1
+
+
+def test_a_returned_slot_is_never_taken_again_and_forgotten_once_no_reply_can_name_it() -> None:
+    d = holding(SlotGrant(1, "a", "n-a", 10.0))
+    assert d.report(RETURN_IDLE_INTERVALS * INTERVAL + 0.01).returned == (1,)  # idle
+    d.granted(DirectReply((SlotGrant(1, "a", "n-a", 10.0),), (), None), 1.0)  # a late reply
+    assert d.slots == {}
+    late = EXCHANGE_TIMEOUT_INTERVALS * INTERVAL + 1.0
+    d.report(late)
+    assert d.given_back == {}  # no exchange is answered that late: nothing to remember

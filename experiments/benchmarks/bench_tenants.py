@@ -62,7 +62,8 @@ queue has two for a moment), PS-DSF and plain Ray alternating, ``--runs`` runs e
       running one: whether the queued one ever started, and how long the running one took
       to stop (from ``ray.cancel`` to ``ray.get`` raising; its marker file shows it never
       reached its end);
-    * a 100 MB numpy argument (the task returns its sum), and a 100 MB result: wall time;
+    * a 100 MB numpy argument (the task returns its sum), and a 100 MB result: wall time
+      (per run, the median of :data:`LARGE_CALLS` calls);
     * the overhead rows above (empty tasks with ``map``, 100 ms tasks, latency);
     * restart: a driver that started the allocator is killed with SIGKILL, and a new
       allocator of the same name started at once: seconds from the kill to a reconnected
@@ -610,6 +611,10 @@ def array_of(mb: int) -> np.ndarray:
     return np.ones(mb * 2**20 // 8)
 
 
+LARGE_CALLS = 5
+"""Calls with a 100 MB argument (and result) per run; the run's figure is their median."""
+
+
 def timed(call: Callable[[], Any]) -> float:
     t0 = time.perf_counter()
     call()
@@ -739,10 +744,18 @@ def semantics_on(address: str, runs: int) -> tuple[dict[str, list[float]],
                 print(f"semantics run {k + 1} of {runs} ...", flush=True)
                 note("nested_psdsf", nested_seconds(outer))
                 note("nested_plain", nested_seconds(plain_outer))
-                note("arg100_psdsf", timed(lambda: ray.get(tenant_sum.remote(big))))
-                note("arg100_plain", timed(lambda: ray.get(plain_sum.remote(big))))
-                note("ret100_psdsf", timed(lambda: ray.get(tenant_array.remote(100))))
-                note("ret100_plain", timed(lambda: ray.get(plain_array.remote(100))))
+                # one call is a noisy sample (plain Ray's own vary 7x): the median of a few,
+                # PS-DSF and plain Ray alternating
+                samples: dict[str, list[float]] = {}
+                for _ in range(LARGE_CALLS):
+                    for key, call in (
+                            ("arg100_psdsf", lambda: ray.get(tenant_sum.remote(big))),
+                            ("arg100_plain", lambda: ray.get(plain_sum.remote(big))),
+                            ("ret100_psdsf", lambda: ray.get(tenant_array.remote(100))),
+                            ("ret100_plain", lambda: ray.get(plain_array.remote(100)))):
+                        samples.setdefault(key, []).append(timed(call))
+                for key, values in samples.items():
+                    note(key, statistics.median(values))
         t.close()
     finally:
         run.stop()

@@ -74,6 +74,9 @@ class Pending:
     submitted: float
     chunked: Chunked | None = None
     """Set: it runs in a chunk with the calls of the same function waiting behind it."""
+    withdrawn: bool = False
+    """Its batch was withdrawn while it was in a running chunk: if the chunk does not run it,
+    it does not wait again."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,8 @@ class DirectLauncher:
         self.live: dict[str, int] = {}
         """A launched task's Ray task id -> its slot (to cancel it, :meth:`cancel`)."""
         self.cancelling: set[str] = set()
+        self.in_chunks: dict[int, list[Pending]] = {}
+        """A running chunk's slot -> its calls."""
         self.stopped = False
         self.wake = False
         self.exchanges = threading.Thread(target=self._exchange_loop, daemon=True,
@@ -139,8 +144,11 @@ class DirectLauncher:
         self._launch_pending()
 
     def drop(self, batch: str) -> int:
-        """Withdraw the tasks of ``batch`` still waiting here; how many."""
+        """Withdraw the tasks of ``batch`` still waiting here; how many.  Those in running
+        chunks are withdrawn if their chunk does not run them (:meth:`_chunk_ended`)."""
         with self.lock:
+            for task in itertools.chain.from_iterable(self.in_chunks.values()):
+                task.withdrawn = task.withdrawn or task.batch == batch
             kept = deque(p for p in self.pending if p.batch != batch)
             dropped = len(self.pending) - len(kept)
             self.pending = kept
@@ -171,10 +179,14 @@ class DirectLauncher:
         (:mod:`psdsf_dist.admission.chunks`) at ``now``."""
         chunked = tasks[0].chunked
         assert chunked is not None
+        with self.lock:
+            self.in_chunks[grant.slot] = tasks
         try:
             refs = self._submit(grant, chunked.function, tasks[0].function[1], 1,
                                 ([task.args for task in tasks],), {})
         except Exception as err:
+            with self.lock:
+                self.in_chunks.pop(grant.slot, None)
             self._free(grant.slot, DirectOutcome.FAILED, tasks, now)
             for task in tasks:
                 task.done(False, err)
@@ -212,19 +224,25 @@ class DirectLauncher:
     def _chunk_ended(self, slot: int, refs: list[Any], tasks: list[Pending], chunked: Chunked,
                      launched: float, future: Future[Any]) -> None:
         """A chunk ended (a thread of Ray's): note its calls' time, give the calls it did not
-        run back to wait (first in line), free its slot, tell each call's caller its outcome
-        (a call's own error is its alone)."""
+        run back to wait (first in line; withdrawn if their batch was, failed if the queue is
+        gone), free its slot, tell each call's caller its outcome (a call's own error is its
+        alone)."""
         error = future.exception()
         outcome = self._outcome(refs, error)
         outcomes: list[tuple[bool, Any]] = []
         ran = tasks
-        if error is None:
-            outcomes, seconds = future.result()
-            ran = tasks[:len(outcomes)]
-            with self.lock:
+        with self.lock:
+            self.in_chunks.pop(slot, None)
+            if error is None:
+                outcomes, seconds = future.result()
+                ran = tasks[:len(outcomes)]
                 chunked.times.measured(len(ran), seconds)
-                self.pending.extendleft(reversed(tasks[len(ran):]))
+                back = [task for task in tasks[len(ran):] if not task.withdrawn]
+                self.slots.withdrawn(len(tasks) - len(ran) - len(back))
+                self.pending.extendleft(reversed(back))
                 self.slots.queued = len(self.pending)
+                if self.slots.gone is not None:
+                    self._fail_pending(self.slots.gone)
         self._free(slot, outcome, ran, launched)
         if error is None:
             for task, (ok, value) in zip(ran, outcomes, strict=True):

@@ -419,6 +419,21 @@ def test_short_bulk_calls_run_several_to_a_ray_task_each_with_its_own_outcome(ru
     assert all(chunk_of[x] != chunk_of[x + 1] for x in range(39, 199, 40))
     assert all(chunk_of[x] != chunk_of[x + 1] for x in range(100, 110))
     assert t.status().completed - after.completed == 200
+
+    @t.remote(num_cpus=1)
+    def slower(x: int) -> int:
+        time.sleep(0.0 if x < 20 else 0.03)  # chunks sized for the first calls stop early
+        return x
+
+    before = t.status()
+    with slower.map_unordered(range(400)) as results:
+        for _ in range(30):
+            next(results)
+    assert wait_for(lambda: sum(t.status().running.values()) == 0, 5.0)
+    after = t.status()  # each call ran or was withdrawn, once: none lost, none left waiting
+    assert after.admitted - before.admitted + after.withdrawn - before.withdrawn == 400
+    assert after.completed - before.completed == after.admitted - before.admitted
+    assert after.queued == 0 and after.failed == before.failed
     t.close()
 
 

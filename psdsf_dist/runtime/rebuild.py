@@ -25,12 +25,11 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from psdsf_dist.protocol.convergence import Observation
 from psdsf_dist.protocol.gossip import incarnation_of, server_of
 from psdsf_dist.protocol.membership import Table
-from psdsf_dist.runtime.messages import ActorState
+from psdsf_dist.runtime.messages import ActorState, Notes
 
 
 class NothingToRebuildError(RuntimeError):
@@ -53,7 +52,7 @@ class Rebuilt:
     unreachable: tuple[str, ...]
     """Actors that did not answer: to be ended."""
     incarnations: dict[str, int]
-    notes: dict[str, Any]
+    notes: Notes
     observations: tuple[Observation, ...]
     journaled: dict[str, int]
     """Actor -> how many observations its journal copy holds."""
@@ -74,7 +73,7 @@ def rebuild_state(answers: Mapping[str, ActorState | BaseException],
     hosted: list[Hosted] = []
     unreachable: list[str] = []
     incarnations: dict[str, int] = {}
-    notes: dict[str, Any] = {}
+    notes: Notes = {}
     observations: tuple[Observation, ...] = ()
     journaled: dict[str, int] = {}
     started_at: float | None = None

@@ -7,7 +7,7 @@ import pytest
 from psdsf_dist.model.scenario import load_scenario
 from psdsf_dist.protocol.convergence import Observation
 from psdsf_dist.protocol.membership import ChurnState, Table
-from psdsf_dist.runtime.messages import ActorState, HostedState
+from psdsf_dist.runtime.messages import ActorState, HostedState, Notes
 from psdsf_dist.runtime.rebuild import NothingToRebuildError, rebuild_state
 from tests.conftest import SMALL_CLUSTER
 
@@ -27,9 +27,9 @@ def observation(k: int) -> Observation:
 
 def actor(servers: list[tuple[str, Table | None, int]], *, origins: tuple[str, ...] = (),
           journal: int = 0, node: str = "n1", time: float | None = None,
-          notes: dict[str, object] | None = None) -> ActorState:
+          notes: Notes | None = None) -> ActorState:
     return ActorState(tuple(HostedState(n, t, i, 100.0) for n, t, i in servers), origins,
-                      dict(notes or {}), tuple(observation(k) for k in range(journal)), node,
+                      notes or {}, tuple(observation(k) for k in range(journal)), node,
                       time)
 
 

@@ -100,8 +100,8 @@ import contextlib
 import contextvars
 import functools
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import cast
 
 import ray
 
@@ -119,9 +119,17 @@ from psdsf_dist.admission.tenant_queue_state import (
 )
 from psdsf_dist.observability.tenant_metrics import TenantMetrics
 from psdsf_dist.runtime.clock import WallClock
-from psdsf_dist.runtime.messages import QueueStatus, TenantReply
-from psdsf_dist.runtime.names import NAMESPACE, coordinator_name
-from psdsf_dist.runtime.task_runner import TaskCall, TaskRunner
+from psdsf_dist.runtime.handles import (
+    CoordinatorHandle,
+    QueueHandle,
+    ServerHandle,
+    actor_class,
+    named_actor,
+    this_actor,
+)
+from psdsf_dist.runtime.messages import QueueStatus
+from psdsf_dist.runtime.names import coordinator_name
+from psdsf_dist.runtime.task_runner import Registered, TaskCall, TaskRunner
 
 ASK_TIMEOUT_INTERVALS = 4.0
 """An ask unanswered this long is given up and asked again (a late answer still counts from
@@ -147,9 +155,9 @@ class TenantQueue:
         self.metrics = TenantMetrics(user)
         self.runner = TaskRunner(self.state, self.clock, self.metrics, period)
         """Launches and watches the tasks; ``runner.tasks`` holds what Ray needs of each."""
-        self.handles: dict[str, Any] = {}
+        self.handles: dict[str, ServerHandle] = {}
         """Server name -> its actor handle."""
-        self.functions: dict[str, tuple[Any, dict[str, Any]]] = {}
+        self.functions: dict[str, Registered] = {}
         """Registered key -> a Ray remote function (or actor class) and its options
         (:meth:`register`)."""
         self.by_key: dict[str, int] = {}
@@ -164,28 +172,28 @@ class TenantQueue:
         """Start the report and ask loops (the client waits for this at connect)."""
         if not self.loops:
             loop = asyncio.get_running_loop()
-            self.coordinator = ray.get_actor(coordinator_name(self.run_id), namespace=NAMESPACE)
-            self.handle = ray.get_runtime_context().current_actor
+            self.coordinator = named_actor(coordinator_name(self.run_id), CoordinatorHandle)
+            self.handle = this_actor(QueueHandle)
             self.loops = [loop.create_task(self._report_loop()),
                           loop.create_task(self._ask_loop())]
 
     # -- the caller's side --------------------------------------------------------------------
-    async def register(self, key: str, function: tuple[Any, dict[str, Any]]) -> None:
+    async def register(self, key: str, function: Registered) -> None:
         """Keep a remote function (or actor class) and its options under ``key``, for the
         calls that name it.  The client registers each when it is declared, so that a call
         carries a key rather than an ObjectRef of the function, which would make every call
         a borrow of that object (Ray's reference counting: docs/tenants.md, "Latency")."""
         self.functions[key] = function
 
-    def _registered(self, key: str) -> tuple[Any, dict[str, Any]]:
+    def _registered(self, key: str) -> Registered:
         function = self.functions.get(key)
         if function is None:
             raise TenantRefusedError(f"user {self.user!r}: no function registered as {key!r} "
                                      "with this queue (declare it with this tenant)")
         return function
 
-    async def submit(self, key: str, call: list[Any], max_retries: int,
-                     num_returns: int = 1, preemptible: bool = False) -> Any:
+    async def submit(self, key: str, call: Sequence[object], max_retries: int,
+                     num_returns: int = 1, preemptible: bool = False) -> object:
         """Queue one task of the function registered as ``key`` and return its value — a
         tuple of ``num_returns`` values when more than one (call it with that
         ``num_returns``).  ``call`` holds the arguments, boxed so that Ray does not resolve
@@ -200,11 +208,10 @@ class TenantQueue:
         if self.state.gone is not None:
             raise AllocatorGoneError(self.state.gone)
         function = self._registered(key)
-        args, kwargs = call
-        result: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        args, kwargs = unboxed(call)
+        result: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         task_id = self.state.new_task(max_retries, self.clock.now(), preemptible=preemptible)
-        self.runner.tasks[task_id] = TaskCall(function, tuple(args), dict(kwargs), result,
-                                              num_returns)
+        self.runner.tasks[task_id] = TaskCall(function, args, kwargs, result, num_returns)
         call_id = ray.get_runtime_context().get_task_id()
         if call_id is not None:
             self.by_key[call_id] = task_id
@@ -220,17 +227,17 @@ class TenantQueue:
             if call_id is not None:
                 self.by_key.pop(call_id, None)
 
-    async def create_actor(self, key: str, call: list[Any]) -> Any:
+    async def create_actor(self, key: str, call: Sequence[object]) -> object:
         """Queue the creation of one of the tenant's actors (``key``: its Ray actor class and
         options, registered) and return its handle once it is admitted and constructed — or
         raise its constructor's error.  See "Actors"."""
         if self.state.gone is not None:
             raise AllocatorGoneError(self.state.gone)
         cls = self._registered(key)
-        args, kwargs = call
-        result: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        args, kwargs = unboxed(call)
+        result: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         task_id = self.state.new_task(0, self.clock.now(), actor=True)
-        self.runner.tasks[task_id] = TaskCall(cls, tuple(args), dict(kwargs), result, actor=True)
+        self.runner.tasks[task_id] = TaskCall(cls, args, kwargs, result, actor=True)
         self._submit([task_id])
         return await result
 
@@ -244,17 +251,17 @@ class TenantQueue:
         self.runner.cancel(task_id, force=force)
         return True
 
-    async def submit_many(self, key: str, calls: list[Any], max_retries: int,
+    async def submit_many(self, key: str, calls: Sequence[Sequence[object]], max_retries: int,
                           batch: str, num_returns: int = 1, preemptible: bool = False,
-                          ) -> AsyncIterator[list[tuple[int, bool, Any]]]:
+                          ) -> AsyncIterator[list[tuple[int, bool, object]]]:
         """Queue one task per ``(args, kwargs)`` of ``calls`` (in that order) and stream their
         outcomes as they end: each item is a list of ``(index, ok, value)`` — the value, or
         the error ``ray.get`` would raise — for every task of the batch that ended since the
         last item.  Call it with ``num_returns="streaming"``.  :meth:`drop` withdraws what is
         still queued of ``batch`` (it then ends with the running tasks)."""
         loop = asyncio.get_running_loop()
-        ended: asyncio.Queue[tuple[int, asyncio.Future[Any]]] = asyncio.Queue()
-        futures: list[asyncio.Future[Any]] = [loop.create_future() for _ in calls]
+        ended: asyncio.Queue[tuple[int, asyncio.Future[object]]] = asyncio.Queue()
+        futures: list[asyncio.Future[object]] = [loop.create_future() for _ in calls]
         for index, future in enumerate(futures):
             future.add_done_callback(functools.partial(_put_ended, ended, index))
         if self.state.gone is not None:
@@ -264,11 +271,12 @@ class TenantQueue:
             function = self._registered(key)
             now = self.clock.now()
             ids = []
-            for (args, kwargs), future in zip(calls, futures, strict=True):
+            for call, future in zip(calls, futures, strict=True):
+                args, kwargs = unboxed(call)
                 task_id = self.state.new_task(max_retries, now, batch=batch,
                                               preemptible=preemptible)
-                self.runner.tasks[task_id] = TaskCall(function, tuple(args), dict(kwargs),
-                                                      future, num_returns)
+                self.runner.tasks[task_id] = TaskCall(function, args, kwargs, future,
+                                                      num_returns)
                 ids.append(task_id)
             self._submit(ids)
         left = len(futures)
@@ -388,7 +396,7 @@ class TenantQueue:
         backlog = self.state.report_backlog(self.clock.now())
         silence = ALLOCATOR_SILENCE_PERIODS * self.period
         try:
-            reply: TenantReply = await asyncio.wait_for(
+            reply = await asyncio.wait_for(
                 self.coordinator.tenant_report.remote(self.user, self.demand, self.weight,
                                                       backlog, self.handle, self.token),
                 silence)
@@ -443,12 +451,19 @@ class TenantQueue:
             self.slots_changed.set()
 
 
-def _put_ended(ended: asyncio.Queue[tuple[int, asyncio.Future[Any]]], index: int,
-               future: asyncio.Future[Any]) -> None:
+def unboxed(call: Sequence[object]) -> tuple[tuple[object, ...], dict[str, object]]:
+    """A call's arguments as the client boxes them — ``[args, kwargs]``, so that Ray does not
+    resolve them here (the task itself gets them) — as a task takes them."""
+    args, kwargs = cast(tuple[Sequence[object], Mapping[str, object]], call)
+    return tuple(args), dict(kwargs)
+
+
+def _put_ended(ended: asyncio.Queue[tuple[int, asyncio.Future[object]]], index: int,
+               future: asyncio.Future[object]) -> None:
     ended.put_nowait((index, future))
 
 
-RemoteTenantQueue: Any = ray.remote(TenantQueue)
+RemoteTenantQueue = actor_class(TenantQueue, QueueHandle)
 
 __all__ = ["AllocatorGoneError", "RemoteTenantQueue", "ShapeError",
            "TaskCancelledError", "TaskWithdrawnError", "TenantQueue", "TenantRefusedError"]

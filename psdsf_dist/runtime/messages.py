@@ -7,6 +7,7 @@ frozen dataclasses and typed dicts, no Ray: any process may import them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypedDict
 
@@ -136,6 +137,18 @@ class ActorState:
     node: str
     time: float | None
     """Its clock (None: not started); a manual clock's time is only known to the actors."""
+
+    @classmethod
+    def of(cls, hosted: Mapping[str, ServerNode | None], started_at: float, notes: Notes,
+           journal: Sequence[Observation], node: str, time: float | None) -> ActorState:
+        """The state of an actor hosting the servers ``hosted`` (None: not started since the
+        actor (re)started): each one's table and incarnation, and every origin their gossip
+        knows of."""
+        servers = tuple(HostedState(n, None, -1, started_at) if h is None
+                        else HostedState(n, h.table, h.incarnation, started_at)
+                        for n, h in hosted.items())
+        origins = {o for h in hosted.values() if h is not None for o in h.gossip.versions()}
+        return cls(servers, tuple(sorted(origins)), notes.copy(), tuple(journal), node, time)
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ import ray
 from psdsf_dist.admission.identity import token_ok
 from psdsf_dist.admission.leases import Lease
 from psdsf_dist.admission.server_admission import ServerAdmission
-from psdsf_dist.admission.unmanaged import UnmanagedEstimate, node_sample
+from psdsf_dist.admission.unmanaged import UnmanagedEstimate
 from psdsf_dist.protocol.convergence import Observation
 from psdsf_dist.protocol.gossip import server_of
 from psdsf_dist.protocol.membership import Table
@@ -52,7 +52,6 @@ from psdsf_dist.runtime.handles import CoordinatorHandle, ServerHandle, actor_cl
 from psdsf_dist.runtime.messages import (
     ActorState,
     ActorStatus,
-    HostedState,
     Notes,
     ServerReport,
     hosted_status,
@@ -183,11 +182,9 @@ class ServerActor:
         A server not running here, or a call without ``user``'s token in a run with a tenant
         policy, is answered with no slots (and records no claim)."""
         slot = self.slots.get(server)
-        ttl = ServerAdmission.ttl_of(self.config.period)
-        if not token_ok(self.tenant_secret, user, token):
-            return Lease(server, user, 0, ttl, 0)
-        if slot is None or slot.node is None or self.clock is None or not slot.running:
-            return Lease(server, user, 0, ttl, 0)
+        if not token_ok(self.tenant_secret, user, token) or slot is None or slot.node is None \
+                or self.clock is None or not slot.running:
+            return Lease(server, user, 0, ServerAdmission.ttl_of(self.config.period), 0)
         node = slot.node
         scenario = node.table.scenario
         now = self.clock.now()
@@ -223,13 +220,11 @@ class ServerActor:
         estimate = self.unmanaged_estimates.get(server)
         if estimate is None:
             estimate = self.unmanaged_estimates[server] = UnmanagedEstimate(capacity)
-        reported = book.running() if book is not None else {}
-        marked = running_per_user(node_id)
-        usage = estimate.observe(node_sample(
-            capacity, np.array([free[r] for r in scenario.resources]), scenario.user_index,
-            np.asarray(scenario.demand), reported, marked,
-            book.overdue() if book is not None else {},
-            estimate.congested(self.clock.now(), reported, marked)))
+        usage = estimate.measure(
+            self.clock.now(), capacity, np.array([free[r] for r in scenario.resources]),
+            scenario.user_index, np.asarray(scenario.demand),
+            book.running() if book is not None else {}, running_per_user(node_id),
+            book.overdue() if book is not None else {})
         return {r: float(v) for r, v in zip(scenario.resources, usage, strict=True)}
 
     async def release(self, server: str, user: str, token: str | None = None) -> None:
@@ -288,15 +283,9 @@ class ServerActor:
 
     async def state(self) -> ActorState:
         """What a restarted coordinator rebuilds its state from."""
-        servers = tuple(
-            HostedState(n, None, -1, self.started_at) if s.node is None
-            else HostedState(n, s.node.table, s.node.incarnation, self.started_at)
-            for n, s in self.slots.items())
-        origins = {o for s in self.slots.values() if s.node is not None
-                   for o in s.node.gossip.versions()}
-        return ActorState(servers, tuple(sorted(origins)), self.notes.copy(), tuple(self.journal),
-                          ray.get_runtime_context().get_node_id(),
-                          None if self.clock is None else self.clock.now())
+        return ActorState.of({n: s.node for n, s in self.slots.items()}, self.started_at,
+                             self.notes, self.journal, ray.get_runtime_context().get_node_id(),
+                             None if self.clock is None else self.clock.now())
 
     # -- messages from peers --------------------------------------------------------------------
     async def deliver_batch(self, payload: bytes) -> bytes:

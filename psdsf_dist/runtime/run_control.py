@@ -169,10 +169,7 @@ class RunControl:
         """Rebuild the state from the server actors' (:mod:`psdsf_dist.runtime.rebuild`)."""
         pool = self.pool
         found = pool.find_actors()
-        states = await asyncio.gather(*(pool.call(h.state.remote()) for h in found.values()),
-                                      return_exceptions=True)
-        got = rebuild_state(dict(zip(found, states, strict=True)), pool.pinned,
-                            await alive_nodes())
+        got = rebuild_state(await pool.states(found), pool.pinned, await alive_nodes())
         pool.adopt(found, got)
         self.observations = list(got.observations)
         if isinstance(self.clock, ManualClock):
@@ -183,11 +180,9 @@ class RunControl:
         _, self.events = ChurnState.start(self.scenario)
         await self.push_table()
         await self.care.fail(*got.missing_failed)
-        notes = pool.notes
-        self.restarts = int(notes.get("restarts", 0)) + len(got.missing_restart)
-        self.coordinator_restarts = int(notes.get("coordinator_restarts", 0)) + 1
-        self.faults = [(str(d), float(t)) for d, t in notes.get("faults", [])]
-        self.desk.restore(notes, self.scenario.resources)
+        self.restarts, self.coordinator_restarts = got.restarts, got.coordinator_restarts
+        self.faults = list(got.faults)
+        self.desk.restore(pool.notes, self.scenario.resources)
         await self.record_faults("coordinator restarted",
                                  *(f"server {s} restarted (no actor hosted it)"
                                    for s in got.missing_restart))
@@ -230,9 +225,7 @@ class RunControl:
             for j in range(1, steps + 1):
                 await self._due_events()
                 t = start + T * j / steps
-                await asyncio.gather(*(self.pool.call(h.advance_to.remote(t), 60.0)
-                                       for h in self.pool.actors.values()),
-                                     return_exceptions=True)
+                await self.pool.advance_to(t)
                 self.clock.move_to(t)
             await self._due_events()
             out.append((await self.observe()).to_json())

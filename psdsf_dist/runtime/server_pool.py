@@ -26,7 +26,7 @@ from psdsf_dist.protocol.node import seed_peers, server_seed
 from psdsf_dist.runtime.from_ray import RayNode
 from psdsf_dist.runtime.handles import ServerHandle, named_actor
 from psdsf_dist.runtime.members import Member, groups
-from psdsf_dist.runtime.messages import Notes, ServerReport
+from psdsf_dist.runtime.messages import ActorState, Notes, ServerReport
 from psdsf_dist.runtime.names import NAMESPACE, server_actor_name, server_from_actor_name
 from psdsf_dist.runtime.placement import assign_nodes
 from psdsf_dist.runtime.ray_state import named_actors, nodes
@@ -77,6 +77,13 @@ class ServerPool:
             if server_from_actor_name(self.run_id, entry["name"]) is not None:
                 found[entry["name"]] = named_actor(entry["name"], ServerHandle)
         return found
+
+    async def states(self, found: dict[str, ServerHandle]) -> dict[str, ActorState | BaseException]:
+        """Each found actor's state (:meth:`ServerActor.state`), or the error asking it raised
+        (what :func:`~psdsf_dist.runtime.rebuild.rebuild_state` takes)."""
+        states = await asyncio.gather(*(self.call(h.state.remote()) for h in found.values()),
+                                      return_exceptions=True)
+        return dict(zip(found, states, strict=True))
 
     def adopt(self, found: dict[str, ServerHandle], got: Rebuilt) -> None:
         """Take the actors and servers a rebuild found; end the actors that did not answer
@@ -175,6 +182,13 @@ class ServerPool:
         return m
 
     # -- reaching -----------------------------------------------------------------------------
+    async def advance_to(self, t: float) -> None:
+        """Manual clock: every actor runs the wake-ups due before ``t``, then sets its time to
+        ``t`` (:meth:`ServerActor.advance_to`); an actor that fails or takes over a minute is
+        left behind (its servers' reports show it)."""
+        await asyncio.gather(*(self.call(h.advance_to.remote(t), 60.0)
+                               for h in self.actors.values()), return_exceptions=True)
+
     async def push(self, table: Table, actors: Collection[str] | None = None) -> None:
         """The table (and the members' handles) to every actor, or to ``actors``.  A call that
         fails is not retried here: the next observation finds the actor's servers on an older

@@ -68,6 +68,17 @@ def test_servers_no_answering_actor_hosts_start_again_or_fail_with_their_node() 
     assert got.latest_time == 7.0  # the last change, no actor clock
 
 
+def test_the_fault_counts_go_on_from_the_notes() -> None:
+    _, new = tables()
+    names = [n for n, up in zip(new.full.server_names, new.servers_present, strict=True)
+             if up]
+    notes: Notes = {"restarts": 2, "coordinator_restarts": 1, "faults": [("server x", 3.0)]}
+    got = rebuild_state({"a0": actor([(names[0], new, 0)], notes=notes)}, {}, ["n1"])
+    assert got.restarts == 2 + len(names) - 1  # the missing servers start again
+    assert got.coordinator_restarts == 2
+    assert got.faults == (("server x", 3.0),)
+
+
 def test_nothing_to_rebuild_from_without_a_started_server() -> None:
     with pytest.raises(NothingToRebuildError):
         rebuild_state({"a0": actor([("x", None, -1)]), "a1": RuntimeError()}, {}, [])

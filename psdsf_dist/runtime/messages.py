@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, TypedDict
 import numpy as np
 import numpy.typing as npt
 
+from psdsf_dist.admission.tenant_queue_state import TenantQueueState
 from psdsf_dist.errors import PsdsfError
 from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.protocol.convergence import Observation
@@ -235,3 +236,15 @@ class QueueStatus:
     delegated: dict[str, int] = field(default_factory=dict)
     """Server -> slots delegated to the client (in ``running``; the client launches its own
     tasks in them)."""
+
+    @classmethod
+    def of(cls, state: TenantQueueState, now: float, actors: int) -> QueueStatus:
+        """A queue's counts at ``now`` from its state; ``actors``: the tenant's live ones."""
+        servers = state.servers
+        return cls(state.user, len(state.queue), {n: s.running for n, s in servers.items()},
+                   {n: (s.slots if now < s.expires else 0) for n, s in servers.items()},
+                   state.admitted, state.completed, state.retried, state.failed,
+                   len(servers), state.gone, {n: s.node for n, s in servers.items()},
+                   {n: s.waiting for n, s in servers.items()}, state.withdrawn,
+                   state.cancelled, state.blocked_tasks, actors, state.preempted,
+                   state.delegated_per_server())

@@ -13,7 +13,7 @@ import yaml
 
 from psdsf_dist.cli.main import COMMANDS, build_parser
 from psdsf_dist.model.scenario import Scenario
-from psdsf_dist.runtime.from_ray import GIB, from_ray_document
+from psdsf_dist.runtime.from_ray import GIB, RayNode, from_ray_document
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "cluster_configs"
@@ -71,9 +71,10 @@ def test_kuberay_manifest() -> None:
 
 def test_from_ray_scenario_resolves_against_node_resources() -> None:
     doc = load("from_ray_scenario.yaml")
-    nodes = [{"NodeID": f"{k:08x}ffff", "Alive": True, "NodeManagerAddress": f"10.0.0.{k}",
-              "Resources": {"CPU": 16.0, "memory": 64 * GIB, **({"GPU": 1.0} if k else {})}}
-             for k in range(3)]
+    nodes: list[RayNode] = [
+        {"NodeID": f"{k:08x}ffff", "Alive": True, "NodeManagerAddress": f"10.0.0.{k}",
+         "Resources": {"CPU": 16.0, "memory": 64 * GIB, **({"GPU": 1.0} if k else {})}}
+        for k in range(3)]
     resolved, pins = from_ray_document(doc, nodes)
     scenario = Scenario.from_dict(resolved)
     assert scenario.num_servers == 3 and len(pins) == 3

@@ -56,6 +56,7 @@ import platform
 import signal
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,8 +68,10 @@ from experiments.common.paths import RESULTS
 from psdsf_dist.model.random_scenarios import google_cluster
 from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.protocol.config import ProtocolConfig
+from psdsf_dist.protocol.convergence import ObservationJson
 from psdsf_dist.runtime.launcher import ChurnError, Run, launch
 from psdsf_dist.runtime.names import NAMESPACE
+from psdsf_dist.runtime.run_status import RunStatus
 from psdsf_dist.runtime.settings import RunConfig
 
 FAIR_RTOL = 1e-2  # "within 1 % of fair": certificate residual at most this
@@ -90,7 +93,7 @@ class Incident:
 
 @dataclass
 class Record:
-    observations: list[dict[str, Any]] = field(default_factory=list)
+    observations: list[ObservationJson] = field(default_factory=list)
     incidents: list[Incident] = field(default_factory=list)
     user_checks: int = 0
     user_mismatches: list[str] = field(default_factory=list)
@@ -287,7 +290,7 @@ def recoveries(rec: Record, period: float) -> list[Recovery]:
     return out
 
 
-def fractions(obs: list[dict[str, Any]], start: float, end: float,
+def fractions(obs: list[ObservationJson], start: float, end: float,
               period: float) -> tuple[float, float, float]:
     """Time-weighted fractions of [start, end] within 1 % of fair and certified; seconds not
     covered by an observation (each covers at most 1.5 periods after it)."""
@@ -347,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(args: argparse.Namespace, scenario: Scenario, cfg: RunConfig, rec: Record,
-           stopped: float, result: Any, final: dict[str, Any], startup: float,
+           stopped: float, result: Any, final: RunStatus, startup: float,
            load_start: float, load_end: float, seconds: float) -> None:
     period = cfg.period
     obs = rec.observations
@@ -379,7 +382,8 @@ def report(args: argparse.Namespace, scenario: Scenario, cfg: RunConfig, rec: Re
                 "utilization", "messages"]
         w.writerow(keys)
         for o in obs:
-            w.writerow([o[k] for k in keys])
+            row: Mapping[str, object] = o
+            w.writerow([row[k] for k in keys])
         w.writerow([])
         w.writerow(["incident", "at", "what"])
         for i in rec.incidents:
@@ -494,7 +498,7 @@ def _grouped(events: Any) -> list[tuple[str, float, int, str]]:
     return out
 
 
-def _settle(settled: list[dict[str, Any]], stopped: float) -> float | None:
+def _settle(settled: list[ObservationJson], stopped: float) -> float | None:
     for j in range(len(settled) - HOLD + 1):
         if all(o["holds"] for o in settled[j:j + HOLD]):
             return float(settled[j]["time"]) - stopped
@@ -509,7 +513,7 @@ def _num(v: float | None) -> str:
     return "" if v is None else f"{v:.2f}"
 
 
-def plot(obs: list[dict[str, Any]], incidents: list[Incident], stopped: float, path: Path,
+def plot(obs: list[ObservationJson], incidents: list[Incident], stopped: float, path: Path,
          rtol: float) -> None:
     import matplotlib
 

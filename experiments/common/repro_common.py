@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,7 +65,7 @@ class Trace:
     """What went wrong in a Ray run (restarts, the run's failure), empty if nothing."""
 
 
-def run_faults(status: dict[str, Any]) -> str:
+def run_faults(status: Mapping[str, object]) -> str:
     """A Ray run's faults from its status, for the report: restarts and the run's failure."""
     parts = []
     if status.get("restarts"):

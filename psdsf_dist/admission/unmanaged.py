@@ -156,6 +156,14 @@ class UnmanagedEstimate:
             self.congested_since = now
         return now - self.congested_since >= UNMANAGED_START_GRACE
 
+    def measure(self, now: float, capacity: FloatArray, available: FloatArray,
+                user_index: Mapping[str, int], demand: FloatArray, reported: Mapping[str, int],
+                marked: Mapping[str, int], overdue: Mapping[str, int]) -> FloatArray:
+        """One period's sample of the node (:func:`node_sample`, by the bound that applies:
+        :meth:`congested` at ``now``) added, and the usage that persisted (:meth:`observe`)."""
+        return self.observe(node_sample(capacity, available, user_index, demand, reported,
+                                        marked, overdue, self.congested(now, reported, marked)))
+
     def observe(self, sample: FloatArray) -> FloatArray:
         """Add one sample — the unmanaged usage, by the bound that applies — and return the
         usage that persisted over :attr:`window` samples (zero until the window is full),

@@ -22,7 +22,7 @@ import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -38,6 +38,26 @@ BoolArray = npt.NDArray[np.bool_]
 
 CAP_EXCESS_RTOL = 1e-9
 """A user's total above its cap by no more than this (relative) is round-off, not an excess."""
+
+
+class ObservationJson(TypedDict):
+    """An :class:`Observation` as JSON (:meth:`Observation.to_json`): its fields, the distance
+    None where it is not finite."""
+
+    round: int
+    time: float
+    residual: float
+    holds: bool
+    feasible: bool
+    utilization: float
+    max_relative_change: float
+    messages: float
+    bytes: float
+    max_bytes: float
+    servers: int
+    seconds: float
+    cap_excess: float
+    distance: float | None
 
 
 @dataclass(frozen=True)
@@ -71,7 +91,7 @@ class Observation:
     distance: float | None = None
     """Largest relative gap of a user's total to its PS-DSF total (None: not known)."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ObservationJson:
         return {"round": self.round, "time": self.time, "residual": self.residual,
                 "holds": self.holds, "feasible": self.feasible,
                 "utilization": self.utilization,

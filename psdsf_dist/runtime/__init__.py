@@ -6,7 +6,8 @@ Layout
     paced runs and tests), :mod:`.observation` (the coordinator's observation step),
     :mod:`.from_ray` (``servers: from-ray``), :mod:`.placement`, :mod:`.names`.  The Ray shell:
     :mod:`.server_actor`, :mod:`.coordinator`, :mod:`.launcher` (the Python API; ``psdsf-dist
-    run`` is its command line).
+    run`` is its command line); the actors are called through the typed handles of
+    :mod:`.handles`, and Ray's cluster state is read through :mod:`.ray_state`.
 
 What runs where
     Each server actor hosts the protocol's servers (:class:`psdsf_dist.protocol.node.ServerNode`,

@@ -24,9 +24,12 @@ import heapq
 import itertools
 import time
 from collections.abc import Awaitable, Coroutine
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 T = TypeVar("T")
+
+Work = Coroutine[object, None, None]
+"""Background work an actor starts (``spawn``): a coroutine, driven by the event loop."""
 
 
 class Clock(Protocol):
@@ -34,7 +37,7 @@ class Clock(Protocol):
 
     async def sleep(self, seconds: float) -> None: ...
 
-    def spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]: ...
+    def spawn(self, work: Work) -> asyncio.Task[None]: ...
 
     async def away(self, awaitable: Awaitable[T]) -> T: ...
 
@@ -57,7 +60,7 @@ class WallClock:
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(seconds, 0.0))
 
-    def spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    def spawn(self, work: Work) -> asyncio.Task[None]:
         return asyncio.get_running_loop().create_task(work)
 
     async def away(self, awaitable: Awaitable[T]) -> T:
@@ -70,9 +73,9 @@ class ManualClock:
 
     def __init__(self, start: float = 0.0) -> None:
         self._now = start
-        self._sleepers: list[tuple[float, int, asyncio.Future[None], asyncio.Task[Any]]] = []
+        self._sleepers: list[tuple[float, int, asyncio.Future[None], asyncio.Task[object]]] = []
         self._seq = itertools.count()
-        self._busy: set[asyncio.Task[Any]] = set()
+        self._busy: set[asyncio.Task[object]] = set()
         """Tasks woken or spawned that have not gone (back) to sleep or finished."""
         self._quiet: asyncio.Event | None = None
         self._away = 0
@@ -103,7 +106,7 @@ class ManualClock:
             if not future.done():
                 future.cancel()
 
-    def spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    def spawn(self, work: Work) -> asyncio.Task[None]:
         """Start ``work`` as a task the clock waits for (busy until it sleeps or ends)."""
         task = asyncio.get_running_loop().create_task(work)
         self._busy.add(task)
@@ -126,7 +129,7 @@ class ManualClock:
             if tracked:
                 self._busy.add(task)
 
-    def _settle(self, task: asyncio.Task[Any]) -> None:
+    def _settle(self, task: asyncio.Task[object]) -> None:
         self._busy.discard(task)
         if not self._busy:
             self._event().set()

@@ -47,13 +47,22 @@ Restart
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import ray
 
 from psdsf_dist.model.scenario import Scenario
+from psdsf_dist.protocol.convergence import ObservationJson
+from psdsf_dist.runtime.handles import (
+    CoordinatorHandle,
+    QueueHandle,
+    ServerHandle,
+    actor_class,
+    this_actor,
+)
 from psdsf_dist.runtime.messages import FloatArray, RunResult, TenantInfo, TenantReply
+from psdsf_dist.runtime.ray_state import node_ip_address
 from psdsf_dist.runtime.run_control import RunControl
+from psdsf_dist.runtime.run_status import RunStatus
 from psdsf_dist.runtime.server_care import NodeSpec
 from psdsf_dist.runtime.settings import RunConfig
 
@@ -72,7 +81,7 @@ class Coordinator:
         self.run = RunControl(run_id, scenario, config, pinned, detached_servers, node_spec,
                               secret, restarted)
         if restarted:  # rebuild at once: no caller may come (a detached run, metrics only)
-            ctx.current_actor.resume.remote()
+            this_actor(CoordinatorHandle).resume.remote()
 
     # -- life cycle ---------------------------------------------------------------------------
     async def start(self) -> int:
@@ -94,11 +103,12 @@ class Coordinator:
         self.run.stop()
         return True
 
-    async def advance(self, periods: int = 1) -> list[dict[str, Any]]:
+    async def advance(self, periods: int = 1) -> list[ObservationJson]:
         """Manual clock: move the run ``periods`` periods on and observe after each."""
         return await self.run.advance(periods)
 
-    async def apply(self, item: Mapping[str, Any], secret: str | None = None) -> tuple[bool, str]:
+    async def apply(self, item: Mapping[str, object],
+                    secret: str | None = None) -> tuple[bool, str]:
         """Apply one change now, in the scenario-file syntax, e.g. ``{"user_leaves": "u4"}``
         or ``{"set_weight": {"user": "u1", "weight": 3}}``, if ``secret`` is the run's.
         Returns (True, its description), or (False, why it was refused) — as a value, so that
@@ -118,12 +128,13 @@ class Coordinator:
         return self.run.desk.info(user)
 
     async def tenant_report(self, user: str, demand: dict[str, float], weight: float | None,
-                            backlog: int, queue: Any = None,
+                            backlog: int, queue: QueueHandle | None = None,
                             token: str | None = None) -> TenantReply:
         await self.run.ensure()
         return await self.run.desk.report(user, demand, weight, backlog, queue, token)
 
-    async def tenant_leave(self, user: str, queue: Any = None, token: str | None = None) -> None:
+    async def tenant_leave(self, user: str, queue: QueueHandle | None = None,
+                           token: str | None = None) -> None:
         await self.run.ensure()
         await self.run.desk.leave(user, queue, token)
 
@@ -136,19 +147,18 @@ class Coordinator:
         server = await self.run.serve_metrics(port, bind, per_pair)
         host = server.bind
         if host in ("0.0.0.0", "::", ""):  # all interfaces: name the one Ray knows this node by
-            node_ip: Any = ray.util.get_node_ip_address
-            host = str(node_ip())
+            host = node_ip_address()
         return f"http://{host}:{server.port}/metrics"
 
     async def run_config(self) -> RunConfig:
         """The settings this run was launched with (what ``attach`` gives its handle)."""
         return self.run.config
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> RunStatus:
         await self.run.ensure()
         return self.run.status()
 
-    async def observations_json(self, since: int = 0) -> list[dict[str, Any]]:
+    async def observations_json(self, since: int = 0) -> list[ObservationJson]:
         return [o.to_json() for o in self.run.observations[since:]]
 
     async def result(self) -> RunResult:
@@ -175,9 +185,9 @@ class Coordinator:
         await self.run.ensure()
         return self.run.user_allocation()
 
-    async def handles(self) -> dict[str, Any]:
+    async def handles(self) -> dict[str, ServerHandle]:
         """server name -> the actor hosting it."""
         return {n: m.handle for n, m in self.run.pool.members.items()}
 
 
-RemoteCoordinator: Any = ray.remote(Coordinator)
+RemoteCoordinator = actor_class(Coordinator, CoordinatorHandle)

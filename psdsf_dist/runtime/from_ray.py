@@ -12,8 +12,8 @@ document, validated by :meth:`Scenario.from_dict` like any file.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TypedDict, cast
 
 from psdsf_dist.errors import ScenarioError
 
@@ -25,15 +25,42 @@ _INTERNAL_PREFIXES = ("node:", "accelerator_type:")
 _DEFAULT = ("CPU", "memory")
 
 
-def is_from_ray(doc: Any) -> bool:
+class RayNode(TypedDict, total=False):
+    """The fields of an entry of Ray's node table (``ray.nodes()``) read here (Ray's entries
+    hold more)."""
+
+    NodeID: str
+    Alive: bool
+    NodeManagerAddress: str
+    Resources: dict[str, float]
+    """Resource -> the node's total (memory in bytes)."""
+
+
+class ServerEntry(TypedDict):
+    """A node's entry of ``servers`` in the scenario syntax."""
+
+    name: str
+    capacity: dict[str, float]
+    labels: dict[str, str]
+
+
+class ResolvedDocument(TypedDict):
+    """A ``servers: from-ray`` document resolved against the nodes: its resources and
+    servers (its other keys are the document's own)."""
+
+    resources: list[str]
+    servers: list[ServerEntry]
+
+
+def is_from_ray(doc: object) -> bool:
     return isinstance(doc, Mapping) and doc.get("servers") == FROM_RAY
 
 
-def node_server_name(node: Mapping[str, Any]) -> str:
+def node_server_name(node: RayNode) -> str:
     return f"node-{str(node['NodeID'])[:8]}"
 
 
-def node_capacity(node: Mapping[str, Any], resources: Sequence[str]) -> dict[str, float]:
+def node_capacity(node: RayNode, resources: Sequence[str]) -> dict[str, float]:
     raw = node.get("Resources") or {}
     out: dict[str, float] = {}
     for r in resources:
@@ -42,7 +69,7 @@ def node_capacity(node: Mapping[str, Any], resources: Sequence[str]) -> dict[str
     return out
 
 
-def node_entry(node: Mapping[str, Any], resources: Sequence[str]) -> dict[str, Any]:
+def node_entry(node: RayNode, resources: Sequence[str]) -> ServerEntry:
     """The ``servers`` entry of one node (also used when a node joins a running cluster)."""
     raw = node.get("Resources") or {}
     head = any(str(k) == "node:__internal_head__" for k in raw)
@@ -51,7 +78,7 @@ def node_entry(node: Mapping[str, Any], resources: Sequence[str]) -> dict[str, A
                        "head": "true" if head else "false"}}
 
 
-def default_resources(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
+def default_resources(nodes: Sequence[RayNode]) -> list[str]:
     seen: list[str] = list(_DEFAULT)
     for node in nodes:
         for r in sorted(node.get("Resources") or {}):
@@ -61,18 +88,19 @@ def default_resources(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
     return seen
 
 
-def from_ray_document(doc: Mapping[str, Any],
-                      nodes: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], dict[str, str]]:
+def from_ray_document(doc: Mapping[str, object],
+                      nodes: Sequence[RayNode]) -> tuple[ResolvedDocument, dict[str, str]]:
     """A normal scenario document with one server per alive node, and server -> node id."""
     if not is_from_ray(doc):
         raise ScenarioError("servers", f"expected {FROM_RAY!r}")
     alive = [n for n in nodes if n.get("Alive", True)]
     if not alive:
         raise ScenarioError("servers", "from-ray: the Ray cluster has no alive node")
-    resources = list(doc["resources"]) if doc.get("resources") else default_resources(alive)
-    out = dict(doc)
-    out["resources"] = resources
-    out["servers"] = [node_entry(n, resources) for n in alive]
+    listed = doc.get("resources")
+    # names as written: Scenario.from_dict checks them with the rest of the document
+    resources = list(cast("Iterable[str]", listed)) if listed else default_resources(alive)
+    out = cast(ResolvedDocument, {**doc, "resources": resources,
+                                  "servers": [node_entry(n, resources) for n in alive]})
     pins = {node_server_name(n): str(n["NodeID"]) for n in alive}
     if len(pins) != len(alive):
         raise ScenarioError("servers", "from-ray: two nodes share the first 8 digits of their id")

@@ -32,7 +32,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import ParamSpec, TypeVar
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -40,8 +40,21 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from psdsf_dist.admission.identity import tenant_token
 from psdsf_dist.errors import PsdsfError, ScenarioError, ScenarioWarning
 from psdsf_dist.model.scenario import Scenario, read_document
+from psdsf_dist.protocol.convergence import ObservationJson
 from psdsf_dist.runtime.coordinator import RemoteCoordinator
-from psdsf_dist.runtime.from_ray import from_ray_document, is_from_ray, node_entry
+from psdsf_dist.runtime.from_ray import (
+    RayNode,
+    ServerEntry,
+    from_ray_document,
+    is_from_ray,
+    node_entry,
+)
+from psdsf_dist.runtime.handles import (
+    CoordinatorHandle,
+    RemoteMethod,
+    ServerHandle,
+    named_actor,
+)
 from psdsf_dist.runtime.messages import FloatArray, RunResult
 from psdsf_dist.runtime.names import (
     DEFAULT_RUN_ID,
@@ -51,7 +64,13 @@ from psdsf_dist.runtime.names import (
     run_actor_names,
 )
 from psdsf_dist.runtime.ray_address import check_ray_address
+from psdsf_dist.runtime.ray_state import named_actors, nodes
+from psdsf_dist.runtime.run_status import RunStatus
+from psdsf_dist.runtime.server_care import NodeSpec
 from psdsf_dist.runtime.settings import RunConfig
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 COORDINATOR_RESTART_WAIT = 60.0  # seconds a call waits for a restarting coordinator
 
@@ -82,16 +101,18 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> bool:
     running on the machine."""
     if ray.is_initialized():
         return False
-    kwargs: dict[str, Any] = {"namespace": NAMESPACE, "include_dashboard": False,
-                              "log_to_driver": False, "configure_logging": False}
     if address is None:
-        if num_cpus is not None:
-            kwargs["num_cpus"] = num_cpus
-        ray.init(address="local", **kwargs)
+        _init("local", num_cpus)
         return True
     check_ray_address(_bootstrap_address(address))
-    ray.init(address=address, **kwargs)
+    _init(address)
     return False
+
+
+def _init(address: str, num_cpus: int | None = None) -> None:
+    """``ray.init``, quiet: no dashboard, the workers' logs not copied to this driver."""
+    ray.init(address=address, num_cpus=num_cpus, namespace=NAMESPACE, include_dashboard=False,
+             log_to_driver=False, configure_logging=False)
 
 
 def _bootstrap_address(address: str) -> str:
@@ -107,24 +128,20 @@ class Prepared:
     scenario: Scenario
     pinned: dict[str, str]
     """server -> Ray node id (``servers: from-ray``)."""
-    node_spec: Callable[[Mapping[str, Any]], dict[str, Any]] | None
+    node_spec: NodeSpec | None
 
 
-def prepare(source: str | Path | Mapping[str, Any] | Scenario) -> Prepared:
+def prepare(source: str | Path | Mapping[str, object] | Scenario) -> Prepared:
     """A scenario ready to launch; ``servers: from-ray`` is resolved against the connected
     cluster's nodes (so Ray must be connected first for such a file)."""
     if isinstance(source, Scenario):
         return Prepared(source, {}, None)
     name = str(source) if not isinstance(source, Mapping) else None
-    if isinstance(source, Mapping):
-        doc: Any = source
-    else:
-        doc = read_document(source)
+    doc = source if isinstance(source, Mapping) else read_document(source)
     if not is_from_ray(doc):
         return Prepared(Scenario.from_dict(doc, name), {}, None)
-    nodes: Any = ray.nodes
     try:
-        resolved, pins = from_ray_document(doc, list(nodes()))
+        resolved, pins = from_ray_document(doc, nodes())
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ScenarioWarning)
             scenario = Scenario.from_dict(resolved, name)
@@ -134,7 +151,7 @@ def prepare(source: str | Path | Mapping[str, Any] | Scenario) -> Prepared:
     return Prepared(scenario, pins, spec)
 
 
-def _node_spec(node: Mapping[str, Any], resources: tuple[str, ...]) -> dict[str, Any]:
+def _node_spec(node: RayNode, resources: tuple[str, ...]) -> ServerEntry:
     return node_entry(node, resources)
 
 
@@ -144,33 +161,32 @@ class Run:
     coordinator by name cannot change the run by accident).  A handle from :func:`attach`
     without it only reads (status, observations, result)."""
 
-    def __init__(self, coordinator: Any, run_id: str, config: RunConfig,
+    def __init__(self, coordinator: CoordinatorHandle, run_id: str, config: RunConfig,
                  secret: str | None = None) -> None:
         self.coordinator = coordinator
         self.run_id = run_id
         self.config = config
         self.secret = secret
 
-    def _ask(self, remote: Callable[..., Any], *args: Any) -> Any:
+    def _ask(self, method: RemoteMethod[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """Call the coordinator, riding out its restarts (it rebuilds its state from the servers;
         a call made while it restarts fails with ActorUnavailableError and is sent again)."""
         deadline = time.monotonic() + COORDINATOR_RESTART_WAIT
         while True:
             try:
-                return ray.get(remote(*args))
+                return ray.get(method.remote(*args, **kwargs))
             except ray.exceptions.ActorUnavailableError:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
 
-    def status(self) -> dict[str, Any]:
-        out: dict[str, Any] = self._ask(self.coordinator.status.remote)
-        return out
+    def status(self) -> RunStatus:
+        return self._ask(self.coordinator.status)
 
-    def apply(self, change: Mapping[str, Any]) -> str:
+    def apply(self, change: Mapping[str, object]) -> str:
         """One churn change in the scenario-file event syntax (``at`` is ignored: now).
         Raises :class:`ChurnError` (one line) if it does not fit the run's state."""
-        ok, text = self._ask(self.coordinator.apply.remote, dict(change), self.secret)
+        ok, text = self._ask(self.coordinator.apply, dict(change), self.secret)
         if not ok:
             raise ChurnError(text)
         return str(text)
@@ -178,7 +194,7 @@ class Run:
     def user_leaves(self, user: str) -> str:
         return self.apply({"user_leaves": user})
 
-    def user_joins(self, user: str | Mapping[str, Any]) -> str:
+    def user_joins(self, user: str | Mapping[str, object]) -> str:
         return self.apply({"user_joins": user if isinstance(user, str) else dict(user)})
 
     def set_demand(self, user: str, demand: Mapping[str, float]) -> str:
@@ -195,41 +211,35 @@ class Run:
                              "secret (the launching Run's .secret)")
         return tenant_token(self.secret, user)
 
-    def advance(self, periods: int = 1) -> list[dict[str, Any]]:
+    def advance(self, periods: int = 1) -> list[ObservationJson]:
         """Manual clock only: move the run on by whole periods (observing after each)."""
-        out: list[dict[str, Any]] = self._ask(self.coordinator.advance.remote, periods)
-        return out
+        return self._ask(self.coordinator.advance, periods)
 
-    def observations(self, since: int = 0) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = self._ask(self.coordinator.observations_json.remote, since)
-        return out
+    def observations(self, since: int = 0) -> list[ObservationJson]:
+        return self._ask(self.coordinator.observations_json, since)
 
     def result(self) -> RunResult:
-        out: RunResult = self._ask(self.coordinator.result.remote)
-        return out
+        return self._ask(self.coordinator.result)
 
     def allocation(self) -> FloatArray | None:
         """The latest observation's allocation (users x servers; None before the first)."""
-        out: FloatArray | None = self._ask(self.coordinator.allocation.remote)
-        return out
+        return self._ask(self.coordinator.allocation)
 
     def user_totals(self) -> dict[str, float]:
         """Each present user's tasks in the latest observation, summed over the servers."""
-        out: dict[str, float] = self._ask(self.coordinator.user_totals.remote)
-        return out
+        return self._ask(self.coordinator.user_totals)
 
     def user_allocation(self) -> dict[str, dict[str, float]]:
         """Each present user's tasks on each server in the latest observation."""
-        out: dict[str, dict[str, float]] = self._ask(self.coordinator.user_allocation.remote)
-        return out
+        return self._ask(self.coordinator.user_allocation)
 
-    def handles(self) -> dict[str, Any]:
-        out: dict[str, Any] = self._ask(self.coordinator.handles.remote)
-        return out
+    def handles(self) -> dict[str, ServerHandle]:
+        """Server name -> the actor hosting it."""
+        return self._ask(self.coordinator.handles)
 
     def wait(self, *, duration: float | None = None, until_converged: bool = False,
-             hold: int | None = None, progress: Callable[[dict[str, Any]], None] | None = None,
-             poll: float | None = None) -> dict[str, Any]:
+             hold: int | None = None, progress: Callable[[RunStatus], None] | None = None,
+             poll: float | None = None) -> RunStatus:
         """Let the run go on for ``duration`` seconds, or — with ``until_converged`` — until
         every scenario event has happened and the certificate has held ``hold`` observations in
         a row (default: the run's ``RunConfig.hold``; whichever first).  ``progress`` gets each
@@ -268,7 +278,7 @@ class Run:
         ray.kill(self.coordinator, no_restart=True)
 
 
-def _held(run: Run, st: Mapping[str, Any], hold: int) -> bool:
+def _held(run: Run, st: RunStatus, hold: int) -> bool:
     """The certificate held in the last ``hold`` observations, all made after the last event
     was applied (as :func:`~psdsf_dist.protocol.convergence.event_convergence` judges it: an
     event applied late, after observations stamped past its due time, must not be taken as
@@ -281,7 +291,7 @@ def _held(run: Run, st: Mapping[str, Any], hold: int) -> bool:
         and tail[0]["time"] >= st["last_event_at"]
 
 
-def launch(source: str | Path | Mapping[str, Any] | Scenario, config: RunConfig | None = None,
+def launch(source: str | Path | Mapping[str, object] | Scenario, config: RunConfig | None = None,
            *, address: str | None = None, run_id: str = DEFAULT_RUN_ID,
            detached: bool = False, num_cpus: int | None = None) -> Run:
     """Connect to Ray (see :func:`connect`), start the coordinator and the server actors.  The
@@ -294,7 +304,7 @@ def launch(source: str | Path | Mapping[str, Any] | Scenario, config: RunConfig 
     clear_leftovers(run_id)
     prepared = prepare(source)
     prepared.scenario.check_mode(cfg.protocol.mode)
-    options: dict[str, Any] = {"name": coordinator_name(run_id), "namespace": NAMESPACE,
+    options: dict[str, object] = {"name": coordinator_name(run_id), "namespace": NAMESPACE,
                                "num_cpus": 0, "max_restarts": COORDINATOR_RESTARTS,
                                "max_concurrency": 1000}
     if detached:
@@ -318,9 +328,9 @@ def attach(run_id: str = DEFAULT_RUN_ID, config: RunConfig | None = None,
     launching handle's ``Run.secret``) to steer it, none to only read it.  Without ``config``
     the handle takes the run's own from its coordinator, so ``Run.wait`` paces and judges
     convergence by the run's period and hold, not by defaults."""
-    handle = ray.get_actor(coordinator_name(run_id), namespace=NAMESPACE)
+    handle = named_actor(coordinator_name(run_id), CoordinatorHandle)
     if config is None:
-        config = cast(RunConfig, ray.get(handle.run_config.remote(), timeout=LIVE_CHECK_TIMEOUT))
+        config = ray.get(handle.run_config.remote(), timeout=LIVE_CHECK_TIMEOUT)
     return Run(handle, run_id, config, secret)
 
 
@@ -329,8 +339,9 @@ def clear_leftovers(run_id: str) -> int:
     (:class:`RunExistsError`), else end what a dead one left (its server actors are detached:
     they outlive a driver killed with ``kill -9``) and wait until their names are free.
     Returns how many actors were ended."""
+    coordinator: CoordinatorHandle | None
     try:
-        coordinator = ray.get_actor(coordinator_name(run_id), namespace=NAMESPACE)
+        coordinator = named_actor(coordinator_name(run_id), CoordinatorHandle)
     except ValueError:
         coordinator = None
     if coordinator is not None:
@@ -353,13 +364,13 @@ def stop_run(run_id: str) -> int:
     """End every actor of run ``run_id`` in the connected cluster — its coordinator and its
     servers, alive or left over — and wait until their names are free (at most
     :data:`NAME_RELEASE_TIMEOUT`).  Returns how many actors were ended."""
-    names = run_actor_names(run_id, list(ray.util.list_named_actors(all_namespaces=True)))
+    names = run_actor_names(run_id, named_actors())
     for name in names:
         with contextlib.suppress(ValueError):  # gone meanwhile
             ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
     deadline = time.monotonic() + NAME_RELEASE_TIMEOUT
     while time.monotonic() < deadline:
-        left = set(run_actor_names(run_id, list(ray.util.list_named_actors(all_namespaces=True))))
+        left = set(run_actor_names(run_id, named_actors()))
         if not left & set(names):
             break
         time.sleep(0.1)

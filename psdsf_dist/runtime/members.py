@@ -1,18 +1,21 @@
 """The coordinator's record of each server of the run: which actor hosts it, as which
 incarnation, on which node — and how servers are grouped into actors.  No Ray: the handle is
-opaque here."""
+only held here (its type is :mod:`psdsf_dist.runtime.handles`')."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from psdsf_dist.runtime.handles import ServerHandle
 
 
 @dataclass
 class Member:
     name: str
-    handle: Any
+    handle: ServerHandle
     """The actor hosting this server."""
     actor: str
     """That actor's name."""

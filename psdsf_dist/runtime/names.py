@@ -8,7 +8,8 @@ namespace), so allocators with different names share one Ray cluster without mee
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Sequence
+from typing import TypedDict
 
 from psdsf_dist.errors import PsdsfError
 
@@ -22,7 +23,14 @@ class RunNameError(PsdsfError, ValueError):
     """A run name that cannot name a run's actors (one line)."""
 
 
-def check_run_name(name: Any) -> str:
+class NamedActor(TypedDict):
+    """An entry of Ray's named actors (``ray.util.list_named_actors(all_namespaces=True)``)."""
+
+    name: str
+    namespace: str
+
+
+def check_run_name(name: object) -> str:
     """``name`` if it can name a run (:data:`RUN_NAME`), else :class:`RunNameError`."""
     if not isinstance(name, str) or RUN_NAME.fullmatch(name) is None:
         raise RunNameError(f"run name: expected 1-64 letters, digits, '.', '_' or '-' "
@@ -47,7 +55,7 @@ def server_from_actor_name(run_id: str, actor: str) -> str | None:
     return actor[len(prefix):] if actor.startswith(prefix) else None
 
 
-def run_actor_names(run_id: str, named: list[dict[str, Any]]) -> list[str]:
+def run_actor_names(run_id: str, named: Sequence[NamedActor]) -> list[str]:
     """The actors of run ``run_id`` among Ray's named actors ``named`` (entries of
     ``ray.util.list_named_actors(all_namespaces=True)``): its coordinator and its servers."""
     return [e["name"] for e in named
@@ -56,7 +64,7 @@ def run_actor_names(run_id: str, named: list[dict[str, Any]]) -> list[str]:
                  or server_from_actor_name(run_id, e["name"]) is not None)]
 
 
-def actor_key(handle: Any) -> str:
+def actor_key(handle: object) -> str:
     """A key naming the actor behind a handle (two handles on one actor share it)."""
     actor_id = getattr(handle, "_actor_id", None)
     return actor_id.hex() if actor_id is not None else str(id(handle))

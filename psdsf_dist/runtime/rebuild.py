@@ -13,7 +13,8 @@ From those answers:
   coordinator pushed to at least one server survives;
 * the journal is the longest copy (the replicas are sent the observations in order, so the
   longest holds every shorter one);
-* the notes are the union of the actors' (each note is sent to every actor);
+* the notes are the union of the actors' (each note is sent to every actor); the fault counts
+  go on from theirs, with one more coordinator restart and the missing servers started again;
 * the run's time: with the wall clock, the origin the servers were started with; with the
   manual clock, the latest time any actor or any change of the table has seen;
 * a server the table counts as present that no answering actor hosts is missing: it has
@@ -25,12 +26,11 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from psdsf_dist.protocol.convergence import Observation
 from psdsf_dist.protocol.gossip import incarnation_of, server_of
 from psdsf_dist.protocol.membership import Table
-from psdsf_dist.runtime.messages import ActorState
+from psdsf_dist.runtime.messages import ActorState, Notes
 
 
 class NothingToRebuildError(RuntimeError):
@@ -53,7 +53,7 @@ class Rebuilt:
     unreachable: tuple[str, ...]
     """Actors that did not answer: to be ended."""
     incarnations: dict[str, int]
-    notes: dict[str, Any]
+    notes: Notes
     observations: tuple[Observation, ...]
     journaled: dict[str, int]
     """Actor -> how many observations its journal copy holds."""
@@ -65,6 +65,12 @@ class Rebuilt:
     """Missing servers whose node is gone: they fail."""
     missing_restart: tuple[str, ...] = field(default=())
     """Missing servers to start again."""
+    restarts: int = 0
+    """Server incarnations started after a crash so far, counting ``missing_restart``."""
+    coordinator_restarts: int = 1
+    """Times the coordinator was restarted, counting this one."""
+    faults: tuple[tuple[str, float], ...] = ()
+    """The run's faults so far (description, run time)."""
 
 
 def rebuild_state(answers: Mapping[str, ActorState | BaseException],
@@ -74,7 +80,7 @@ def rebuild_state(answers: Mapping[str, ActorState | BaseException],
     hosted: list[Hosted] = []
     unreachable: list[str] = []
     incarnations: dict[str, int] = {}
-    notes: dict[str, Any] = {}
+    notes: Notes = {}
     observations: tuple[Observation, ...] = ()
     journaled: dict[str, int] = {}
     started_at: float | None = None
@@ -109,6 +115,9 @@ def rebuild_state(answers: Mapping[str, ActorState | BaseException],
                if up and s not in hosted_names]
     alive = set(alive_nodes)
     failed = tuple(s for s in missing if s in pinned and pinned[s] not in alive)
+    restart = tuple(s for s in missing if s not in failed)
     return Rebuilt(best, tuple(hosted), tuple(unreachable), incarnations, notes, observations,
-                   journaled, started_at, latest, failed,
-                   tuple(s for s in missing if s not in failed))
+                   journaled, started_at, latest, failed, restart,
+                   int(notes.get("restarts", 0)) + len(restart),
+                   int(notes.get("coordinator_restarts", 0)) + 1,
+                   tuple((str(d), float(t)) for d, t in notes.get("faults", [])))

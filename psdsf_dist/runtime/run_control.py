@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
-from typing import Any
 
 from psdsf_dist.admission.identity import secret_ok
 from psdsf_dist.errors import ScenarioError
@@ -26,14 +25,14 @@ from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.observability.metrics import AllocatorMetrics, RunMetrics, ServerCounts
 from psdsf_dist.observability.metrics_server import MetricsEndpoint, MetricsServer
 from psdsf_dist.observability.ray_export import RayMetricsExport
-from psdsf_dist.protocol.convergence import Observation, event_convergence
+from psdsf_dist.protocol.convergence import Observation, ObservationJson, event_convergence
 from psdsf_dist.protocol.membership import ChurnState, Table
 from psdsf_dist.runtime.clock import ManualClock, WallClock
 from psdsf_dist.runtime.messages import FloatArray, NotStartedError, RunResult
 from psdsf_dist.runtime.observation import ObservationRequest, observe_reports
 from psdsf_dist.runtime.rebuild import rebuild_state
 from psdsf_dist.runtime.recovery import RecoveryRequest, plan_recovery
-from psdsf_dist.runtime.run_status import run_status, user_allocation, user_totals
+from psdsf_dist.runtime.run_status import RunStatus, run_status, user_allocation, user_totals
 from psdsf_dist.runtime.server_care import NodeSpec, ServerCare
 from psdsf_dist.runtime.server_pool import AliveNodes, ServerPool, alive_nodes
 from psdsf_dist.runtime.settings import RunConfig
@@ -113,7 +112,7 @@ class RunControl:
         names = churn.full.server_names
         return server in names and bool(churn.servers_present[names.index(server)])
 
-    async def change(self, item: Mapping[str, Any]) -> tuple[bool, str]:
+    async def change(self, item: Mapping[str, object]) -> tuple[bool, str]:
         """One change in the scenario-file syntax (the operator's: the API and the CLI),
         applied now: (True, its description) or (False, why it was refused)."""
         await self.ensure()
@@ -133,7 +132,7 @@ class RunControl:
             return False, str(err)
         return True, event.describe()
 
-    async def operator_change(self, item: Mapping[str, Any]) -> tuple[bool, str]:
+    async def operator_change(self, item: Mapping[str, object]) -> tuple[bool, str]:
         """The operator's change (:meth:`Coordinator.apply`, secret checked): churn, or a
         change of the tenant policy (:meth:`TenantDesk.operator_change`)."""
         await self.ensure()
@@ -170,10 +169,7 @@ class RunControl:
         """Rebuild the state from the server actors' (:mod:`psdsf_dist.runtime.rebuild`)."""
         pool = self.pool
         found = pool.find_actors()
-        states = await asyncio.gather(*(pool.call(h.state.remote()) for h in found.values()),
-                                      return_exceptions=True)
-        got = rebuild_state(dict(zip(found, states, strict=True)), pool.pinned,
-                            await alive_nodes())
+        got = rebuild_state(await pool.states(found), pool.pinned, await alive_nodes())
         pool.adopt(found, got)
         self.observations = list(got.observations)
         if isinstance(self.clock, ManualClock):
@@ -184,11 +180,9 @@ class RunControl:
         _, self.events = ChurnState.start(self.scenario)
         await self.push_table()
         await self.care.fail(*got.missing_failed)
-        notes = pool.notes
-        self.restarts = int(notes.get("restarts", 0)) + len(got.missing_restart)
-        self.coordinator_restarts = int(notes.get("coordinator_restarts", 0)) + 1
-        self.faults = [(str(d), float(t)) for d, t in notes.get("faults", [])]
-        self.desk.restore(notes, self.scenario.resources)
+        self.restarts, self.coordinator_restarts = got.restarts, got.coordinator_restarts
+        self.faults = list(got.faults)
+        self.desk.restore(pool.notes, self.scenario.resources)
         await self.record_faults("coordinator restarted",
                                  *(f"server {s} restarted (no actor hosted it)"
                                    for s in got.missing_restart))
@@ -214,7 +208,7 @@ class RunControl:
                              coordinator_restarts=self.coordinator_restarts)
 
     # -- time ---------------------------------------------------------------------------------
-    async def advance(self, periods: int) -> list[dict[str, Any]]:
+    async def advance(self, periods: int) -> list[ObservationJson]:
         """Manual clock: move the run ``periods`` periods on and observe after each.
 
         A period goes in ``gossip_rate`` steps.  At each step the events due by the current
@@ -222,7 +216,7 @@ class RunControl:
         after the last step the events due at the period's end are applied and the run is
         observed — the simulator's order of events, wake-ups and observations."""
         await self.ensure()
-        out: list[dict[str, Any]] = []
+        out: list[ObservationJson] = []
         T = self.config.period
         steps = self.config.protocol.gossip_rate
         for _ in range(periods):
@@ -231,9 +225,7 @@ class RunControl:
             for j in range(1, steps + 1):
                 await self._due_events()
                 t = start + T * j / steps
-                await asyncio.gather(*(self.pool.call(h.advance_to.remote(t), 60.0)
-                                       for h in self.pool.actors.values()),
-                                     return_exceptions=True)
+                await self.pool.advance_to(t)
                 self.clock.move_to(t)
             await self._due_events()
             out.append((await self.observe()).to_json())
@@ -372,7 +364,7 @@ class RunControl:
         return self.endpoint.server
 
     # -- answers ------------------------------------------------------------------------------
-    def status(self) -> dict[str, Any]:
+    def status(self) -> RunStatus:
         return run_status(self.state(), self.now(), self.observations, self.events,
                           sorted(self.pool.members), len(self.tables), self.restarts,
                           self.restarted, self.coordinator_restarts, self.failure,

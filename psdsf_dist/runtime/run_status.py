@@ -4,7 +4,7 @@ the churn state, the observations and the fault counts in, one JSON-able mapping
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -15,11 +15,48 @@ from psdsf_dist.protocol.convergence import Observation
 from psdsf_dist.protocol.membership import ChurnState
 
 
+class RunStatus(TypedDict):
+    """A run's status (``Run.status()``)."""
+
+    time: float
+    """Run time now."""
+    round: int | None
+    """The latest observation's round (None: none yet); its certificate below."""
+    residual: float | None
+    holds: bool | None
+    feasible: bool
+    """Every observation so far found every column within its server's capacities."""
+    utilization: float | None
+    since_last_event: float
+    last_event_at: float
+    servers: int
+    users: int
+    """Users present."""
+    epoch: int
+    """The current table's epoch."""
+    members: list[str]
+    present_users: list[str]
+    events_applied: int
+    """The scenario's events applied so far (of ``events_total``)."""
+    events_total: int
+    tables_pushed: int
+    restarts: int
+    coordinator_restarted: bool
+    coordinator_restarts: int
+    failure: str | None
+    """The latest failure seen (a server's error, a failed export, ...)."""
+    tenant_policy: dict[str, object] | None
+    policy_changes: list[list[str | float]]
+    """The operator's policy changes: [description, run time]."""
+    unmanaged: dict[str, dict[str, float]]
+    """Server -> its node's usage by work the allocator did not admit (where there is some)."""
+
+
 def run_status(churn: ChurnState, now: float, observations: Sequence[Observation],
                events: Sequence[Event], members: list[str], tables_pushed: int, restarts: int,
                coordinator_restarted: bool, coordinator_restarts: int, failure: str | None,
                policy: TenantPolicy | None, policy_changes: Sequence[tuple[str, float]],
-               unmanaged: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
+               unmanaged: Mapping[str, Mapping[str, float]]) -> RunStatus:
     last = observations[-1] if observations else None
     history = churn.history
     last_event_at = history[-1][1] if history else 0.0

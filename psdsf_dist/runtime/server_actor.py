@@ -32,7 +32,6 @@ import os
 import pickle
 import traceback
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import ray
@@ -40,7 +39,7 @@ import ray
 from psdsf_dist.admission.identity import token_ok
 from psdsf_dist.admission.leases import Lease
 from psdsf_dist.admission.server_admission import ServerAdmission
-from psdsf_dist.admission.unmanaged import UnmanagedEstimate, node_sample
+from psdsf_dist.admission.unmanaged import UnmanagedEstimate
 from psdsf_dist.protocol.convergence import Observation
 from psdsf_dist.protocol.gossip import server_of
 from psdsf_dist.protocol.membership import Table
@@ -49,8 +48,16 @@ from psdsf_dist.protocol.transport import Transport
 from psdsf_dist.protocol.update_rule import UpdateRule
 from psdsf_dist.runtime.clock import Clock, ManualClock, WallClock
 from psdsf_dist.runtime.from_ray import node_capacity
-from psdsf_dist.runtime.messages import ActorState, HostedState, ServerReport
-from psdsf_dist.runtime.names import NAMESPACE, actor_key, coordinator_name, server_actor_name
+from psdsf_dist.runtime.handles import CoordinatorHandle, ServerHandle, actor_class, named_actor
+from psdsf_dist.runtime.messages import (
+    ActorState,
+    ActorStatus,
+    Notes,
+    ServerReport,
+    hosted_status,
+)
+from psdsf_dist.runtime.names import actor_key, coordinator_name, server_actor_name
+from psdsf_dist.runtime.ray_state import available_per_node
 from psdsf_dist.runtime.running_marks import running_per_user
 from psdsf_dist.runtime.settings import RunConfig
 
@@ -62,6 +69,10 @@ PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
 ORPHAN_CHECK_PERIODS = 4.0
 ORPHAN_CHECK_MIN_SECONDS = 1.0
 ORPHAN_CHECKS = 2
+
+Outgoing = tuple[str, Message, asyncio.Future[Message | None]]
+"""A message queued for a peer actor: (its addressee's origin, the message, the future its
+reply is set on)."""
 
 
 @dataclass
@@ -89,12 +100,13 @@ class ServerActor:
         self.rule: UpdateRule = config.protocol.make_rule()
         self.slots = {n: _Slot(n) for n in names}
         self.clock: Clock | None = None
-        self.handles: dict[str, Any] = {}
+        self.handles: dict[str, ServerHandle] = {}
         self.started_at = 0.0
         # one transport stream per actor: with one actor it is the simulator's exactly
         self.transport = Transport(config.protocol)
-        self.outbox: dict[str, tuple[Any, list[tuple[str, Message, asyncio.Future[Any]]]]] = {}
-        self.notes: dict[str, Any] = {}
+        self.outbox: dict[str, tuple[ServerHandle, list[Outgoing]]] = {}
+        """Per peer actor (:func:`actor_key`): the messages queued for its next call."""
+        self.notes: Notes = {}
         self.journal: list[Observation] = []
         self.admissions: dict[str, ServerAdmission] = {}
         """Per hosted server: the leases of task slots on its node (tenant runs)."""
@@ -105,7 +117,7 @@ class ServerActor:
 
     # -- control (called by the coordinator) ---------------------------------------------------
     async def start(self, servers: list[tuple[str, int, list[str]]], table: Table,
-                    started_at: float, handles: dict[str, Any],
+                    started_at: float, handles: dict[str, ServerHandle],
                     now: float | None = None) -> None:
         """Start (or restart) hosted servers with the current table, in the given order: each
         ``(name, incarnation, seeds)``, ``seeds`` being the peers it is introduced to.
@@ -129,7 +141,7 @@ class ServerActor:
             slot.error = None
             slot.task = self.clock.spawn(self._loop(slot, node))
 
-    async def adopt(self, table: Table, handles: dict[str, Any] | None = None) -> int:
+    async def adopt(self, table: Table, handles: dict[str, ServerHandle] | None = None) -> int:
         """A newer table (churn) for every hosted server and, optionally, members' handles."""
         if handles is not None:
             self.handles.update(handles)
@@ -170,11 +182,9 @@ class ServerActor:
         A server not running here, or a call without ``user``'s token in a run with a tenant
         policy, is answered with no slots (and records no claim)."""
         slot = self.slots.get(server)
-        ttl = ServerAdmission.ttl_of(self.config.period)
-        if not token_ok(self.tenant_secret, user, token):
-            return Lease(server, user, 0, ttl, 0)
-        if slot is None or slot.node is None or self.clock is None or not slot.running:
-            return Lease(server, user, 0, ttl, 0)
+        if not token_ok(self.tenant_secret, user, token) or slot is None or slot.node is None \
+                or self.clock is None or not slot.running:
+            return Lease(server, user, 0, ServerAdmission.ttl_of(self.config.period), 0)
         node = slot.node
         scenario = node.table.scenario
         now = self.clock.now()
@@ -197,10 +207,9 @@ class ServerActor:
             return None
         scenario = slot.node.table.scenario
         node_id = ray.get_runtime_context().get_node_id()
-        per_node: Any = ray._private.state.available_resources_per_node
         # a blocking read of Ray's GCS: in a worker thread, so that this actor's loop (the
         # server procedure, gossip, leases) goes on meanwhile
-        available = (await asyncio.to_thread(per_node)).get(node_id)
+        available = (await asyncio.to_thread(available_per_node)).get(node_id)
         if available is None:
             return None
         i = scenario.server_names.index(server)
@@ -211,13 +220,11 @@ class ServerActor:
         estimate = self.unmanaged_estimates.get(server)
         if estimate is None:
             estimate = self.unmanaged_estimates[server] = UnmanagedEstimate(capacity)
-        reported = book.running() if book is not None else {}
-        marked = running_per_user(node_id)
-        usage = estimate.observe(node_sample(
-            capacity, np.array([free[r] for r in scenario.resources]), scenario.user_index,
-            np.asarray(scenario.demand), reported, marked,
-            book.overdue() if book is not None else {},
-            estimate.congested(self.clock.now(), reported, marked)))
+        usage = estimate.measure(
+            self.clock.now(), capacity, np.array([free[r] for r in scenario.resources]),
+            scenario.user_index, np.asarray(scenario.demand),
+            book.running() if book is not None else {}, running_per_user(node_id),
+            book.overdue() if book is not None else {})
         return {r: float(v) for r, v in zip(scenario.resources, usage, strict=True)}
 
     async def release(self, server: str, user: str, token: str | None = None) -> None:
@@ -237,8 +244,8 @@ class ServerActor:
             await asyncio.sleep(wait)
             try:
                 # a blocking GCS lookup: in a thread, the loop serves the servers meanwhile
-                await asyncio.to_thread(ray.get_actor, coordinator_name(self.run_id),
-                                        namespace=NAMESPACE)
+                await asyncio.to_thread(named_actor, coordinator_name(self.run_id),
+                                        CoordinatorHandle)
             except ValueError:
                 missing += 1
             else:
@@ -252,26 +259,17 @@ class ServerActor:
         return [ServerReport.of(name, slot.node, slot.running, slot.error, pid)
                 for name, slot in self.slots.items()]
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> ActorStatus:
         """Health of the hosted servers (answers while their loops work)."""
-        servers = {}
-        for name, slot in self.slots.items():
-            node = slot.node
-            servers[name] = {
-                "running": slot.running,
-                "origin": None if node is None else node.origin,
-                "rounds": 0 if node is None else node.rounds,
-                "members": 0 if node is None else len(node.gossip.members()),
-                "epoch": None if node is None else node.table.epoch,
-                "error": slot.error,
-            }
         return {"time": None if self.clock is None else self.clock.now(), "pid": os.getpid(),
-                "node": ray.get_runtime_context().get_node_id(), "servers": servers}
+                "node": ray.get_runtime_context().get_node_id(),
+                "servers": {name: hosted_status(slot.node, slot.running, slot.error)
+                            for name, slot in self.slots.items()}}
 
-    async def keep_notes(self, notes: dict[str, Any]) -> None:
+    async def keep_notes(self, notes: Notes) -> None:
         """Keep the coordinator's notes for a restarted coordinator (lost if this actor
         restarts; every actor keeps a copy)."""
-        self.notes = dict(notes)
+        self.notes = notes.copy()
 
     async def keep_journal(self, first: int, entries: list[Observation]) -> int:
         """Keep the coordinator's observations ``first, first + 1, ...`` for a restarted
@@ -285,15 +283,9 @@ class ServerActor:
 
     async def state(self) -> ActorState:
         """What a restarted coordinator rebuilds its state from."""
-        servers = tuple(
-            HostedState(n, None, -1, self.started_at) if s.node is None
-            else HostedState(n, s.node.table, s.node.incarnation, self.started_at)
-            for n, s in self.slots.items())
-        origins = {o for s in self.slots.values() if s.node is not None
-                   for o in s.node.gossip.versions()}
-        return ActorState(servers, tuple(sorted(origins)), dict(self.notes), tuple(self.journal),
-                          ray.get_runtime_context().get_node_id(),
-                          None if self.clock is None else self.clock.now())
+        return ActorState.of({n: s.node for n, s in self.slots.items()}, self.started_at,
+                             self.notes, self.journal, ray.get_runtime_context().get_node_id(),
+                             None if self.clock is None else self.clock.now())
 
     # -- messages from peers --------------------------------------------------------------------
     async def deliver_batch(self, payload: bytes) -> bytes:
@@ -361,7 +353,7 @@ class ServerActor:
         if handle is None:
             return None
         key = actor_key(handle)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Message | None] = asyncio.get_running_loop().create_future()
         entry = self.outbox.get(key)
         if entry is None:
             entry = (handle, [])
@@ -386,16 +378,15 @@ class ServerActor:
             if not future.done():
                 future.set_result(answer)
 
-    def _handle(self, server: str) -> Any:
+    def _handle(self, server: str) -> ServerHandle | None:
         h = self.handles.get(server)
         if h is None:
             try:  # a member the coordinator did not hand out (joined since): look it up
-                h = ray.get_actor(server_actor_name(self.run_id, server), namespace=NAMESPACE)
+                h = named_actor(server_actor_name(self.run_id, server), ServerHandle)
             except ValueError:
                 return None
             self.handles[server] = h
         return h
 
 
-
-RemoteServerActor: Any = ray.remote(ServerActor)
+RemoteServerActor = actor_class(ServerActor, ServerHandle)

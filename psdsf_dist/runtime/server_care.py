@@ -11,17 +11,18 @@ table.  :class:`ServerCare` only makes the calls, through its host
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from psdsf_dist.model.events import Event, ServerFails, ServerJoins, new_server_joins
 from psdsf_dist.observability.metrics import RunMetrics
 from psdsf_dist.protocol.membership import ChurnState, Table
+from psdsf_dist.runtime.from_ray import RayNode, ServerEntry
 from psdsf_dist.runtime.members import Member
 from psdsf_dist.runtime.recovery import ERROR_RESTARTS, RecoveryPlan
 from psdsf_dist.runtime.server_pool import ServerPool, ray_nodes
 
-NodeSpec = Callable[[Mapping[str, Any]], dict[str, Any]]
+NodeSpec = Callable[[RayNode], ServerEntry]
 """from-ray runs: makes the server entry of a Ray node."""
 
 

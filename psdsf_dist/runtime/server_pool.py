@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
-from typing import Any
+from typing import TypeVar, Unpack
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -23,16 +23,21 @@ from psdsf_dist.protocol.convergence import Observation
 from psdsf_dist.protocol.gossip import origin_name
 from psdsf_dist.protocol.membership import Table
 from psdsf_dist.protocol.node import seed_peers, server_seed
+from psdsf_dist.runtime.from_ray import RayNode
+from psdsf_dist.runtime.handles import ServerHandle, named_actor
 from psdsf_dist.runtime.members import Member, groups
-from psdsf_dist.runtime.messages import ServerReport
+from psdsf_dist.runtime.messages import ActorState, Notes, ServerReport
 from psdsf_dist.runtime.names import NAMESPACE, server_actor_name, server_from_actor_name
 from psdsf_dist.runtime.placement import assign_nodes
+from psdsf_dist.runtime.ray_state import named_actors, nodes
 from psdsf_dist.runtime.rebuild import Rebuilt
 from psdsf_dist.runtime.server_actor import RemoteServerActor
 from psdsf_dist.runtime.settings import RunConfig
 
 JOURNAL_REPLICAS = 3  # server actors keeping a copy of the observations
 START_TIMEOUT = 900.0  # seconds for a new actor to come up (120 at once on 2 busy cores: slow)
+
+R = TypeVar("R")
 
 
 class ServerPool:
@@ -45,33 +50,42 @@ class ServerPool:
         self.detached = detached
         self.tenant_secret = tenant_secret
         self.members: dict[str, Member] = {}
-        self.actors: dict[str, Any] = {}
+        self.actors: dict[str, ServerHandle] = {}
         """actor name -> handle of every server actor of the run."""
         self.incarnations: dict[str, int] = {}
         """server -> the newest incarnation started so far (a new one must be newer: the
         others' gossip ignores an origin's entries older than what it has heard)."""
-        self.notes: dict[str, Any] = {}
+        self.notes: Notes = {}
         """What a restarted coordinator must know besides the table (kept by the servers)."""
         self.journaled: dict[str, int] = {}
         """actor name -> how many observations its copy of the journal holds."""
         self._push_due: Callable[[], Table] | None = None
         self._pusher: asyncio.Task[None] | None = None
 
-    async def call(self, ref: Any, timeout: float | None = None) -> Any:
+    async def call(self, ref: ray.ObjectRef[R], timeout: float | None = None) -> R:
+        """The result of an actor call, or :class:`TimeoutError` after ``timeout`` (default:
+        the run's call timeout, at least 5 s)."""
         limit = timeout if timeout is not None else max(self.config.rpc_timeout, 5.0)
         return await asyncio.wait_for(ref, limit)
 
-    def find_actors(self) -> dict[str, Any]:
+    def find_actors(self) -> dict[str, ServerHandle]:
         """The run's server actors Ray knows by name (a restarted coordinator's first look)."""
-        found: dict[str, Any] = {}
-        for entry in ray.util.list_named_actors(all_namespaces=True):
+        found: dict[str, ServerHandle] = {}
+        for entry in named_actors():
             if entry.get("namespace") != NAMESPACE:
                 continue
             if server_from_actor_name(self.run_id, entry["name"]) is not None:
-                found[entry["name"]] = ray.get_actor(entry["name"], namespace=NAMESPACE)
+                found[entry["name"]] = named_actor(entry["name"], ServerHandle)
         return found
 
-    def adopt(self, found: dict[str, Any], got: Rebuilt) -> None:
+    async def states(self, found: dict[str, ServerHandle]) -> dict[str, ActorState | BaseException]:
+        """Each found actor's state (:meth:`ServerActor.state`), or the error asking it raised
+        (what :func:`~psdsf_dist.runtime.rebuild.rebuild_state` takes)."""
+        states = await asyncio.gather(*(self.call(h.state.remote()) for h in found.values()),
+                                      return_exceptions=True)
+        return dict(zip(found, states, strict=True))
+
+    def adopt(self, found: dict[str, ServerHandle], got: Rebuilt) -> None:
         """Take the actors and servers a rebuild found; end the actors that did not answer
         (their servers are started again)."""
         for actor in got.unreachable:
@@ -101,7 +115,7 @@ class ServerPool:
             incarnation = {n: self.incarnations.get(n, -1) + 1 for n in group}
             first = origin_name(group[0], incarnation[group[0]])
             actor = server_actor_name(self.run_id, first if len(group) == 1 else f"group-{first}")
-            options: dict[str, Any] = {
+            options: dict[str, object] = {
                 "name": actor, "namespace": NAMESPACE,
                 "num_cpus": 0, "max_restarts": self.config.max_restarts,
                 "max_concurrency": 1000,
@@ -168,6 +182,13 @@ class ServerPool:
         return m
 
     # -- reaching -----------------------------------------------------------------------------
+    async def advance_to(self, t: float) -> None:
+        """Manual clock: every actor runs the wake-ups due before ``t``, then sets its time to
+        ``t`` (:meth:`ServerActor.advance_to`); an actor that fails or takes over a minute is
+        left behind (its servers' reports show it)."""
+        await asyncio.gather(*(self.call(h.advance_to.remote(t), 60.0)
+                               for h in self.actors.values()), return_exceptions=True)
+
     async def push(self, table: Table, actors: Collection[str] | None = None) -> None:
         """The table (and the members' handles) to every actor, or to ``actors``.  A call that
         fails is not retried here: the next observation finds the actor's servers on an older
@@ -197,10 +218,10 @@ class ServerPool:
         counts towards its servers' ``gone`` unless Ray is restarting it on an alive node
         (``alive``: read only if an actor does not answer)."""
 
-        async def one(actor: str, handle: Any) -> list[ServerReport]:
+        async def one(actor: str, handle: ServerHandle) -> list[ServerReport]:
             hosted = [m for m in self.members.values() if m.actor == actor]
             try:
-                reps: list[ServerReport] = await self.call(handle.report.remote())
+                reps = await self.call(handle.report.remote())
             except (ray.exceptions.RayError, TimeoutError) as err:
                 restarting = isinstance(err, (ray.exceptions.ActorUnavailableError,
                                               TimeoutError))
@@ -218,7 +239,7 @@ class ServerPool:
         answers = await asyncio.gather(*(one(a, h) for a, h in list(self.actors.items())))
         return {r.name: r for reps in answers for r in reps}
 
-    async def note(self, **notes: Any) -> None:
+    async def note(self, **notes: Unpack[Notes]) -> None:
         """Keep notes in every server actor (what a restarted coordinator must know)."""
         self.notes.update(notes)
         await asyncio.gather(*(self.call(h.keep_notes.remote(self.notes))
@@ -288,9 +309,8 @@ async def alive_nodes() -> list[str]:
     return sorted(str(n["NodeID"]) for n in await ray_nodes() if n.get("Alive"))
 
 
-async def ray_nodes() -> list[dict[str, Any]]:
+async def ray_nodes() -> list[RayNode]:
     """Ray's node table, read in a worker thread: the read is a blocking call to Ray's GCS
     (slow on a loaded machine), and the coordinator's one event loop also answers the tenants'
     reports and connects."""
-    nodes: Any = ray.nodes
-    return list(await asyncio.to_thread(nodes))
+    return await asyncio.to_thread(nodes)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -40,28 +40,53 @@ from psdsf_dist.observability.tenant_metrics import TenantMetrics
 from psdsf_dist.runtime.clock import Clock
 from psdsf_dist.runtime.names import actor_key
 
+if TYPE_CHECKING:
+    from psdsf_dist.runtime.handles import Handle
+
+L = TypeVar("L")
+L_co = TypeVar("L_co", covariant=True)
+
+PlacedKey = tuple[int, str, bool, int, int]
+"""A placed function's key: (the registered pair's id, node, soft, max_retries, num_returns)."""
+
+
+class Launcher(Protocol):
+    """A Ray remote function or actor class with its options set: ``remote`` launches it (a
+    task's ref, a list of them for several returns, or an actor's handle)."""
+
+    def remote(self, *args: object, **kwargs: object) -> object: ...
+
+
+class Configurable(Protocol[L_co]):
+    """A Ray remote function or actor class: ``options`` sets its options."""
+
+    def options(self, **options: object) -> L_co: ...
+
+
+Registered = tuple[Configurable[Launcher], dict[str, object]]
+"""A remote function (or actor class) as a tenant's client registers it with its queue, with
+its options (the tenant's shape, passed options)."""
+
 
 @dataclass
 class TaskCall:
     """What the queue holds of a task for Ray (its bookkeeping is the state's)."""
 
-    function: tuple[Any, dict[str, Any]]
-    """The Ray remote function (or actor class) and its options (the tenant's shape, passed
-    options)."""
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    result: asyncio.Future[Any]
+    function: Registered
+    args: tuple[object, ...]
+    kwargs: dict[str, object]
+    result: asyncio.Future[object]
     num_returns: int = 1
     actor: bool = False
-    refs: Any = None
-    """The launched Ray task's returns (``num_returns`` of them; None while queued)."""
+    refs: list[ray.ObjectRef[object]] | None = None
+    """The launched Ray task's returns (``num_returns`` of them; None while queued, and for an
+    actor)."""
     ray_task: str | None = None
     """The launched Ray task's id (hex; None while queued, and for an actor)."""
 
 
-def placed_on(cache: dict[tuple[int, str, bool, int, int], Any],
-              function: tuple[Any, dict[str, Any]], node: str, *, soft: bool,
-              max_retries: int, num_returns: int) -> Any:
+def placed_on(cache: dict[PlacedKey, L], function: tuple[Configurable[L], dict[str, object]],
+              node: str, *, soft: bool, max_retries: int, num_returns: int) -> L:
     """A Ray remote function with its options (the tenant's shape, passed options) and an
     affinity to ``node`` (``soft``: elsewhere only once the node is gone), made once per
     node and kind in ``cache`` (Ray's options wrapper is not free to build)."""
@@ -86,10 +111,10 @@ class TaskRunner:
         self.metrics = metrics
         self.period = period
         self.tasks: dict[int, TaskCall] = {}
-        self.placed: dict[tuple[int, str, bool, int, int], Any] = {}
+        self.placed: dict[PlacedKey, Launcher] = {}
         self.ray_tasks: dict[str, int] = {}
         """A launched task's Ray task id -> its task id (its blocking notices name the former)."""
-        self.actors: dict[str, Any] = {}
+        self.actors: dict[str, Handle[object]] = {}
         """The tenant's live actors: actor id -> handle (the queue owns them)."""
         self.watchers: set[asyncio.Task[None]] = set()
         self.closed = False
@@ -135,8 +160,7 @@ class TaskRunner:
         docstring)."""
         contextvars.Context().run(self._launch_all, launches)
 
-    def _placed(self, function: tuple[Any, dict[str, Any]], node: str,
-                num_returns: int = 1) -> Any:
+    def _placed(self, function: Registered, node: str, num_returns: int = 1) -> Launcher:
         """The function with hard affinity to ``node`` and no Ray retries (the state's)."""
         return placed_on(self.placed, function, node, soft=False, max_retries=0,
                          num_returns=num_returns)
@@ -153,15 +177,16 @@ class TaskRunner:
                         scheduling_strategy=NodeAffinitySchedulingStrategy(launch.node,
                                                                            soft=False),
                     ).remote(*task.args, **task.kwargs)
-                    task.refs = [handle]
-                    watch = self._watch_actor(launch, handle)
+                    watch = self._watch_actor(launch, cast("Handle[object]", handle))
                 else:
                     out = self._placed(task.function, launch.node, task.num_returns).remote(
                         *task.args, **task.kwargs)
-                    task.refs = out if task.num_returns > 1 else [out]
-                    task.ray_task = task.refs[0].task_id().hex()
+                    refs = cast(list[ray.ObjectRef[object]],
+                                out if task.num_returns > 1 else [out])
+                    task.refs = refs
+                    task.ray_task = refs[0].task_id().hex()
                     self.ray_tasks[task.ray_task] = launch.task
-                    watch = self._watch(launch)
+                    watch = self._watch(launch, refs)
             except Exception as err:  # e.g. arguments Ray cannot serialize: the caller's error
                 self.tasks.pop(launch.task)
                 if not task.result.done():
@@ -173,7 +198,7 @@ class TaskRunner:
             self.metrics.admitted(launch.server, launch.waited)
             self.hold(loop.create_task(watch, context=contextvars.Context()))
 
-    async def _watch_actor(self, launch: Launch, handle: Any) -> None:
+    async def _watch_actor(self, launch: Launch, handle: Handle[object]) -> None:
         """Hand the actor out once constructed, then hold its slot until it ends (its
         ``__ray_ready__`` raises once it is dead; asked once a period)."""
         task = self.tasks[launch.task]
@@ -195,12 +220,12 @@ class TaskRunner:
             self.actors.pop(key, None)
             self._ended(launch, signal, error)
 
-    async def _watch(self, launch: Launch) -> None:
+    async def _watch(self, launch: Launch, refs: list[ray.ObjectRef[object]]) -> None:
         task = self.tasks[launch.task]
-        value: Any = None
+        value: object = None
         error: Exception | None = None
         try:
-            values = [await ref for ref in task.refs]
+            values = [await ref for ref in refs]
             value = values[0] if task.num_returns == 1 else tuple(values)
             signal = Signal.DONE
         except ray.exceptions.TaskCancelledError as err:
@@ -216,7 +241,7 @@ class TaskRunner:
         self._ended(launch, signal, error, value)
 
     def _ended(self, launch: Launch, signal: Signal, error: Exception | None,
-               value: Any = None) -> None:
+               value: object = None) -> None:
         ray_task = self.tasks[launch.task].ray_task
         if ray_task is not None:
             self.ray_tasks.pop(ray_task, None)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import ray
@@ -28,7 +28,8 @@ from psdsf_dist.errors import ScenarioError
 from psdsf_dist.model.events import Event, UserJoins, UserLeaves
 from psdsf_dist.model.tenant_policy import TenantPolicy, UnknownTenantError, parse_tenant_policy
 from psdsf_dist.protocol.membership import ChurnState
-from psdsf_dist.runtime.messages import FloatArray, TenantInfo, TenantReply, TenantRunError
+from psdsf_dist.runtime.handles import QueueHandle
+from psdsf_dist.runtime.messages import FloatArray, Notes, TenantInfo, TenantReply, TenantRunError
 from psdsf_dist.runtime.names import actor_key
 from psdsf_dist.runtime.server_pool import ServerPool
 
@@ -56,7 +57,7 @@ class DeskHost(Protocol):
 
     async def apply_event(self, event: Event, wait: bool = True) -> tuple[bool, str]: ...
 
-    async def change(self, item: Mapping[str, Any]) -> tuple[bool, str]: ...
+    async def change(self, item: Mapping[str, object]) -> tuple[bool, str]: ...
 
 
 class TenantDesk:
@@ -65,7 +66,7 @@ class TenantDesk:
         self.host = host
         self.book = TenantBook()
         """The queues' latest backlog reports."""
-        self.queues: dict[str, Any] = {}
+        self.queues: dict[str, QueueHandle] = {}
         """user -> its queue actor (to tell a silent queue from a gone one)."""
         self.policy = policy
         """The operator's tenant policy (None: an open run, as before policies)."""
@@ -85,7 +86,8 @@ class TenantDesk:
             return False
         return True
 
-    async def change_policy(self, change: Any, resources: tuple[str, ...]) -> tuple[bool, str]:
+    async def change_policy(self, change: object,
+                            resources: tuple[str, ...]) -> tuple[bool, str]:
         """The operator's change of the tenant policy: merged in, kept in the notes (a
         restarted coordinator applies it too) and recorded as an event of the run.  Present
         tenants get their new weight and quota at their next report (within a period)."""
@@ -105,7 +107,7 @@ class TenantDesk:
                                   policy_changes=list(self.policy_changes))
         return True, text
 
-    def restore(self, notes: Mapping[str, Any], resources: tuple[str, ...]) -> None:
+    def restore(self, notes: Notes, resources: tuple[str, ...]) -> None:
         """A restarted coordinator: the policy as its predecessor last changed it."""
         if self.policy is not None and "tenant_policy" in notes:
             self.policy = parse_tenant_policy(notes["tenant_policy"], resources)
@@ -157,7 +159,8 @@ class TenantDesk:
                           info.period, tenant_token(self.secret, user))
 
     async def report(self, user: str, demand: dict[str, float], weight: float | None,
-                     backlog: int, queue: Any, token: str | None) -> TenantReply:
+                     backlog: int, queue: QueueHandle | None,
+                     token: str | None) -> TenantReply:
         """One queue's periodic report: its backlog (queued + running) becomes the user's
         presence and ``max_tasks`` (:class:`~psdsf_dist.admission.tenants.TenantBook`).
         Returns where its tasks may go: every present server's actor and Ray node.  With a
@@ -204,26 +207,26 @@ class TenantDesk:
                    if m.node is not None and self.host.present(n)}
         return TenantReply(servers, error)
 
-    async def operator_change(self, item: Mapping[str, Any]) -> tuple[bool, str]:
+    async def operator_change(self, item: Mapping[str, object]) -> tuple[bool, str]:
         """The operator's change: churn (the host's), or a change of the tenant policy.  With a
         policy, the operator's ``set_weight`` is the tenant's ceiling from then on."""
         resources = self.host.state().full.resources
         if isinstance(item, Mapping) and "tenant_policy" in item:
             return await self.change_policy(item["tenant_policy"], resources)
-        if self.policy is not None and isinstance(item, Mapping) \
-                and isinstance(item.get("set_weight"), Mapping):
-            user = item["set_weight"].get("user")
+        set_weight = item.get("set_weight") if isinstance(item, Mapping) else None
+        if self.policy is not None and isinstance(set_weight, Mapping):
+            user = set_weight.get("user")
             if isinstance(user, str):
                 ok, text = await self.host.change(item)
                 if ok:
                     entry = (self.policy.entry(user).to_raw(user) if self.known(user)
                              else {"name": user})
                     await self.change_policy({"tenants": [
-                        {**entry, "weight": item["set_weight"].get("weight")}]}, resources)
+                        {**entry, "weight": set_weight.get("weight")}]}, resources)
                 return ok, text
         return await self.host.change(item)
 
-    async def leave(self, user: str, queue: Any, token: str | None) -> None:
+    async def leave(self, user: str, queue: QueueHandle | None, token: str | None) -> None:
         """A queue closed: its user leaves now (it rejoins when it reports work again).  A
         queue that is not the user's registered one (refused as a second connection) is
         ignored, and so is a call without ``user``'s token in a run with a tenant policy."""
@@ -289,7 +292,7 @@ class TenantDesk:
             for name in [n for n in self.unmanaged if n not in pool.members]:
                 del self.unmanaged[name]
 
-    async def queue_lives(self, queue: Any) -> bool:
+    async def queue_lives(self, queue: QueueHandle) -> bool:
         """Whether Ray still has a tenant's queue actor (one slow to answer counts)."""
         try:
             await asyncio.wait_for(queue.status.remote(), self.host.period)

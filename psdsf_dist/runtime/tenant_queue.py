@@ -19,26 +19,16 @@ Who decides
     what Ray answered.
 
 What it does
-    * Once per period (and at once when work arrives after idling) it reports its backlog —
-      tasks queued plus running — to the coordinator
-      (:meth:`~psdsf_dist.runtime.coordinator.Coordinator.tenant_report`), which makes the user
-      present with that ``max_tasks``, or absent once idle for ``IDLE_LINGER_PERIODS``; the
-      answer says which servers exist and on which node.
-    * Every lease interval (T/4) it asks each server where it has work to place or tasks
-      running — and at once where work arrives and the server's lease has run out
-      (:meth:`~psdsf_dist.runtime.server_actor.ServerActor.lease`): the answer is how
-      many of its tasks may run there for the lease's lifetime, counted from when the ask was
-      sent.  While an ask is in flight it only replaces tasks that finish (never more than ran
-      when the ask was sent, which the server counts as claimed), and otherwise launches as
-      soon as a slot frees.  Where the lease allows it (``Lease.pipeline``: the user alone on
-      a node its slots fill) one task more waits at the node, so that Ray starts it the moment
-      one of the user's tasks there ends instead of after a round trip through the queue.
+    * It reports its backlog (tasks queued plus running) to the coordinator once per period
+      and at once when work arrives after idling, and asks the servers for leases every lease
+      interval and at once where work arrives and a lease has run out
+      (:mod:`psdsf_dist.runtime.allocator_link`); it launches queued tasks into the slots the
+      leases allow.  Once the allocator is gone (Ray reports the coordinator dead, or it has
+      not answered for ``ALLOCATOR_SILENCE_PERIODS`` periods) every queued task fails with
+      :class:`AllocatorGoneError` (one line), and so does every new one.
     * A task lost to a system failure (its node or worker died, the node vanished before it
       started) goes back to the head of the queue, up to the task's ``max_retries``; an
       exception raised by the task's own code is the caller's result, as in plain Ray.
-    * When Ray reports the coordinator dead, or it has not answered for
-      ``ALLOCATOR_SILENCE_PERIODS`` periods, every queued task fails with
-      :class:`AllocatorGoneError` (one line), and so does every new one.
 
 For a call through the queue (not launched by the client into a delegated slot, below), the
 caller's ``ObjectRef`` is that of :meth:`TenantQueue.submit`, which returns the task's value:
@@ -90,18 +80,18 @@ Bulk submissions
     its results come back as a stream (a Ray generator), several finished tasks per message.
 
 The Ray calls that launch and watch the tasks are :class:`~psdsf_dist.runtime.task_runner.
-TaskRunner`'s; this actor receives the callers' calls and talks with the allocator.
+TaskRunner`'s, those to the allocator :class:`~psdsf_dist.runtime.allocator_link.
+AllocatorLink`'s; this actor receives the callers' calls.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import functools
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import cast
 
 import ray
 
@@ -109,23 +99,18 @@ from psdsf_dist.admission.direct_slots import DirectOutcome, DirectReply, Direct
 from psdsf_dist.admission.leases import LEASE_INTERVALS_PER_PERIOD
 from psdsf_dist.admission.shapes import ShapeError
 from psdsf_dist.admission.tenant_queue_state import (
-    ALLOCATOR_SILENCE_PERIODS,
     AllocatorGoneError,
-    Ask,
     TaskCancelledError,
     TaskWithdrawnError,
     TenantQueueState,
     TenantRefusedError,
 )
 from psdsf_dist.observability.tenant_metrics import TenantMetrics
+from psdsf_dist.runtime.allocator_link import AllocatorLink
 from psdsf_dist.runtime.clock import WallClock
-from psdsf_dist.runtime.messages import QueueStatus, TenantReply
-from psdsf_dist.runtime.names import NAMESPACE, coordinator_name
-from psdsf_dist.runtime.task_runner import TaskCall, TaskRunner
-
-ASK_TIMEOUT_INTERVALS = 4.0
-"""An ask unanswered this long is given up and asked again (a late answer still counts from
-when its ask was sent; the lease it renews lasts ``LEASE_TTL_INTERVALS``)."""
+from psdsf_dist.runtime.handles import QueueHandle, actor_class, this_actor
+from psdsf_dist.runtime.messages import QueueStatus
+from psdsf_dist.runtime.task_runner import Registered, TaskCall, TaskRunner
 
 
 class TenantQueue:
@@ -133,13 +118,7 @@ class TenantQueue:
 
     def __init__(self, run_id: str, user: str, demand: dict[str, float],
                  weight: float | None, period: float, token: str | None = None) -> None:
-        self.run_id = run_id
         self.user = user
-        self.token = token
-        """The user's token, carried by every call in its name (a run with a tenant policy)."""
-        self.demand = dict(demand)
-        self.weight = weight
-        self.period = period
         self.interval = period / LEASE_INTERVALS_PER_PERIOD
         self.clock = WallClock(time.time())
         """The queue's one clock: its leases, asks, task ages and pauses all read it."""
@@ -147,45 +126,39 @@ class TenantQueue:
         self.metrics = TenantMetrics(user)
         self.runner = TaskRunner(self.state, self.clock, self.metrics, period)
         """Launches and watches the tasks; ``runner.tasks`` holds what Ray needs of each."""
-        self.handles: dict[str, Any] = {}
-        """Server name -> its actor handle."""
-        self.functions: dict[str, tuple[Any, dict[str, Any]]] = {}
+        self.link = AllocatorLink(run_id, user, token, dict(demand), weight, period, self.state,
+                                  self.runner, self.clock, self.metrics)
+        """Reports to the coordinator and asks the servers for leases."""
+        self.functions: dict[str, Registered] = {}
         """Registered key -> a Ray remote function (or actor class) and its options
         (:meth:`register`)."""
         self.by_key: dict[str, int] = {}
         """The :meth:`submit` call's Ray task id -> its task (to cancel it by its ref)."""
-        self.work = asyncio.Event()
         self.slots_changed = self.runner.freed
         """Set when slots may have freed (a lease answered, a task ended or blocked): an
         exchange waiting for a slot looks again."""
-        self.loops: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
         """Start the report and ask loops (the client waits for this at connect)."""
-        if not self.loops:
-            loop = asyncio.get_running_loop()
-            self.coordinator = ray.get_actor(coordinator_name(self.run_id), namespace=NAMESPACE)
-            self.handle = ray.get_runtime_context().current_actor
-            self.loops = [loop.create_task(self._report_loop()),
-                          loop.create_task(self._ask_loop())]
+        self.link.start(this_actor(QueueHandle))
 
     # -- the caller's side --------------------------------------------------------------------
-    async def register(self, key: str, function: tuple[Any, dict[str, Any]]) -> None:
+    async def register(self, key: str, function: Registered) -> None:
         """Keep a remote function (or actor class) and its options under ``key``, for the
         calls that name it.  The client registers each when it is declared, so that a call
         carries a key rather than an ObjectRef of the function, which would make every call
         a borrow of that object (Ray's reference counting: docs/tenants.md, "Latency")."""
         self.functions[key] = function
 
-    def _registered(self, key: str) -> tuple[Any, dict[str, Any]]:
+    def _registered(self, key: str) -> Registered:
         function = self.functions.get(key)
         if function is None:
             raise TenantRefusedError(f"user {self.user!r}: no function registered as {key!r} "
                                      "with this queue (declare it with this tenant)")
         return function
 
-    async def submit(self, key: str, call: list[Any], max_retries: int,
-                     num_returns: int = 1, preemptible: bool = False) -> Any:
+    async def submit(self, key: str, call: Sequence[object], max_retries: int,
+                     num_returns: int = 1, preemptible: bool = False) -> object:
         """Queue one task of the function registered as ``key`` and return its value — a
         tuple of ``num_returns`` values when more than one (call it with that
         ``num_returns``).  ``call`` holds the arguments, boxed so that Ray does not resolve
@@ -200,11 +173,10 @@ class TenantQueue:
         if self.state.gone is not None:
             raise AllocatorGoneError(self.state.gone)
         function = self._registered(key)
-        args, kwargs = call
-        result: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        args, kwargs = unboxed(call)
+        result: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         task_id = self.state.new_task(max_retries, self.clock.now(), preemptible=preemptible)
-        self.runner.tasks[task_id] = TaskCall(function, tuple(args), dict(kwargs), result,
-                                              num_returns)
+        self.runner.tasks[task_id] = TaskCall(function, args, kwargs, result, num_returns)
         call_id = ray.get_runtime_context().get_task_id()
         if call_id is not None:
             self.by_key[call_id] = task_id
@@ -220,17 +192,17 @@ class TenantQueue:
             if call_id is not None:
                 self.by_key.pop(call_id, None)
 
-    async def create_actor(self, key: str, call: list[Any]) -> Any:
+    async def create_actor(self, key: str, call: Sequence[object]) -> object:
         """Queue the creation of one of the tenant's actors (``key``: its Ray actor class and
         options, registered) and return its handle once it is admitted and constructed — or
         raise its constructor's error.  See "Actors"."""
         if self.state.gone is not None:
             raise AllocatorGoneError(self.state.gone)
         cls = self._registered(key)
-        args, kwargs = call
-        result: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        args, kwargs = unboxed(call)
+        result: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         task_id = self.state.new_task(0, self.clock.now(), actor=True)
-        self.runner.tasks[task_id] = TaskCall(cls, tuple(args), dict(kwargs), result, actor=True)
+        self.runner.tasks[task_id] = TaskCall(cls, args, kwargs, result, actor=True)
         self._submit([task_id])
         return await result
 
@@ -244,17 +216,17 @@ class TenantQueue:
         self.runner.cancel(task_id, force=force)
         return True
 
-    async def submit_many(self, key: str, calls: list[Any], max_retries: int,
+    async def submit_many(self, key: str, calls: Sequence[Sequence[object]], max_retries: int,
                           batch: str, num_returns: int = 1, preemptible: bool = False,
-                          ) -> AsyncIterator[list[tuple[int, bool, Any]]]:
+                          ) -> AsyncIterator[list[tuple[int, bool, object]]]:
         """Queue one task per ``(args, kwargs)`` of ``calls`` (in that order) and stream their
         outcomes as they end: each item is a list of ``(index, ok, value)`` — the value, or
         the error ``ray.get`` would raise — for every task of the batch that ended since the
         last item.  Call it with ``num_returns="streaming"``.  :meth:`drop` withdraws what is
         still queued of ``batch`` (it then ends with the running tasks)."""
         loop = asyncio.get_running_loop()
-        ended: asyncio.Queue[tuple[int, asyncio.Future[Any]]] = asyncio.Queue()
-        futures: list[asyncio.Future[Any]] = [loop.create_future() for _ in calls]
+        ended: asyncio.Queue[tuple[int, asyncio.Future[object]]] = asyncio.Queue()
+        futures: list[asyncio.Future[object]] = [loop.create_future() for _ in calls]
         for index, future in enumerate(futures):
             future.add_done_callback(functools.partial(_put_ended, ended, index))
         if self.state.gone is not None:
@@ -264,11 +236,12 @@ class TenantQueue:
             function = self._registered(key)
             now = self.clock.now()
             ids = []
-            for (args, kwargs), future in zip(calls, futures, strict=True):
+            for call, future in zip(calls, futures, strict=True):
+                args, kwargs = unboxed(call)
                 task_id = self.state.new_task(max_retries, now, batch=batch,
                                               preemptible=preemptible)
-                self.runner.tasks[task_id] = TaskCall(function, tuple(args), dict(kwargs),
-                                                      future, num_returns)
+                self.runner.tasks[task_id] = TaskCall(function, args, kwargs, future,
+                                                      num_returns)
                 ids.append(task_id)
             self._submit(ids)
         left = len(futures)
@@ -318,10 +291,9 @@ class TenantQueue:
                 self.metrics.completed(slot.server)
         launches, woke = self.state.direct_report(report, now)
         if woke:
-            self.work.set()
+            self.link.wake()
         self.runner.launch_all(launches)
-        for name in self.state.asks_urgent(now):
-            self._send_ask(name)
+        self.link.ask_urgent(now)
         if self.state.gone is None and not self.state.grant(report.wanted, now) and wait \
                 and report.wanted > len(self.state.delegated_slots()):
             self.slots_changed.clear()
@@ -340,115 +312,39 @@ class TenantQueue:
         return len(ended)
 
     async def status(self) -> QueueStatus:
-        now = self.clock.now()
-        st = self.state
-        return QueueStatus(self.user, len(st.queue),
-                           {n: s.running for n, s in st.servers.items()},
-                           {n: (s.slots if now < s.expires else 0)
-                            for n, s in st.servers.items()},
-                           st.admitted, st.completed, st.retried, st.failed,
-                           len(st.servers), st.gone,
-                           {n: s.node for n, s in st.servers.items()},
-                           {n: s.waiting for n, s in st.servers.items()}, st.withdrawn,
-                           st.cancelled, st.blocked_tasks, len(self.runner.actors),
-                           st.preempted, st.delegated_per_server())
+        return QueueStatus.of(self.state, self.clock.now(), len(self.runner.actors))
 
     async def close(self) -> None:
         """Drop what is queued, give the slots back and leave (the driver is done)."""
-        for loop_task in self.loops:
-            loop_task.cancel()
+        self.link.stop()
         self.runner.closed = True
         self.runner.settle(self.state.close())  # later submissions fail at once
         self.metrics.flush()
         self.runner.kill_actors()  # ours: they end with the tenant
-        calls = [self.handles[s].release.remote(s, self.user, self.token)
-                 for s in self.state.servers if s in self.handles]
-        calls.append(self.coordinator.tenant_leave.remote(self.user, self.handle, self.token))
-        await asyncio.gather(*(asyncio.wait_for(c, self.period) for c in calls),
-                             return_exceptions=True)
+        await self.link.leave()
 
     def _submit(self, ids: list[int]) -> None:
         now = self.clock.now()
         launches, woke = self.state.submit(ids, now)
         if woke:
-            self.work.set()  # report at once: a late user should not wait a period to join
+            self.link.wake()
         self.runner.launch_all(launches)
-        for name in self.state.asks_urgent(now):
-            self._send_ask(name)
-
-    # -- talking to the allocator -------------------------------------------------------------
-    async def _report_loop(self) -> None:
-        while True:
-            await self._report()
-            self.work.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.work.wait(), self.period)
-
-    async def _report(self) -> None:
-        backlog = self.state.report_backlog(self.clock.now())
-        silence = ALLOCATOR_SILENCE_PERIODS * self.period
-        try:
-            reply: TenantReply = await asyncio.wait_for(
-                self.coordinator.tenant_report.remote(self.user, self.demand, self.weight,
-                                                      backlog, self.handle, self.token),
-                silence)
-        except (TimeoutError, ray.exceptions.RayError) as err:
-            dead = isinstance(err, ray.exceptions.ActorDiedError)
-            self.runner.settle(self.state.report_failed(self.clock.now(), self.run_id, dead,
-                                                  type(err).__name__))
-            if not dead and self.state.gone is None:
-                await self.clock.sleep(self.period)  # not every error is a timeout: pace retries
-            return
-        for name, (handle, _node) in reply.servers.items():
-            self.handles[name] = handle
-        self.runner.settle(self.state.report_answered(
-            self.clock.now(), backlog, {n: node for n, (_h, node) in reply.servers.items()},
-            reply.error))
-        for name in [n for n in self.handles if n not in self.state.servers]:
-            del self.handles[name]
-        servers = self.state.servers.values()
-        self.metrics.backlog(len(self.state.queue) + sum(s.waiting for s in servers),
-                             {s.name: s.running - s.waiting for s in servers})
-
-    async def _ask_loop(self) -> None:
-        while True:
-            for name in self.state.asks_due():
-                self._send_ask(name)
-            await self.clock.sleep(self.interval)
-
-    def _send_ask(self, name: str) -> None:
-        """Ask ``name`` for a lease (marked in flight at once: one ask per server at a time)."""
-        if name not in self.handles:
-            return
-        now = self.clock.now()
-        ask = self.state.ask_sent(name, now)
-        self.runner.hold(asyncio.get_running_loop().create_task(
-            self._ask(name, ask, now), context=contextvars.Context()))
-
-    async def _ask(self, name: str, ask: Ask, sent: float) -> None:
-        answer: tuple[int, int, float] | None = None
-        try:
-            lease = await asyncio.wait_for(
-                self.handles[name].lease.remote(name, self.user, ask.running, ask.queued,
-                                                self.token, ask.overdue),
-                ASK_TIMEOUT_INTERVALS * self.interval)
-        except (TimeoutError, ray.exceptions.RayError):
-            pass  # the old lease runs out on its own
-        else:
-            answer = (lease.slots, lease.pipeline, lease.ttl)
-            self.runner.interrupt(self.state.preempt(name, lease.preempt))
-        finally:
-            self.runner.launch_all(self.state.ask_answered(name, sent, answer,
-                                                           self.clock.now()))
-            self.slots_changed.set()
+        self.link.ask_urgent(now)
 
 
-def _put_ended(ended: asyncio.Queue[tuple[int, asyncio.Future[Any]]], index: int,
-               future: asyncio.Future[Any]) -> None:
+def unboxed(call: Sequence[object]) -> tuple[tuple[object, ...], dict[str, object]]:
+    """A call's arguments as the client boxes them — ``[args, kwargs]``, so that Ray does not
+    resolve them here (the task itself gets them) — as a task takes them."""
+    args, kwargs = cast(tuple[Sequence[object], Mapping[str, object]], call)
+    return tuple(args), dict(kwargs)
+
+
+def _put_ended(ended: asyncio.Queue[tuple[int, asyncio.Future[object]]], index: int,
+               future: asyncio.Future[object]) -> None:
     ended.put_nowait((index, future))
 
 
-RemoteTenantQueue: Any = ray.remote(TenantQueue)
+RemoteTenantQueue = actor_class(TenantQueue, QueueHandle)
 
 __all__ = ["AllocatorGoneError", "RemoteTenantQueue", "ShapeError",
            "TaskCancelledError", "TaskWithdrawnError", "TenantQueue", "TenantRefusedError"]

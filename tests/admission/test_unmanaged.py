@@ -84,6 +84,17 @@ def test_a_transient_is_ignored_and_persistent_usage_counts_after_the_window() -
     assert e.observe(np.zeros(2)).tolist() == [0.0, 0.0]  # gone: released at once
 
 
+def test_a_period_measures_the_node_sample_and_keeps_what_persisted() -> None:
+    """The node of the sample test above (4 CPU, 5 GB reported of a's and b's; 1 CPU, 10 GB
+    free): its 3 CPUs, 1 GB of someone else's count once two periods found them."""
+    index, demand = {"a": 0, "b": 1}, np.array([[1.0, 2.0], [2.0, 1.0]])
+    e = UnmanagedEstimate(CAP)
+    for now, counted in ((0.0, [0.0, 0.0]), (1.0, [3.0, 1.0])):
+        got = e.measure(now, CAP, np.array([1.0, 10.0]), index, demand, {"a": 2, "b": 1},
+                        {"a": 1, "b": 1}, {})
+        assert got.tolist() == counted
+
+
 @given(st.lists(st.lists(st.floats(0, 8), min_size=2, max_size=2), min_size=1, max_size=12))
 def test_the_estimate_never_exceeds_any_recent_sample(samples: list[list[float]]) -> None:
     e = UnmanagedEstimate(CAP)

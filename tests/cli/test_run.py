@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -167,6 +168,7 @@ def test_tenant_tokens_need_a_policy(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_tenant_tokens_are_written_for_the_declared_tenants_owner_only(tmp_path: Path) -> None:
     from psdsf_dist.admission.identity import token_ok
     from psdsf_dist.cli.run import _write_tokens
+    from psdsf_dist.runtime.handles import CoordinatorHandle
     from psdsf_dist.runtime.launcher import Run
     from psdsf_dist.runtime.settings import RunConfig
 
@@ -174,7 +176,8 @@ def test_tenant_tokens_are_written_for_the_declared_tenants_owner_only(tmp_path:
            "tenant_policy": {"tenants": [{"name": "etl"}, {"name": "adhoc", "weight": 2}]}}
     target = tmp_path / "tokens"
     args = build_parser().parse_args(["run", "x.yaml", "--tenant-tokens", str(target)])
-    _write_tokens(args, doc, Run(None, "r", RunConfig(), "the-secret"))
+    # it only reads the run's secret: no coordinator is called
+    _write_tokens(args, doc, Run(cast(CoordinatorHandle, None), "r", RunConfig(), "the-secret"))
     lines = [line.split("\t") for line in target.read_text().splitlines()]
     assert [n for n, _ in lines] == ["etl", "adhoc"]
     assert all(token_ok("the-secret", n, t) for n, t in lines)

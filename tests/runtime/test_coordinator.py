@@ -18,6 +18,7 @@ import ray
 from psdsf_dist.cli.run import serve_metrics
 from psdsf_dist.core.certificate import certificate
 from psdsf_dist.protocol.config import ProtocolConfig
+from psdsf_dist.protocol.convergence import ObservationJson
 from psdsf_dist.runtime.launcher import ChurnError, Run, attach, launch
 from psdsf_dist.runtime.recovery import ERROR_RESTARTS
 from psdsf_dist.runtime.settings import RunConfig
@@ -36,8 +37,8 @@ def manual_run(small_cluster: Path, request: pytest.FixtureRequest) -> Iterator[
         run.stop()
 
 
-def advance_until_held(run: Run, hold: int = 3, limit: int = 80) -> list[dict[str, Any]]:
-    seen: list[dict[str, Any]] = []
+def advance_until_held(run: Run, hold: int = 3, limit: int = 80) -> list[ObservationJson]:
+    seen: list[ObservationJson] = []
     while len(seen) < limit:
         seen += run.advance(1)
         if len(seen) >= hold and all(o["holds"] for o in seen[-hold:]):

@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from psdsf_dist.errors import ScenarioError
 from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.runtime.from_ray import (
     GIB,
+    RayNode,
     default_resources,
     from_ray_document,
     is_from_ray,
     node_server_name,
 )
 
-NODES: list[dict[str, Any]] = [
+NODES: list[RayNode] = [
     {"NodeID": "aaaaaaaa1111", "Alive": True, "NodeManagerAddress": "10.0.0.1",
      "Resources": {"CPU": 8.0, "memory": 16 * GIB, "object_store_memory": 4 * GIB,
                    "node:10.0.0.1": 1.0, "node:__internal_head__": 1.0}},

@@ -16,6 +16,7 @@ import ray
 
 from psdsf_dist.core.certificate import certificate
 from psdsf_dist.protocol.config import ProtocolConfig
+from psdsf_dist.protocol.convergence import ObservationJson
 from psdsf_dist.runtime.coordinator import RemoteCoordinator
 from psdsf_dist.runtime.launcher import Run, launch, prepare
 from psdsf_dist.runtime.names import NAMESPACE, coordinator_name
@@ -35,8 +36,8 @@ def cluster() -> Iterator[Any]:
         yield c
 
 
-def advance_until_held(run: Run, hold: int = 3, limit: int = 80) -> list[dict[str, Any]]:
-    seen: list[dict[str, Any]] = []
+def advance_until_held(run: Run, hold: int = 3, limit: int = 80) -> list[ObservationJson]:
+    seen: list[ObservationJson] = []
     while len(seen) < limit:
         seen += run.advance(1)
         if len(seen) >= hold and all(o["holds"] for o in seen[-hold:]):

@@ -7,7 +7,7 @@ import pytest
 from psdsf_dist.model.scenario import load_scenario
 from psdsf_dist.protocol.convergence import Observation
 from psdsf_dist.protocol.membership import ChurnState, Table
-from psdsf_dist.runtime.messages import ActorState, HostedState
+from psdsf_dist.runtime.messages import ActorState, HostedState, Notes
 from psdsf_dist.runtime.rebuild import NothingToRebuildError, rebuild_state
 from tests.conftest import SMALL_CLUSTER
 
@@ -27,9 +27,9 @@ def observation(k: int) -> Observation:
 
 def actor(servers: list[tuple[str, Table | None, int]], *, origins: tuple[str, ...] = (),
           journal: int = 0, node: str = "n1", time: float | None = None,
-          notes: dict[str, object] | None = None) -> ActorState:
+          notes: Notes | None = None) -> ActorState:
     return ActorState(tuple(HostedState(n, t, i, 100.0) for n, t, i in servers), origins,
-                      dict(notes or {}), tuple(observation(k) for k in range(journal)), node,
+                      notes or {}, tuple(observation(k) for k in range(journal)), node,
                       time)
 
 
@@ -66,6 +66,17 @@ def test_servers_no_answering_actor_hosts_start_again_or_fail_with_their_node() 
     assert got.missing_failed == (names[1],)
     assert got.missing_restart == tuple(names[2:])
     assert got.latest_time == 7.0  # the last change, no actor clock
+
+
+def test_the_fault_counts_go_on_from_the_notes() -> None:
+    _, new = tables()
+    names = [n for n, up in zip(new.full.server_names, new.servers_present, strict=True)
+             if up]
+    notes: Notes = {"restarts": 2, "coordinator_restarts": 1, "faults": [("server x", 3.0)]}
+    got = rebuild_state({"a0": actor([(names[0], new, 0)], notes=notes)}, {}, ["n1"])
+    assert got.restarts == 2 + len(names) - 1  # the missing servers start again
+    assert got.coordinator_restarts == 2
+    assert got.faults == (("server x", 3.0),)
 
 
 def test_nothing_to_rebuild_from_without_a_started_server() -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
+from psdsf_dist.runtime.handles import ServerHandle
 from psdsf_dist.runtime.members import Member
 from psdsf_dist.runtime.messages import ServerReport
 from psdsf_dist.runtime.recovery import (
@@ -15,12 +18,16 @@ from psdsf_dist.runtime.recovery import (
     plan_recovery,
 )
 
+NO_HANDLE = cast(ServerHandle, None)
+"""The plan only reads where servers are: it calls no actor."""
+
 
 def members() -> dict[str, Member]:
     """A and B share actor a1 on node n1; C alone on n2; D is its node n3 (from-ray)."""
-    return {"A": Member("A", None, "a1", 0, "n1"), "B": Member("B", None, "a1", 0, "n1"),
-            "C": Member("C", None, "a2", 1, "n2"),
-            "D": Member("D", None, "a3", 0, "n3", pinned=True)}
+    return {"A": Member("A", NO_HANDLE, "a1", 0, "n1"),
+            "B": Member("B", NO_HANDLE, "a1", 0, "n1"),
+            "C": Member("C", NO_HANDLE, "a2", 1, "n2"),
+            "D": Member("D", NO_HANDLE, "a3", 0, "n3", pinned=True)}
 
 
 def report(name: str, *, epoch: int = 4, running: bool = True,

@@ -139,9 +139,9 @@ def build_scenario(data: Any) -> Scenario:
                           server_names=scenario.server_names, user_names=scenario.user_names)
     scenario = dataclasses.replace(scenario, events=parsed, tenants=tenants,
                                    tenant_policy=policy)
-    # a new user or server is checked as a declared one is, by growing the scenario with it
-    # (what the universe of the run does again: nothing of the grown scenario is kept here)
-    scenario.with_joiners(parsed)
+    # a new user or server is checked as a declared one is, by growing the scenario with it;
+    # the grown scenario is kept (a cached property) for the universe of a run
+    _ = scenario.grown
     _check_span_with_settings(parsed, scenario)
     return scenario
 

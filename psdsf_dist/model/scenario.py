@@ -123,6 +123,15 @@ class Scenario:
             members.setdefault(c, []).append(i)
         return {c: tuple(m) for c, m in members.items()}
 
+    @functools.cached_property
+    def grown(self) -> Scenario:
+        """The scenario grown by every new server and user its :attr:`events` bring
+        (:meth:`with_joiners`): every server and user a run of it may have.  Built once per
+        scenario: loading a document builds it to check the joiners as declared entries
+        (:mod:`.build`), and a run's universe (:func:`~psdsf_dist.model.universe.universe`)
+        is this same value.  The scenario itself when no event brings anyone new."""
+        return self.with_joiners(self.events)
+
     @property
     def eligible(self) -> BoolArray:
         """N x K: user n can run tasks on server i (gamma > 0)."""

@@ -107,9 +107,11 @@ def update_on_snapshot(
 ) -> tuple[FloatArray, RuleState]:
     """One server's update in a lock-step round: ``column`` is its current column, snapshot
     column ``own`` its column as observed.  It knows its own column as it is now, so the
-    totals it is given are the snapshot's with that column replaced; the holder, raising and
-    lowering counts are the snapshot's, its own observed column among them.  The new column
-    must fit the server (``where`` names it in the error otherwise)."""
+    totals it is given are the snapshot's with that column replaced.  The holder, raising and
+    lowering counts, the rules' estimate of how many servers move a user together, are the
+    snapshot's, its own observed column among them (counting its current column instead
+    would differ only for a user it began or stopped holding since the snapshot).  The new
+    column must fit the server (``where`` names it in the error otherwise)."""
     totals = seen.totals - seen.columns[:, own] + column
     view = knowledge_view(view, members=view.num_servers, holders=seen.holders,
                           raising=seen.raising, lowering=seen.lowering, staleness=staleness,

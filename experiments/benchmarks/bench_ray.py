@@ -53,7 +53,8 @@ import yaml
 
 from experiments.common.paths import EXAMPLES, RESULTS
 from experiments.common.sim_common import write_csv
-from psdsf_dist.model.scenario import Scenario, read_document
+from psdsf_dist.model.document import read_document
+from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.runtime.launcher import launch
 from psdsf_dist.runtime.settings import RunConfig

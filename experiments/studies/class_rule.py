@@ -8,8 +8,9 @@ reads the distance online at every period).  Settings, each from an empty alloca
 
 * ``runtime class``: the simulator with ``ProtocolConfig(rule="class")`` defaults otherwise
   (message-level gossip, jitter 0.2; slotted classes);
-* ``lock-step class`` / ``lock-step split``: ``lockstep.py``, every server at once on totals one
-  round stale (no slots: the classes act together, the class rule runs ``split`` per class);
+* ``lock-step class`` / ``lock-step split``: :mod:`psdsf_dist.simulator.lockstep`, every
+  server at once on totals one round stale (no slots: the classes act together, the class
+  rule runs ``split`` per class);
 * ``sequential sweeps``: exact best responses server after server on fresh totals (a sweep is
   a round); ``merged sequential``: the same on the merged cluster (one server per class): what
   ideal slots with instant gossip would do.
@@ -41,7 +42,6 @@ from typing import Any
 
 import numpy as np
 
-from experiments.common.lockstep import run, sequential
 from experiments.common.paths import RESULTS
 from experiments.common.sim_common import HOLD, table, write_atomic
 from experiments.studies.distance_to_fair import RTOL, lockstep_row, sim_rows
@@ -52,6 +52,7 @@ from psdsf_dist.policies.class_merge import merge_classes
 from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.protocol.distance import forget
 from psdsf_dist.protocol.update_rule import make_rule
+from psdsf_dist.simulator.lockstep import run, sequential
 from psdsf_dist.simulator.simulation import SimConfig, simulate
 
 NAME = "class_rule"

@@ -7,7 +7,7 @@ distance stays below X through the end of the phase (the next event, or the end 
 "certificate" the first round from which the certificate held ``HOLD`` (20) rounds in a row.
 Settings, in the same run:
 
-* lock-step (``experiments/common/lockstep.py``): every server at once on the totals one round
+* lock-step (``psdsf_dist/simulator/lockstep.py``): every server at once on the totals one round
   stale, the default rule ``split``; the set of known PS-DSF totals is the cold solve's, a warm
   solve from the run's last allocation and, for a run that certified, the allocation the same
   dynamics reach from there at the solver's tolerance 1e-9 (``EXACT_ROUNDS`` more at most): the
@@ -41,7 +41,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from experiments.common.lockstep import Run, active_scenario, run, sequential
 from experiments.common.paths import RESULTS
 from experiments.common.sim_common import HOLD, table, write_atomic, write_csv
 from experiments.studies.rule_study import PAPER, churn_runs, suite_scenario
@@ -58,6 +57,7 @@ from psdsf_dist.protocol.distance import (
     relative_gap,
 )
 from psdsf_dist.protocol.update_rule import DEFAULT_RULE, UpdateRule, make_rule
+from psdsf_dist.simulator.lockstep import Run, active_scenario, run, sequential
 from psdsf_dist.simulator.simulation import SimConfig, SimulationResult, simulate
 
 FloatArray = npt.NDArray[np.float64]

@@ -1,4 +1,4 @@
-"""Convergence study of the update rules in lock-step (``experiments/common/lockstep.py``).
+"""Convergence study of the update rules in lock-step (``psdsf_dist/simulator/lockstep.py``).
 
 All servers update at once on the same snapshot of totals (one round stale; ``delay`` extra
 rounds for the other servers' columns).  A run counts the rounds until the PS-DSF certificate
@@ -29,7 +29,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from experiments.common.lockstep import Run, run, sequential
 from experiments.common.paths import EXAMPLES, RESULTS
 from experiments.common.sim_common import HOLD, update_readme, write_csv
 from psdsf_dist.model.random_scenarios import google_cluster, random_scenario
@@ -40,6 +39,7 @@ from psdsf_dist.protocol.update_rule import (
     make_rule,
     server_view,
 )
+from psdsf_dist.simulator.lockstep import Run, run, sequential
 
 FloatArray = npt.NDArray[np.float64]
 

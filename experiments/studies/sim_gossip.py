@@ -34,8 +34,9 @@ import numpy as np
 
 from experiments.common.paths import EXAMPLES, RESULTS
 from experiments.common.sim_common import HOLD, publish, rounds_stat, table, write_csv
+from psdsf_dist.model.document import read_document
 from psdsf_dist.model.random_scenarios import google_cluster
-from psdsf_dist.model.scenario import Scenario, read_document
+from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.simulator.simulation import GossipModel, SimConfig, simulate
 

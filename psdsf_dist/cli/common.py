@@ -20,14 +20,8 @@ from psdsf_dist.core.report import allocation_json, allocation_table
 from psdsf_dist.errors import PsdsfError, ScenarioError, ScenarioWarning, one_line
 from psdsf_dist.model import limits
 from psdsf_dist.model.defaults import DEFAULT_MODE, DEFAULT_SEED
-from psdsf_dist.model.scenario import (
-    MODES,
-    Mode,
-    Scenario,
-    document_size,
-    load_scenario,
-    read_document,
-)
+from psdsf_dist.model.document import document_size, read_document
+from psdsf_dist.model.scenario import MODES, Mode, Scenario, load_scenario
 from psdsf_dist.policies.registry import DEFAULT_POLICY, POLICIES, describe
 from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.protocol.convergence import CAP_EXCESS_RTOL, EventConvergence, Observation

@@ -42,7 +42,8 @@ from psdsf_dist.cli.common import (
     show_arg,
 )
 from psdsf_dist.errors import PsdsfError, ScenarioError
-from psdsf_dist.model.scenario import Scenario, parse_document
+from psdsf_dist.model.document import parse_document
+from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.observability.metrics_server import DEFAULT_BIND
 from psdsf_dist.runtime.messages import RunResult
 from psdsf_dist.runtime.settings import RunConfig

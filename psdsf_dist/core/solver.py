@@ -53,8 +53,9 @@ from psdsf_dist.core.eisenberg_gale import FisherEquilibrium, eisenberg_gale, ex
 from psdsf_dist.core.server_procedure import server_water_fill
 from psdsf_dist.core.water_fill import WaterFill
 from psdsf_dist.errors import SolverError
+from psdsf_dist.model.arrays import demand_gamma
 from psdsf_dist.model.defaults import DEFAULT_MODE
-from psdsf_dist.model.scenario import Mode, Scenario, demand_gamma
+from psdsf_dist.model.scenario import Mode, Scenario
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]

@@ -28,9 +28,9 @@ import numpy.typing as npt
 
 from psdsf_dist.errors import ScenarioError, one_line
 from psdsf_dist.model.defaults import DEFAULT_SEED
+from psdsf_dist.model.document import read_text
 from psdsf_dist.model.fields import printable_name, show
 from psdsf_dist.model.limits import current_limits
-from psdsf_dist.model.scenario import read_text
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]

@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from psdsf_dist.model.scenario import Scenario, demand_gamma
+from psdsf_dist.model.arrays import demand_gamma
+from psdsf_dist.model.scenario import Scenario
 
 FloatArray = npt.NDArray[np.float64]
 

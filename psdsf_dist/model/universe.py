@@ -33,11 +33,12 @@ class Universe:
 
 def universe(scenario: Scenario) -> Universe:
     """Build the fixed-size universe of a scenario and its events (see module docstring): the
-    scenario grown by every server and user its events bring (:meth:`Scenario.with_joiners`,
-    appended after the declared ones, so a declared one keeps its index), the declared ones
-    present at time 0 but for a user whose first event is a join."""
+    scenario grown by every server and user its events bring (:attr:`Scenario.grown`, built
+    when the scenario was loaded; appended after the declared ones, so a declared one keeps
+    its index), the declared ones present at time 0 but for a user whose first event is a
+    join."""
     events = scenario.events
-    full = scenario.with_joiners(events)
+    full = scenario.grown
     users = np.zeros(full.num_users, dtype=bool)
     users[: scenario.num_users] = True
     servers = np.zeros(full.num_servers, dtype=bool)

@@ -35,13 +35,13 @@ like one server of ``k`` times the size) is refused with :class:`NotClassInvaria
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from psdsf_dist.core.solver import ServerClasses
 from psdsf_dist.errors import PsdsfError
+from psdsf_dist.model.arrays import frozen
 from psdsf_dist.model.defaults import DEFAULT_MODE
 from psdsf_dist.model.scenario import Mode, Scenario
 from psdsf_dist.policies.registry import Allocation, allocate
@@ -75,14 +75,14 @@ def merge_classes(scenario: Scenario) -> tuple[Scenario, ServerClasses]:
         server_class=names,
         server_labels=tuple(scenario.server_labels[i] for i in rep.tolist()),
         user_names=scenario.user_names,
-        capacity=_frozen(scenario.capacity[rep] * k[:, None]),
+        capacity=frozen(scenario.capacity[rep] * k[:, None]),
         demand=scenario.demand,
         weight=scenario.weight,
-        placement=_frozen(scenario.placement[:, rep]),
-        gamma=_frozen(scenario.gamma[:, rep] * k[None, :]),
-        demand_gamma=_frozen(scenario.demand_gamma[:, rep] * k[None, :]),
+        placement=frozen(scenario.placement[:, rep]),
+        gamma=frozen(scenario.gamma[:, rep] * k[None, :]),
+        demand_gamma=frozen(scenario.demand_gamma[:, rep] * k[None, :]),
         max_tasks=scenario.max_tasks,
-        gamma_given=_frozen(scenario.gamma_given[:, rep] * k[None, :]),
+        gamma_given=frozen(scenario.gamma_given[:, rep] * k[None, :]),
         placement_rules=scenario.placement_rules,
         external_resources=scenario.external_resources,
         external_capacity=scenario.external_capacity,
@@ -122,9 +122,3 @@ def _class_names(scenario: Scenario, rep: npt.NDArray[np.int64]) -> tuple[str, .
         seen[base] = j + 1
         out.append(base if j == 0 else f"{base}#{j + 1}")
     return tuple(out)
-
-
-def _frozen(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
-    out = np.array(a, copy=True)
-    out.setflags(write=False)
-    return out

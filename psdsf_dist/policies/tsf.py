@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from psdsf_dist.model.scenario import Mode, Scenario, demand_gamma
+from psdsf_dist.model.arrays import demand_gamma
+from psdsf_dist.model.scenario import Mode, Scenario
 from psdsf_dist.policies.feasibility import task_model
 from psdsf_dist.policies.progressive import Filling, progressive_fill
 

@@ -167,11 +167,14 @@ def knowledge_view(view: ServerView, *, members: int, holders: npt.NDArray[np.ge
 
 def class_knowledge(classes: ClassMap, server: int, column: FloatArray,
                     columns: FloatArray, moves: FloatArray | None,
-                    servers: npt.NDArray[np.int64], *, slotted: bool = False) -> ClassKnowledge:
+                    servers: npt.NDArray[np.int64], *, slotted: bool = False,
+                    column_sum: FloatArray | None = None) -> ClassKnowledge:
     """What a server knows about the classes from the columns it counts: ``columns`` (N, S)
     and the signs of their latest changes ``moves`` of servers ``servers`` (table indices;
     its own among them, with ``column`` its current column).  Its own class is counted by its
-    own column (the class rule keeps the members' columns equal)."""
+    own column (the class rule keeps the members' columns equal).  ``column_sum``: its class's
+    columns summed, when the caller has them summed already (a lock-step round sums every
+    class once for all servers); by default the sum of its class's ``columns``."""
     mine = classes.member_class[server]
     cls = classes.member_class[servers]
     ours = cls == mine
@@ -180,8 +183,10 @@ def class_knowledge(classes: ClassMap, server: int, column: FloatArray,
     C = len(classes.count)
     holders, raising, lowering = class_counts(
         held, None if moves is None else moves > 0, None if moves is None else moves < 0, cls, C)
-    return ClassKnowledge(int(classes.count[mine]), columns[:, ours].sum(axis=1), holders,
-                          raising, lowering, classes.num_classes, slotted)
+    if column_sum is None:
+        column_sum = columns[:, ours].sum(axis=1)
+    return ClassKnowledge(int(classes.count[mine]), column_sum, holders, raising, lowering,
+                          classes.num_classes, slotted)
 
 
 def checked_update(rule: UpdateRule, state: RuleState, view: ServerView, totals: FloatArray,

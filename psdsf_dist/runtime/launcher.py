@@ -39,7 +39,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from psdsf_dist.admission.identity import tenant_token
 from psdsf_dist.errors import PsdsfError, ScenarioError, ScenarioWarning
-from psdsf_dist.model.scenario import Scenario, read_document
+from psdsf_dist.model.document import read_document
+from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.protocol.convergence import ObservationJson
 from psdsf_dist.runtime.coordinator import RemoteCoordinator
 from psdsf_dist.runtime.from_ray import (

@@ -24,8 +24,11 @@ Gossip models
     ``snapshot``: a model for cluster scale (K = 12,583): once per period, all at the same
     instant, every server runs the same update step on the true totals as they stood
     ``1 + round(delay / T)`` observations earlier (the hard case: everyone on one stale
-    snapshot), with message counts and bytes estimated from the protocol's encoding.  Servers
-    of one class in identical states get one computation (exact for a deterministic rule).
+    snapshot), with message counts and bytes estimated from the protocol's encoding.  A
+    server's step is the lock-step round of :mod:`psdsf_dist.simulator.lockstep`
+    (:func:`~psdsf_dist.simulator.lockstep.update_on_snapshot`), the one the rule studies run
+    without a clock.  Servers of one class in identical states get one computation (exact for
+    a deterministic rule).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Literal, NamedTuple
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -60,25 +63,17 @@ from psdsf_dist.protocol.gossip import (
     MESSAGE_HEADER_BYTES,
 )
 from psdsf_dist.protocol.membership import ChurnState
-from psdsf_dist.protocol.node import (
-    Message,
-    ServerNode,
-    checked_update,
-    class_knowledge,
-    knowledge_view,
-    seed_peers,
-    server_seed,
-)
+from psdsf_dist.protocol.node import Message, ServerNode, seed_peers, server_seed
 from psdsf_dist.protocol.outcome import ProtocolOutcome
 from psdsf_dist.protocol.transport import Transport
 from psdsf_dist.protocol.update_rule import RuleState, UpdateRule, uses_classes
 from psdsf_dist.simulator.clock import SimClock
+from psdsf_dist.simulator.lockstep import ClassSums, Snapshot, update_on_snapshot
 
 FloatArray = npt.NDArray[np.float64]
 GossipModel = Literal["auto", "scuttlebutt", "snapshot"]
 
 AUTO_SNAPSHOT_ABOVE = 2000
-HELD = 1e-12  # a change above this counts its server as moving a user (snapshot model)
 
 # same-instant order: scenario events, then server wake-ups, then message deliveries
 _EVENT, _WAKE, _DELIVERY = 0, 1, 2
@@ -118,16 +113,6 @@ class SimulationResult(ProtocolOutcome):
         return self.seconds / max(len(self.trace), 1)
 
 
-class _StaleSums(NamedTuple):
-    """One stale observation and the per-user sums every server derives from it."""
-
-    allocation: FloatArray
-    totals: FloatArray
-    holders: npt.NDArray[np.int_]
-    raising: npt.NDArray[np.int_] | None
-    lowering: npt.NDArray[np.int_] | None
-
-
 @dataclass
 class Simulator:
     """One simulation run; use :func:`simulate`."""
@@ -163,7 +148,8 @@ class Simulator:
             maxlen=round(cfg.delay / cfg.period) + 3)
         self._initial: RuleState = self._rule.initial_state(full.num_users)
         self._memo: dict[tuple[int, int, int, bytes], tuple[FloatArray, RuleState]] = {}
-        self._stale: dict[int, _StaleSums] = {}
+        self._stale: dict[int, Snapshot] = {}
+        self._by_class: dict[int, ClassSums] = {}
         self._index = {name: i for i, name in enumerate(full.server_names)}
         names = self.churn.present_servers()
         for name in names:
@@ -251,54 +237,46 @@ class Simulator:
         self.clock.at(self.clock.now + self.config.protocol.period, _WAKE,
                       partial(self._snapshot_round_of, node))
 
-    def _stale_sums(self, back: int) -> _StaleSums:
-        """What every server reads from the observation ``back`` rounds into the history:
-        computed once per round, not once per server (that would cost K x N x K a round)."""
-        sums = self._stale.get(back)
-        if sums is None:
-            stale = self._history[max(back, 0)]
-            moved = (stale - self._history[back - 1]
-                     if back >= 1 and self._history[back - 1].shape == stale.shape else None)
-            sums = _StaleSums(
-                stale, stale.sum(axis=1), (stale > 0).sum(axis=1),
-                None if moved is None else (moved > HELD).sum(axis=1),
-                None if moved is None else (moved < -HELD).sum(axis=1))
-            self._stale[back] = sums
-        return sums
+    def _snapshot(self, back: int) -> Snapshot:
+        """The observation ``back`` rounds into the history, as every server reads it:
+        computed once per round, not once per server."""
+        seen = self._stale.get(back)
+        if seen is None:
+            seen = Snapshot.of(self._history[max(back, 0)],
+                               self._history[back - 1] if back >= 1 else None)
+            self._stale[back] = seen
+        return seen
+
+    def _class_sums(self, back: int, node: ServerNode) -> ClassSums:
+        """The classes as the observation ``back`` rounds into the history shows them (every
+        server shares one table, hence one class map, within a round)."""
+        by_class = self._by_class.get(back)
+        if by_class is None:
+            seen = self._snapshot(back)
+            up = np.flatnonzero(self.churn.servers_present).astype(np.int64)
+            by_class = ClassSums.of(node.classes, seen.columns[:, up],
+                                    None if seen.moves is None else seen.moves[:, up], up)
+            self._by_class[back] = by_class
+        return by_class
 
     def _snapshot_update(self, node: ServerNode) -> None:
         cfg = self.config.protocol
         now = self.clock.now
         lag = 1 + round(cfg.delay / cfg.period)
         back = len(self._history) - lag
-        seen = self._stale_sums(back)
-        stale = seen.allocation
+        seen = self._snapshot(back)
         i = self._index[node.name]
         column = node.column
-        if stale.shape[0] == len(column):
-            # the server knows its own current column: only the others' are stale
-            totals = seen.totals - stale[:, i] + column
-        else:
-            totals = column.copy()
         key = (int(self._class_of[i]), back, id(node.state),
-               column.tobytes() + stale[:, i].tobytes())
+               column.tobytes() + seen.columns[:, i].tobytes())
         hit = self._memo.get(key) if self.config.memoize else None
         if hit is None:
             klass = None
-            if uses_classes(self._rule) and stale.shape[0] == len(column):
-                up = np.flatnonzero(self.churn.servers_present).astype(np.int64)
-                cols = stale[:, up].copy()
-                cols[:, up == i] = column[:, None]
-                moves = None
-                if seen.raising is not None:
-                    moved = stale - self._history[back - 1]
-                    moves = np.sign(np.where(np.abs(moved) > HELD, moved, 0.0))[:, up]
-                klass = class_knowledge(node.classes, i, column, cols, moves, up)
-            view = knowledge_view(
-                node.view, members=node.view.num_servers, holders=seen.holders,
-                raising=seen.raising, lowering=seen.lowering, staleness=lag - 1, klass=klass)
-            hit = checked_update(self._rule, node.state, view, totals, column,
-                                 f"server {node.name} at t={now:g}")
+            if uses_classes(self._rule):
+                klass = self._class_sums(back, node).knowledge(i, column, seen.columns[:, i])
+            hit = update_on_snapshot(self._rule, node.state, node.view, column, seen, i,
+                                     staleness=lag - 1, klass=klass,
+                                     where=f"server {node.name} at t={now:g}")
             if self.config.memoize:
                 self._memo[key] = hit
         new, node.state = hit
@@ -356,6 +334,7 @@ class Simulator:
             self._class_of = ServerClasses.of(self.churn.current()).member_class
             self._memo.clear()
             self._stale.clear()
+            self._by_class.clear()
             self.clock.run_until(r * T, through_priority=_EVENT)
             X = self.allocation()
             if self.model == "snapshot":

@@ -9,7 +9,8 @@ import pytest
 
 from psdsf_dist.core.certificate import certificate
 from psdsf_dist.errors import ScenarioError
-from psdsf_dist.model.scenario import Mode, Scenario, read_document
+from psdsf_dist.model.document import read_document
+from psdsf_dist.model.scenario import Mode, Scenario
 from tests.conftest import example_path
 
 FloatArray = npt.NDArray[np.float64]

@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 
 from psdsf_dist.cli.main import main
 from psdsf_dist.errors import ScenarioError
+from psdsf_dist.model.document import _read_bounded
 from psdsf_dist.model.limits import LIMITS_ENV, Limits, current_limits, nesting_depth
-from psdsf_dist.model.scenario import Scenario, _read_bounded, load_scenario
+from psdsf_dist.model.scenario import Scenario, load_scenario
 
 
 def doc(**user: Any) -> dict[str, Any]:

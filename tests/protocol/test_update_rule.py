@@ -16,6 +16,7 @@ from psdsf_dist.model.random_scenarios import google_cluster, random_scenario
 from psdsf_dist.model.scenario import Mode, Scenario, load_scenario
 from psdsf_dist.protocol.classes import ClassKnowledge, server_classes
 from psdsf_dist.protocol.config import ProtocolConfig
+from psdsf_dist.protocol.convergence import final_run_of_holds
 from psdsf_dist.protocol.node import class_knowledge
 from psdsf_dist.protocol.update_rule import (
     DEFAULT_RULE,
@@ -31,6 +32,7 @@ from psdsf_dist.protocol.update_rule import (
     server_view,
     staleness_rounds,
 )
+from psdsf_dist.simulator.lockstep import run
 from psdsf_dist.simulator.simulation import SimConfig, simulate
 from tests.conftest import EXAMPLES, SMALL_CLUSTER
 
@@ -158,39 +160,13 @@ def lockstep(
     delay: int = 0,
 ) -> tuple[int | None, FloatArray, list[RuleState]]:
     """All servers update at once on the totals of the previous round (the other servers'
-    columns ``delay`` rounds older still); returns the first round from which the certificate
-    (rtol 1e-3) held through the end of the run."""
-    N, K = scenario.num_users, scenario.num_servers
-    act = np.ones(N, dtype=bool) if active is None else active
-    cert_scenario = scenario.replace_users(placement=scenario.placement & act[:, None])
-    views = [server_view(cert_scenario, i, "rdm", act) for i in range(K)]
-    X = np.zeros((N, K)) if start is None else start.copy()
-    states = [rule.initial_state(N) for _ in range(K)] if states is None else states
-    first_held: int | None = None
-    past = [X] * (delay + 2)
-    for t in range(1, rounds + 1):
-        old = past[1]
-        x = old.sum(axis=1)
-        holders = (old > 1e-12).sum(axis=1).astype(float)
-        moved = past[1] - past[0]
-        raising = (moved > 1e-12).sum(axis=1).astype(float)
-        lowering = (moved < -1e-12).sum(axis=1).astype(float)
-        new = np.empty_like(X)
-        for i in range(K):
-            view = replace(
-                views[i], holders=holders, raising=raising, lowering=lowering,
-                staleness=float(delay),
-            )
-            totals = x - old[:, i] + X[:, i]
-            new[:, i], states[i] = rule.update(states[i], view, totals, X[:, i])
-        X = new
-        past = [*past[1:], X]
-        holds = certificate(cert_scenario, X, rtol=1e-3).holds
-        if holds and first_held is None:
-            first_held = t
-        elif not holds:
-            first_held = None
-    return first_held, X, states
+    columns ``delay`` rounds older still), ``rounds`` rounds (:func:`psdsf_dist.simulator.
+    lockstep.run`); returns the first round from which the certificate (rtol 1e-3) held
+    through the end of the run, the allocation and every server's rule state (to continue)."""
+    r = run(scenario, rule, rounds=rounds, delay=delay, rtol=1e-3, hold=rounds + 1,
+            active=active, start=start, states=states)
+    held = final_run_of_holds([res <= 1e-3 for res in r.residuals[1:]], 1, open_ended=False)
+    return (None if held is None else held + 1), r.allocation, [r.states[j] for j in r.lineage]
 
 
 def test_default_rule_certifies_the_paper_cluster_with_churn_in_lockstep() -> None:

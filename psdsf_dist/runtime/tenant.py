@@ -73,7 +73,13 @@ from psdsf_dist.admission.shapes import (
     task_shape,
 )
 from psdsf_dist.admission.values import is_large
-from psdsf_dist.runtime.direct_launcher import Chunked, DirectLauncher, Refs
+from psdsf_dist.runtime.direct_launcher import (
+    Chunked,
+    DirectLauncher,
+    Refs,
+    RemoteFunction,
+    remote_function,
+)
 from psdsf_dist.runtime.messages import QueueStatus, TenantInfo
 from psdsf_dist.runtime.names import (
     DEFAULT_RUN_ID,
@@ -111,7 +117,8 @@ class TenantFunction:
         passed = {k: v for k, v in options.items() if k in PASSED_OPTIONS}
         self._queue = tenant.queue
         body = tenant_task(function, tenant.queue, tenant.user)
-        self._function = (ray.remote(body), {**shape.ray_options(), **passed})
+        self._function: RemoteFunction[object] = (remote_function(body),
+                                                  {**shape.ray_options(), **passed})
         self._key = register(tenant.queue, *self._function)
         self._retries = int(options.get("max_retries", DEFAULT_MAX_RETRIES))
         self._num_returns = int(options.get("num_returns", 1))
@@ -120,7 +127,8 @@ class TenantFunction:
         self._direct = None if self._preemptible else tenant.direct
         # a map's calls of a plain function with one value run in chunks (admission.chunks)
         self._chunked = None if self._num_returns != 1 or inspect.iscoroutinefunction(
-            function) else Chunked((ray.remote(tenant_chunk(function, tenant.queue, tenant.user)),
+            function) else Chunked((remote_function(tenant_chunk(function, tenant.queue,
+                                                                 tenant.user)),
                                     self._function[1]), CallTimes())
         self.__name__ = getattr(function, "__name__", "task")
         self.__doc__ = function.__doc__
@@ -138,7 +146,7 @@ class TenantFunction:
             out = self._direct.try_launch(self._function, self._retries, self._num_returns,
                                           args, kwargs)
             if out is not None:
-                return out
+                return out if self._num_returns != 1 else out[0]
         call = [[by_reference(a) for a in args], {k: by_reference(v) for k, v in kwargs.items()}]
         submit = self._queue.submit
         if self._num_returns != 1:

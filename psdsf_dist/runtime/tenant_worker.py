@@ -32,7 +32,7 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Literal, NamedTuple, ParamSpec, TypeVar
 
 import ray
 
@@ -51,7 +51,7 @@ SLOT_KEYWORD = "_psdsf_slot"
 delegated slot it runs in (:mod:`psdsf_dist.runtime.direct_launcher`); the body takes it out
 before calling the user's function."""
 
-CallOutcome = tuple[bool, object]
+CallOutcome = tuple[Literal[True], object] | tuple[Literal[False], ray.exceptions.RayTaskError]
 """One call's outcome in a chunk: ``(True, its value)`` or ``(False, the RayTaskError Ray
 would have made of its exception)``."""
 

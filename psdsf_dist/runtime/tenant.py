@@ -47,10 +47,8 @@ from __future__ import annotations
 import inspect
 import itertools
 import os
-import queue as thread_queue
 import uuid
-from collections.abc import Callable, Iterable, Iterator
-from types import TracebackType
+from collections.abc import Callable, Iterable
 from typing import Any, overload
 
 import ray
@@ -76,7 +74,6 @@ from psdsf_dist.admission.values import is_large
 from psdsf_dist.runtime.direct_launcher import (
     Chunked,
     DirectLauncher,
-    Refs,
     RemoteFunction,
     remote_function,
 )
@@ -88,10 +85,9 @@ from psdsf_dist.runtime.names import (
     check_run_name,
     coordinator_name,
 )
-from psdsf_dist.runtime.tenant_queue import AllocatorGoneError, RemoteTenantQueue
+from psdsf_dist.runtime.task_results import DirectTaskResults, TaskResults
+from psdsf_dist.runtime.tenant_queue import CONNECT_TIMEOUT, AllocatorGoneError, RemoteTenantQueue
 from psdsf_dist.runtime.tenant_worker import marked_actor, tenant_chunk, tenant_task
-
-CONNECT_TIMEOUT = 30.0
 
 
 def by_reference(value: Any) -> Any:
@@ -181,98 +177,6 @@ class TenantFunction:
 
 
 _BATCHES = itertools.count()
-
-
-class TaskResults(Iterator[Any]):
-    """The values of a bulk submission (:meth:`TenantFunction.map`), as an iterator."""
-
-    def __init__(self, queue: Any, stream: Any, batch: str, count: int, *,
-                 ordered: bool) -> None:
-        self._queue = queue
-        self._stream = stream
-        self._batch = batch
-        self._ordered = ordered
-        self._left = count
-        self._ready: dict[int, tuple[bool, Any]] = {}
-        self._next_index = 0
-        self.count = count
-        """How many tasks were submitted."""
-
-    def __iter__(self) -> TaskResults:
-        return self
-
-    def __next__(self) -> Any:
-        if self._ordered:
-            while self._next_index not in self._ready:
-                self._receive()
-            ok, value = self._ready.pop(self._next_index)
-            self._next_index += 1
-        else:
-            while not self._ready:
-                self._receive()
-            ok, value = self._ready.pop(next(iter(self._ready)))
-        if not ok:
-            raise value
-        return value
-
-    def _receive(self) -> None:
-        if self._left == 0 or self._stream is None:
-            raise StopIteration
-        chunk: list[tuple[int, bool, Any]] = ray.get(next(self._stream))
-        self._left -= len(chunk)
-        for index, ok, value in chunk:
-            self._ready[index] = (ok, value)
-
-    def close(self) -> None:
-        """Withdraw the tasks that have not started (those running finish unread)."""
-        if self._left and self._stream is not None:
-            self._left = 0
-            self._ready.clear()
-            ray.get(self._queue.drop.remote(self._batch), timeout=CONNECT_TIMEOUT)
-
-    def __enter__(self) -> TaskResults:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 trace: TracebackType | None) -> None:
-        self.close()
-
-
-class DirectTaskResults(TaskResults):
-    """The values of a bulk submission whose tasks the client launches itself into delegated
-    slots (:mod:`psdsf_dist.runtime.direct_launcher`) as they free."""
-
-    def __init__(self, direct: DirectLauncher, function: tuple[Any, dict[str, Any]],
-                 retries: int, num_returns: int, items: list[tuple[Any, ...]], batch: str,
-                 *, ordered: bool, chunked: list[Chunked | None] | None = None) -> None:
-        super().__init__(None, None, batch, len(items), ordered=ordered)
-        self._direct = direct
-        self._ended: thread_queue.SimpleQueue[tuple[int, bool, Any]] = \
-            thread_queue.SimpleQueue()
-        if items:
-            direct.submit_many(function, retries, num_returns, items, batch, self._done,
-                               chunked)
-
-    def _done(self, index: int, ok: bool, value: Any) -> None:
-        self._ended.put((index, ok, value))
-
-    def _receive(self) -> None:
-        if self._left == 0:
-            raise StopIteration
-        index, ok, value = self._ended.get()
-        self._left -= 1
-        if isinstance(value, Refs):  # several returns: their values, or the error
-            try:
-                value = tuple(ray.get(value.refs))
-            except ray.exceptions.RayError as err:
-                ok, value = False, err
-        self._ready[index] = (ok, value)
-
-    def close(self) -> None:
-        if self._left:
-            self._left = 0
-            self._ready.clear()
-            self._direct.drop(self._batch)
 
 
 class TenantActorClass:

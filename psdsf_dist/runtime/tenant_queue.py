@@ -112,6 +112,10 @@ from psdsf_dist.runtime.handles import QueueHandle, actor_class, this_actor
 from psdsf_dist.runtime.messages import QueueStatus
 from psdsf_dist.runtime.task_runner import Registered, TaskCall, TaskRunner
 
+CONNECT_TIMEOUT = 30.0
+"""Seconds a tenant's client waits for its queue, or the coordinator, to answer a call before it
+gives up (connect, register, open, drop, cancel, status, close)."""
+
 
 class TenantQueue:
     """See the module docstring: the Ray calls; :class:`TenantQueueState` decides."""

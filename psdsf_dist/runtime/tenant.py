@@ -45,22 +45,17 @@ iterator early (``close()``, or a ``with`` block) withdraws what has not started
 from __future__ import annotations
 
 import inspect
-import itertools
 import os
-import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any, overload
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from psdsf_dist.admission.chunks import CallTimes
 from psdsf_dist.admission.identity import TOKEN_ENV, TenantAuthError
 from psdsf_dist.admission.leases import LEASE_INTERVALS_PER_PERIOD
 from psdsf_dist.admission.shapes import (
     ACTOR_PASSED_OPTIONS,
-    DEFAULT_MAX_RETRIES,
-    PASSED_OPTIONS,
     ShapeError,
     TaskShape,
     check_actor_options,
@@ -70,12 +65,8 @@ from psdsf_dist.admission.shapes import (
     check_weight,
     task_shape,
 )
-from psdsf_dist.admission.values import is_large
 from psdsf_dist.runtime.direct_launcher import (
-    Chunked,
     DirectLauncher,
-    RemoteFunction,
-    remote_function,
 )
 from psdsf_dist.runtime.messages import QueueStatus, TenantInfo
 from psdsf_dist.runtime.names import (
@@ -85,98 +76,9 @@ from psdsf_dist.runtime.names import (
     check_run_name,
     coordinator_name,
 )
-from psdsf_dist.runtime.task_results import DirectTaskResults, TaskResults
+from psdsf_dist.runtime.tenant_function import TenantFunction, by_reference, register
 from psdsf_dist.runtime.tenant_queue import CONNECT_TIMEOUT, AllocatorGoneError, RemoteTenantQueue
-from psdsf_dist.runtime.tenant_worker import marked_actor, tenant_chunk, tenant_task
-
-
-def by_reference(value: Any) -> Any:
-    """``value``, or its ObjectRef in the object store if it is large
-    (:mod:`psdsf_dist.admission.values`): Ray resolves a top-level ref for the task, so the
-    task sees the value either way, and the queue never copies it."""
-    return ray.put(value) if is_large(value) else value
-
-
-def register(queue: Any, remote: Any, options: dict[str, Any]) -> str:
-    """Register a Ray remote function or actor class and its options with the tenant's queue
-    (once, when declared: calls then name it by the key returned)."""
-    key = uuid.uuid4().hex
-    ray.get(queue.register.remote(key, (remote, options)), timeout=CONNECT_TIMEOUT)
-    return key
-
-
-class TenantFunction:
-    """A remote function submitted through a tenant's queue (``.remote`` as in Ray)."""
-
-    def __init__(self, tenant: Tenant, function: Callable[..., Any], shape: TaskShape,
-                 options: dict[str, Any]) -> None:
-        passed = {k: v for k, v in options.items() if k in PASSED_OPTIONS}
-        self._queue = tenant.queue
-        body = tenant_task(function, tenant.queue, tenant.user)
-        self._function: RemoteFunction[object] = (remote_function(body),
-                                                  {**shape.ray_options(), **passed})
-        self._key = register(tenant.queue, *self._function)
-        self._retries = int(options.get("max_retries", DEFAULT_MAX_RETRIES))
-        self._num_returns = int(options.get("num_returns", 1))
-        self._preemptible = bool(options.get("preemptible", False))
-        # a preemptible task is run again by its queue under the caller's ref: never direct
-        self._direct = None if self._preemptible else tenant.direct
-        # a map's calls of a plain function with one value run in chunks (admission.chunks)
-        self._chunked = None if self._num_returns != 1 or inspect.iscoroutinefunction(
-            function) else Chunked((remote_function(tenant_chunk(function, tenant.queue,
-                                                                 tenant.user)),
-                                    self._function[1]), CallTimes())
-        self.__name__ = getattr(function, "__name__", "task")
-        self.__doc__ = function.__doc__
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickled into a task (a nested submission): its calls go through the queue (the
-        delegated slots are the driver's)."""
-        return {**self.__dict__, "_direct": None}
-
-    def remote(self, *args: Any, **kwargs: Any) -> Any:
-        """Launch one call into a slot delegated to this client, else queue it; its
-        ObjectRef (``ray.get`` gives the value or raises the error), or ``num_returns`` of
-        them."""
-        if self._direct is not None:
-            out = self._direct.try_launch(self._function, self._retries, self._num_returns,
-                                          args, kwargs)
-            if out is not None:
-                return out if self._num_returns != 1 else out[0]
-        call = [[by_reference(a) for a in args], {k: by_reference(v) for k, v in kwargs.items()}]
-        submit = self._queue.submit
-        if self._num_returns != 1:
-            submit = submit.options(num_returns=self._num_returns)
-        return submit.remote(self._key, call, self._retries, self._num_returns,
-                             self._preemptible)
-
-    def map(self, *iterables: Iterable[Any]) -> TaskResults:
-        """Queue one call per item of ``zip(*iterables)`` in one message; their values in
-        input order."""
-        return self._bulk(iterables, ordered=True)
-
-    def map_unordered(self, *iterables: Iterable[Any]) -> TaskResults:
-        """As :meth:`map`, the values in the order the tasks finish."""
-        return self._bulk(iterables, ordered=False)
-
-    def _bulk(self, iterables: tuple[Iterable[Any], ...], *, ordered: bool) -> TaskResults:
-        batch = f"{id(self):x}-{next(_BATCHES)}"
-        if self._direct is not None:
-            items = [tuple(args) for args in zip(*iterables, strict=False)]
-            # a call with a large argument runs alone (admission.values)
-            chunked = [None if any(is_large(a) for a in args) else self._chunked
-                       for args in items]
-            return DirectTaskResults(self._direct, self._function, self._retries,
-                                     self._num_returns, items, batch, ordered=ordered,
-                                     chunked=chunked)
-        calls = [[[by_reference(a) for a in args], {}] for args in zip(*iterables, strict=False)]
-        stream = None if not calls else self._queue.submit_many.options(
-            num_returns="streaming").remote(self._key, calls, self._retries, batch,
-                                            self._num_returns, self._preemptible)
-        return TaskResults(self._queue, stream, batch, len(calls), ordered=ordered)
-
-
-_BATCHES = itertools.count()
+from psdsf_dist.runtime.tenant_worker import marked_actor
 
 
 class TenantActorClass:
@@ -297,7 +199,7 @@ class Tenant:
         if self.queue is None:
             self._open(shape)
         self.shape = shape
-        return TenantFunction(self, function, shape, options)
+        return TenantFunction(function, self.queue, self.user, self.direct, shape, options)
 
     def _open(self, shape: TaskShape) -> None:
         demand = {r: float(v) for r, v in zip(self.info.resources,

@@ -27,7 +27,8 @@ from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.runtime.launcher import Run, launch
 from psdsf_dist.runtime.messages import TenantRunError
 from psdsf_dist.runtime.settings import RunConfig
-from psdsf_dist.runtime.tenant import Tenant, by_reference
+from psdsf_dist.runtime.tenant import Tenant
+from psdsf_dist.runtime.tenant_function import by_reference
 from psdsf_dist.runtime.tenant_queue import AllocatorGoneError, TenantRefusedError
 from tests.conftest import ray_cluster
 
@@ -456,7 +457,7 @@ def test_a_server_actor_kill_loses_no_queued_task(run: Run) -> None:
 def test_a_driver_exit_releases_its_share(run: Run, cluster: Any) -> None:
     script = textwrap.dedent(f"""
         import os, time, ray
-        from psdsf_dist.runtime.tenant import Tenant, by_reference
+        from psdsf_dist.runtime.tenant import Tenant
         ray.init(address={cluster.address!r}, log_to_driver=False)
         t = Tenant.connect("carol", run_id={RUN!r})
         work = t.remote(num_cpus=1)(lambda: time.sleep(30))

@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, TypeVar, cast
+from typing import TypeVar
 
 import ray
 
@@ -46,34 +46,11 @@ from psdsf_dist.admission.direct_slots import (
     SlotGrant,
 )
 from psdsf_dist.admission.tenant_queue_state import AllocatorGoneError
-from psdsf_dist.runtime.task_runner import Configurable, PlacedKey, placed_on
-from psdsf_dist.runtime.tenant_worker import SLOT_KEYWORD, CallOutcome, ChunkResult
-
-if TYPE_CHECKING:
-    from psdsf_dist.runtime.handles import QueueHandle
+from psdsf_dist.runtime.handles import QueueHandle
+from psdsf_dist.runtime.task_runner import PlacedKey, RemoteFunction, RemoteTask, placed_on
+from psdsf_dist.runtime.tenant_worker import SLOT_KEYWORD, CallOutcome, ChunkResult, as_task_outcome
 
 T = TypeVar("T")
-
-
-class RemoteTask(Protocol[T]):
-    """A Ray remote function of a task body that returns ``T``, with its options set:
-    ``remote`` launches one task — the ref of its value, or with several returns a list of
-    refs, one per item of the value."""
-
-    def remote(self, *args: object,
-               **kwargs: object) -> ray.ObjectRef[T] | list[ray.ObjectRef[object]]: ...
-
-
-RemoteFunction = tuple[Configurable[RemoteTask[T]], dict[str, object]]
-"""A Ray remote function and its options (the tenant's shape, passed options), as the client
-registers it with its queue and launches it here."""
-
-
-def remote_function(body: Callable[..., T]) -> Configurable[RemoteTask[T]]:
-    """``ray.remote(body)``.  Ray's stubs type a remote function by the body's positional
-    parameters, up to ten, and its ``remote`` by them; a task body here takes its user's
-    parameters and the slot keyword, so it is described by :class:`RemoteTask` instead."""
-    return cast("Configurable[RemoteTask[T]]", ray.remote(body))
 
 
 @dataclass(frozen=True)
@@ -138,9 +115,8 @@ class DirectLauncher:
     def try_launch(self, function: RemoteFunction[object], max_retries: int,
                    num_returns: int, args: tuple[object, ...],
                    kwargs: dict[str, object]) -> list[ray.ObjectRef[object]] | None:
-        """Launch one call into a free slot and return its refs (``num_returns`` of them), or
-        None: no free slot (the caller sends it through the queue; the next exchange asks for
-        more)."""
+        """Launch one call into a free slot; its refs, or None: no free slot (the caller sends
+        it through the queue; the next exchange asks for more)."""
         with self.lock:
             grant = self.slots.take(time.time())
             if grant is None:
@@ -280,10 +256,7 @@ class DirectLauncher:
         self._free(slot, outcome, ran, launched)
         if error is None:
             for task, call in zip(ran, outcomes, strict=True):
-                if call[0]:
-                    task.done(True, call[1])
-                else:
-                    task.done(False, _as_raised(call[1]))
+                task.done(*as_task_outcome(call))
         else:
             for task in tasks:
                 task.done(False, error)
@@ -423,8 +396,3 @@ def _bind(done: Callable[[int, bool, object], None],
         done(index, ok, value)
     return bound
 
-
-def _as_raised(error: ray.exceptions.RayTaskError) -> object:
-    """A chunk's call's error as ``ray.get`` raises a task's: also an instance of the class of
-    the exception the call raised.  (Ray's ``as_instanceof_cause`` has no annotations.)"""
-    return error.as_instanceof_cause()  # type: ignore[no-untyped-call]

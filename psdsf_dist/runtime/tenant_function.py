@@ -18,13 +18,9 @@ import ray
 from psdsf_dist.admission.chunks import CallTimes
 from psdsf_dist.admission.shapes import DEFAULT_MAX_RETRIES, PASSED_OPTIONS, TaskShape
 from psdsf_dist.admission.values import is_large
-from psdsf_dist.runtime.direct_launcher import (
-    Chunked,
-    DirectLauncher,
-    RemoteFunction,
-    remote_function,
-)
+from psdsf_dist.runtime.direct_launcher import Chunked, DirectLauncher
 from psdsf_dist.runtime.task_results import DirectTaskResults, TaskResults
+from psdsf_dist.runtime.task_runner import RemoteFunction, remote_function
 from psdsf_dist.runtime.tenant_queue import CONNECT_TIMEOUT
 from psdsf_dist.runtime.tenant_worker import tenant_chunk, tenant_task
 

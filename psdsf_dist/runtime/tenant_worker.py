@@ -32,16 +32,14 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, NamedTuple, ParamSpec, TypeVar
+from typing import Literal, NamedTuple, ParamSpec, TypeVar
 
 import ray
 
 from psdsf_dist.admission.chunks import chunk_full
 from psdsf_dist.admission.values import known_bytes
+from psdsf_dist.runtime.handles import QueueHandle
 from psdsf_dist.runtime.running_marks import mark_end, mark_start
-
-if TYPE_CHECKING:
-    from psdsf_dist.runtime.handles import QueueHandle
 
 P = ParamSpec("P")
 F = TypeVar("F", bound=Callable[..., object])
@@ -58,6 +56,15 @@ would have made of its exception)``."""
 ChunkResult = tuple[list[CallOutcome], float]
 """What a chunk's body returns: the outcome of each call it ran, in order, and their run time
 in seconds (:func:`tenant_chunk`)."""
+
+
+def as_task_outcome(call: CallOutcome) -> tuple[bool, object]:
+    """A call's outcome from a chunk as its caller gets a task's: its value, or its error as
+    ``ray.get`` raises a task's — also an instance of the class of the exception the call
+    raised (Ray's ``as_instanceof_cause``, which has no annotations)."""
+    if call[0]:
+        return call
+    return False, call[1].as_instanceof_cause()  # type: ignore[no-untyped-call]
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,9 @@ tasks submitted from inside a task of the same user (a task waiting in ``ray.get
 slot back, as Ray gives back its CPU: no deadlock).
 ``@tenant.actor(...)`` declares actors admitted against the same share (``docs/tenants.md``).
 
-Bulk submissions.  ``.remote`` is one Ray actor call per task, ~1 ms of the queue's CPU here:
-thousands at once keep the queue busy for seconds, and its running tasks wait meanwhile.
+Bulk submissions.  ``.remote`` that goes through the queue is one Ray actor call per task, each
+taking some of the queue's CPU: a burst of them keeps the queue busy receiving, and its running
+tasks wait meanwhile.
 ``work.map(xs)`` (like the builtin ``map``: one call per item of ``zip(*iterables)``) sends
 them all in one message and returns an iterator of their values in input order;
 ``work.map_unordered(xs)`` yields them as they finish.  A task's error is raised when its value

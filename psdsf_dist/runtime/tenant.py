@@ -47,10 +47,11 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable
-from typing import Any, overload
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Generic, Literal, ParamSpec, TypeVar, cast, overload
 
 import ray
+from ray.actor import ActorHandle
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from psdsf_dist.admission.identity import TOKEN_ENV, TenantAuthError
@@ -66,53 +67,63 @@ from psdsf_dist.admission.shapes import (
     check_weight,
     task_shape,
 )
-from psdsf_dist.runtime.direct_launcher import (
-    DirectLauncher,
-)
+from psdsf_dist.runtime.direct_launcher import DirectLauncher
+from psdsf_dist.runtime.handles import CoordinatorHandle, QueueHandle, named_actor
 from psdsf_dist.runtime.messages import QueueStatus, TenantInfo
-from psdsf_dist.runtime.names import (
-    DEFAULT_RUN_ID,
-    NAMESPACE,
-    RunNameError,
-    check_run_name,
-    coordinator_name,
+from psdsf_dist.runtime.names import DEFAULT_RUN_ID, RunNameError, check_run_name, coordinator_name
+from psdsf_dist.runtime.tenant_function import (
+    DeclareFunction,
+    DeclareMulti,
+    DeclareSingle,
+    MultiReturnFunction,
+    SeveralReturns,
+    SingleReturnFunction,
+    TenantFunction,
+    boxed,
+    register,
 )
-from psdsf_dist.runtime.tenant_function import TenantFunction, by_reference, register
 from psdsf_dist.runtime.tenant_queue import CONNECT_TIMEOUT, AllocatorGoneError, RemoteTenantQueue
 from psdsf_dist.runtime.tenant_worker import marked_actor
 
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
 
-class TenantActorClass:
+
+class TenantActorClass(Generic[T]):
     """An actor class whose actors are admitted by the tenant's share (``@tenant.actor``)."""
 
-    def __init__(self, tenant: Tenant, cls: type, options: dict[str, Any]) -> None:
+    def __init__(self, cls: type[T], queue: QueueHandle, user: str,
+                 options: Mapping[str, object]) -> None:
         passed = {k: v for k, v in options.items() if k in ACTOR_PASSED_OPTIONS}
         shape = task_shape(options)
-        self._queue = tenant.queue
-        self._key = register(tenant.queue, ray.remote(marked_actor(cls, tenant.user)),
-                             {**shape.ray_options(), **passed})
+        self._queue = queue
+        self._key = register(queue, (ray.remote(marked_actor(cls, user)),
+                                     {**shape.ray_options(), **passed}))
         self.__name__ = getattr(cls, "__name__", "actor")
         self.__doc__ = cls.__doc__
 
-    def remote(self, *args: Any, **kwargs: Any) -> Any:
+    def remote(self, *args: object, **kwargs: object) -> ActorHandle[T]:
         """Create one actor: waits until the tenant's share admits it and it is constructed,
-        then returns its handle (its constructor's error is raised here)."""
-        call = [[by_reference(a) for a in args], {k: by_reference(v) for k, v in kwargs.items()}]
-        return ray.get(self._queue.create_actor.remote(self._key, call))
+        then returns its handle (its constructor's error is raised here).  The queue returns
+        it as any value (it creates the actors of every class of the tenant); it is the
+        handle of an actor of this class."""
+        handle = ray.get(self._queue.create_actor.remote(self._key, boxed(args, kwargs)))
+        return cast("ActorHandle[T]", handle)
 
 
 class Tenant:
     """One user's connection to the allocator (see the module docstring)."""
 
     def __init__(self, user: str, run_id: str, info: TenantInfo, weight: float | None,
-                 coordinator: Any) -> None:
+                 coordinator: CoordinatorHandle) -> None:
         self.user = user
         self.run_id = run_id
         self.info = info
         self.weight = weight
         self.coordinator = coordinator
         self.shape: TaskShape | None = None
-        self.queue: Any = None
+        self.queue: QueueHandle | None = None
         self.direct: DirectLauncher | None = None
         """Launches this client's tasks into slots its queue delegates (opened with it)."""
 
@@ -133,12 +144,12 @@ class Tenant:
         except RunNameError as err:
             raise ShapeError(f"run_id: {err}") from None
         try:
-            coordinator = ray.get_actor(coordinator_name(run_id), namespace=NAMESPACE)
+            coordinator = named_actor(coordinator_name(run_id), CoordinatorHandle)
         except ValueError:
             raise AllocatorGoneError(f"no allocator run {run_id!r} in this Ray cluster (start one "
                                 "with `psdsf-dist run <tenants scenario>`)") from None
         try:
-            answer: Any = ray.get(coordinator.tenant_connect.remote(
+            answer = ray.get(coordinator.tenant_connect.remote(
                 user, token if token is not None else os.environ.get(TOKEN_ENV)),
                 timeout=CONNECT_TIMEOUT)
         except ray.exceptions.GetTimeoutError:
@@ -146,28 +157,38 @@ class Tenant:
                                 f"{CONNECT_TIMEOUT:g} s") from None
         if isinstance(answer, str):
             raise TenantAuthError(answer)
-        info: TenantInfo = answer
-        return cls(user, run_id, info, weight, coordinator)
+        return cls(user, run_id, answer, weight, coordinator)
 
     @overload
-    def remote(self, function: Callable[..., Any]) -> TenantFunction: ...
+    def remote(self, function: Callable[P, Awaitable[R]], /) -> SingleReturnFunction[P, R]: ...
 
     @overload
-    def remote(self, function: None = None,
-               **options: Any) -> Callable[[Callable[..., Any]], TenantFunction]: ...
+    def remote(self, function: Callable[P, R], /) -> SingleReturnFunction[P, R]: ...
 
-    def remote(self, function: Callable[..., Any] | None = None,
-               **options: Any) -> TenantFunction | Callable[[Callable[..., Any]], TenantFunction]:
-        """Declare a task: ``@tenant.remote`` or ``@tenant.remote(num_cpus=..., ...)``."""
+    @overload
+    def remote(self, function: None = None, /, *, num_returns: Literal[1] = 1,
+               **options: object) -> DeclareSingle: ...
+
+    @overload
+    def remote(self, function: None = None, /, *, num_returns: SeveralReturns,
+               **options: object) -> DeclareMulti: ...
+
+    @overload
+    def remote(self, function: None = None, /, **options: object) -> DeclareFunction: ...
+
+    def remote(self, function: Callable[..., object] | None = None, /,
+               **options: object) -> object:
+        """Declare a task: ``@tenant.remote`` or ``@tenant.remote(num_cpus=..., ...)``
+        (:mod:`psdsf_dist.runtime.tenant_function`, "Types")."""
         if function is not None:
             return self._declare(function, {})
 
-        def declare(f: Callable[..., Any]) -> TenantFunction:
+        def declare(f: Callable[P, object]) -> TenantFunction[P, object]:
             return self._declare(f, options)
         check_options(options)  # a bad option fails at the decorator line
         return declare
 
-    def actor(self, **options: Any) -> Callable[[type], TenantActorClass]:
+    def actor(self, **options: object) -> Callable[[type[T]], TenantActorClass[T]]:
         """Declare an actor class: ``@tenant.actor(num_cpus=..., ...)``.  Each actor is
         admitted against the user's share like a task that runs until the actor ends, with
         the user's one shape; ``ray.kill(handle)`` ends it and frees its slot."""
@@ -175,11 +196,10 @@ class Tenant:
         shape = task_shape(options)
         self._check_shape(shape)
 
-        def declare(cls: type) -> TenantActorClass:
-            if self.queue is None:
-                self._open(shape)
+        def declare(cls: type[T]) -> TenantActorClass[T]:
+            queue = self._opened(shape)
             self.shape = shape
-            return TenantActorClass(self, cls, options)
+            return TenantActorClass(cls, queue, self.user, options)
         return declare
 
     def _check_shape(self, shape: TaskShape) -> None:
@@ -189,33 +209,38 @@ class Tenant:
                              "user for this one)")
         check_fits_somewhere(shape, self.info.resources, self.info.capacity, self.info.servers)
 
-    def _declare(self, function: Callable[..., Any], options: dict[str, Any]) -> TenantFunction:
-        check_options(options)
+    def _declare(self, function: Callable[P, object],
+                 options: Mapping[str, object]) -> TenantFunction[P, object]:
+        own = check_options(options)
         if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
             raise ShapeError(f"{getattr(function, '__name__', 'task')}: generators are not "
                              "supported for a tenant's task (return a list, or use "
                              "num_returns=k)")
         shape = task_shape(options)
         self._check_shape(shape)
-        if self.queue is None:
-            self._open(shape)
+        queue = self._opened(shape)
         self.shape = shape
-        return TenantFunction(function, self.queue, self.user, self.direct, shape, options)
+        kind = SingleReturnFunction if own.num_returns == 1 else MultiReturnFunction
+        return kind(function, queue, self.user, self.direct, shape, options, own)
 
-    def _open(self, shape: TaskShape) -> None:
+    def _opened(self, shape: TaskShape) -> QueueHandle:
+        """The user's queue, opened now (for ``shape``) if it is not yet."""
+        if self.queue is not None:
+            return self.queue
         demand = {r: float(v) for r, v in zip(self.info.resources,
                                               shape.demand(self.info.resources), strict=True)}
         weight = self.weight if self.weight is not None else self.info.weight
         # beside the driver, owned by it (not detached): it goes when the driver goes
         here = ray.get_runtime_context().get_node_id()
-        self.queue = RemoteTenantQueue.options(
+        self.queue = queue = RemoteTenantQueue.options(
             num_cpus=0, max_concurrency=100_000,
             scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
         ).remote(self.run_id, self.user, demand, weight, self.info.period, self.info.token)
-        ray.get(self.queue.start.remote(), timeout=CONNECT_TIMEOUT)
-        self.direct = DirectLauncher(self.queue, self.info.period / LEASE_INTERVALS_PER_PERIOD)
+        ray.get(queue.start.remote(), timeout=CONNECT_TIMEOUT)
+        self.direct = DirectLauncher(queue, self.info.period / LEASE_INTERVALS_PER_PERIOD)
+        return queue
 
-    def cancel(self, ref: Any, *, force: bool = False) -> bool:
+    def cancel(self, ref: ray.ObjectRef[T], *, force: bool = False) -> bool:
         """Cancel the task behind ``ref`` (one of its refs): a queued task is withdrawn and
         never starts; a running one is interrupted (``KeyboardInterrupt``), or with ``force``
         its worker is killed — ``ray.cancel(ref)`` does the former too, but Ray refuses

@@ -57,6 +57,15 @@ class ShapeError(PsdsfError, ValueError):
 
 
 @dataclass(frozen=True)
+class OwnOptions:
+    """A task's :data:`OWN_OPTIONS`, checked (:func:`check_options`)."""
+
+    max_retries: int = DEFAULT_MAX_RETRIES
+    num_returns: int = 1
+    preemptible: bool = False
+
+
+@dataclass(frozen=True)
 class TaskShape:
     """Resources one task holds while it runs, by Ray resource name (memory in GiB)."""
 
@@ -127,8 +136,9 @@ def check_actor_options(options: Mapping[str, Any]) -> None:
                              "allocator's)")
 
 
-def check_options(options: Mapping[str, Any]) -> None:
-    """Refuse options the allocator does not take (it places tasks itself)."""
+def check_options(options: Mapping[str, Any]) -> OwnOptions:
+    """Refuse options the allocator does not take (it places tasks itself); the task's own
+    options."""
     known = (*SHAPE_OPTIONS, *PASSED_OPTIONS, *OWN_OPTIONS)
     for key in options:
         if key not in known:
@@ -138,15 +148,16 @@ def check_options(options: Mapping[str, Any]) -> None:
     retries = options.get("max_retries", DEFAULT_MAX_RETRIES)
     if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
         raise ShapeError(f"max_retries: expected an integer >= 0, got {retries!r}")
-    if not isinstance(options.get("preemptible", False), bool):
-        raise ShapeError(f"preemptible: expected True or False, got "
-                         f"{options['preemptible']!r}")
+    preemptible = options.get("preemptible", False)
+    if not isinstance(preemptible, bool):
+        raise ShapeError(f"preemptible: expected True or False, got {preemptible!r}")
     returns = options.get("num_returns", 1)
     if returns in ("streaming", "dynamic"):
         raise ShapeError(f"num_returns: {returns!r}: generators are not supported for a "
                          "tenant's task (return a list, or use num_returns=k)")
     if not isinstance(returns, int) or isinstance(returns, bool) or returns < 1:
         raise ShapeError(f"num_returns: expected an integer >= 1, got {returns!r}")
+    return OwnOptions(retries, returns, preemptible)
 
 
 def check_user(user: Any) -> str:

@@ -3,8 +3,8 @@
 Ray sends an argument under ~100 KiB inline with the task and puts a larger one in the object
 store; a large value costs a copy wherever it travels.  The tenants' paths follow the same
 line: an argument this large goes to the object store once, from the caller, and a queue only
-passes its ref on (:func:`~psdsf_dist.runtime.tenant.by_reference`); a bulk submission's call
-with such an argument or value runs alone, not in a chunk
+passes its ref on (:func:`~psdsf_dist.runtime.tenant_function.by_reference`); a bulk
+submission's call with such an argument or value runs alone, not in a chunk
 (:mod:`~psdsf_dist.admission.chunks`), so a chunk never gathers many large values into one.
 Only the sizes known without serializing are counted — numpy arrays, bytes-like objects and
 strings, alone or as the items of a tuple, list or dict; other values count as small.

@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 
 import ray
 
@@ -46,8 +46,11 @@ from psdsf_dist.admission.direct_slots import (
     SlotGrant,
 )
 from psdsf_dist.admission.tenant_queue_state import AllocatorGoneError
-from psdsf_dist.runtime.task_runner import placed_on
-from psdsf_dist.runtime.tenant_worker import SLOT_KEYWORD
+from psdsf_dist.runtime.handles import QueueHandle
+from psdsf_dist.runtime.task_runner import PlacedKey, RemoteFunction, RemoteTask, placed_on
+from psdsf_dist.runtime.tenant_worker import SLOT_KEYWORD, CallOutcome, ChunkResult, as_task_outcome
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ class Chunked:
     chunks`): its chunk body (:func:`~psdsf_dist.runtime.tenant_worker.tenant_chunk`) with
     the function's options, and its calls' measured run time."""
 
-    function: tuple[Any, dict[str, Any]]
+    function: RemoteFunction[ChunkResult]
     times: CallTimes
 
 
@@ -64,10 +67,10 @@ class Chunked:
 class Pending:
     """A bulk submission's task waiting in the client for a slot."""
 
-    function: tuple[tuple[Any, dict[str, Any]], int, int]
+    function: tuple[RemoteFunction[object], int, int]
     """((remote function, options), max_retries, num_returns)."""
-    args: tuple[Any, ...]
-    done: Callable[[bool, Any], None]
+    args: tuple[object, ...]
+    done: Callable[[bool, object], None]
     """Called once when the task ended: (True, its value — :class:`Refs` of a task with
     several returns) or (False, its error, or the one that kept it from running)."""
     batch: str
@@ -83,19 +86,20 @@ class Pending:
 class Refs:
     """The refs of a bulk task with several returns (``ray.get`` them for its values)."""
 
-    refs: list[Any]
+    refs: list[ray.ObjectRef[object]]
 
 
 class DirectLauncher:
     """Launches a tenant's tasks into delegated slots (module docstring)."""
 
-    def __init__(self, queue: Any, interval: float) -> None:
+    def __init__(self, queue: QueueHandle, interval: float) -> None:
         self.queue = queue
         self.interval = interval
         self.slots = DirectSlots(interval)
         self.lock = threading.Condition()
         self.pending: deque[Pending] = deque()
-        self.placed: dict[tuple[int, str, bool, int, int], Any] = {}
+        self.placed: dict[PlacedKey, RemoteTask[object]] = {}
+        self.placed_chunks: dict[PlacedKey, RemoteTask[ChunkResult]] = {}
         self.live: dict[str, int] = {}
         """A launched task's Ray task id -> its slot (to cancel it, :meth:`cancel`)."""
         self.cancelling: set[str] = set()
@@ -108,11 +112,11 @@ class DirectLauncher:
         self.exchanges.start()
 
     # -- launching ----------------------------------------------------------------------------
-    def try_launch(self, function: tuple[Any, dict[str, Any]], max_retries: int,
-                   num_returns: int, args: tuple[Any, ...],
-                   kwargs: dict[str, Any]) -> Any | None:
-        """Launch one call into a free slot and return its ref(s), or None: no free slot (the
-        caller sends it through the queue; the next exchange asks for more)."""
+    def try_launch(self, function: RemoteFunction[object], max_retries: int,
+                   num_returns: int, args: tuple[object, ...],
+                   kwargs: dict[str, object]) -> list[ray.ObjectRef[object]] | None:
+        """Launch one call into a free slot; its refs, or None: no free slot (the caller sends
+        it through the queue; the next exchange asks for more)."""
         with self.lock:
             grant = self.slots.take(time.time())
             if grant is None:
@@ -122,9 +126,9 @@ class DirectLauncher:
                 return None
         return self._launch(grant, function, max_retries, num_returns, args, kwargs, None)
 
-    def submit_many(self, function: tuple[Any, dict[str, Any]], max_retries: int,
-                    num_returns: int, calls: list[tuple[Any, ...]], batch: str,
-                    done: Callable[[int, bool, Any], None],
+    def submit_many(self, function: RemoteFunction[object], max_retries: int,
+                    num_returns: int, calls: list[tuple[object, ...]], batch: str,
+                    done: Callable[[int, bool, object], None],
                     chunked: list[Chunked | None] | None = None) -> None:
         """Queue a bulk submission's tasks here; ``done(index, ok, value)`` once each ends
         (:class:`Pending`); those ``chunked`` names (by index) run in chunks."""
@@ -157,22 +161,25 @@ class DirectLauncher:
             self._wake_exchange()
         return dropped
 
-    def _launch(self, grant: SlotGrant, function: tuple[Any, dict[str, Any]],
-                max_retries: int, num_returns: int, args: tuple[Any, ...],
-                kwargs: dict[str, Any], done: Callable[[bool, Any], None] | None) -> Any:
-        """Launch one call into ``grant``'s slot; its ref(s).  A launch Ray refuses (e.g.
-        arguments it cannot serialize) is the caller's error: raised, or given to ``done``."""
+    def _launch(self, grant: SlotGrant, function: RemoteFunction[object], max_retries: int,
+                num_returns: int, args: tuple[object, ...], kwargs: dict[str, object],
+                done: Callable[[bool, object], None] | None) -> list[ray.ObjectRef[object]]:
+        """Launch one call into ``grant``'s slot; its refs.  A launch Ray refuses (e.g.
+        arguments it cannot serialize) is the caller's error: raised, or given to ``done``
+        (then no refs)."""
         try:
-            refs = self._submit(grant, function, max_retries, num_returns, args, kwargs)
+            out = self._submit(self.placed, grant, function, max_retries, num_returns, args,
+                               kwargs)
         except Exception as err:
             self._free(grant.slot, DirectOutcome.FAILED)
             if done is None:
                 raise
             done(False, err)
-            return None
+            return []
+        refs = out if isinstance(out, list) else [out]
         refs[-1].future().add_done_callback(
             lambda future: self._ended(grant.slot, refs, future, done))
-        return refs if num_returns > 1 else refs[0]
+        return refs
 
     def _launch_chunk(self, grant: SlotGrant, tasks: list[Pending], now: float) -> None:
         """Launch waiting bulk calls of one function as one Ray task into ``grant``'s slot
@@ -182,8 +189,8 @@ class DirectLauncher:
         with self.lock:
             self.in_chunks[grant.slot] = tasks
         try:
-            refs = self._submit(grant, chunked.function, tasks[0].function[1], 1,
-                                ([task.args for task in tasks],), {})
+            ref = self._submit(self.placed_chunks, grant, chunked.function,
+                               tasks[0].function[1], 1, ([task.args for task in tasks],), {})
         except Exception as err:
             with self.lock:
                 self.in_chunks.pop(grant.slot, None)
@@ -191,27 +198,30 @@ class DirectLauncher:
             for task in tasks:
                 task.done(False, err)
             return
-        refs[0].future().add_done_callback(
-            lambda future: self._chunk_ended(grant.slot, refs, tasks, chunked, now, future))
+        assert not isinstance(ref, list)  # launched with one return
+        ref.future().add_done_callback(
+            lambda future: self._chunk_ended(grant.slot, ref, tasks, chunked, now, future))
 
-    def _submit(self, grant: SlotGrant, function: tuple[Any, dict[str, Any]],
-                max_retries: int, num_returns: int, args: tuple[Any, ...],
-                kwargs: dict[str, Any]) -> list[Any]:
+    def _submit(self, cache: dict[PlacedKey, RemoteTask[T]], grant: SlotGrant,
+                function: RemoteFunction[T], max_retries: int, num_returns: int,
+                args: tuple[object, ...], kwargs: dict[str, object],
+                ) -> ray.ObjectRef[T] | list[ray.ObjectRef[object]]:
         """One Ray task of ``function`` in ``grant``'s slot, with a soft affinity to its node
-        and Ray's retries (module docstring, "Retries"); its refs, known as live."""
-        placed = placed_on(self.placed, function, grant.node, soft=True,
+        and Ray's retries (module docstring, "Retries"), placed once per node in ``cache``;
+        its ref (a list of them for several returns), known as live."""
+        placed = placed_on(cache, function, grant.node, soft=True,
                            max_retries=max_retries, num_returns=num_returns)
         out = placed.remote(*args, **{**kwargs, SLOT_KEYWORD: grant.slot})
-        refs = out if num_returns > 1 else [out]
+        first = out[0] if isinstance(out, list) else out
         with self.lock:
-            self.live[refs[0].task_id().hex()] = grant.slot
-        return refs
+            self.live[first.task_id().hex()] = grant.slot
+        return out
 
-    def _ended(self, slot: int, refs: list[Any], future: Future[Any],
-               done: Callable[[bool, Any], None] | None) -> None:
+    def _ended(self, slot: int, refs: list[ray.ObjectRef[object]], future: Future[object],
+               done: Callable[[bool, object], None] | None) -> None:
         """A task's last ref is ready (a thread of Ray's): free its slot, tell its caller."""
         error = future.exception()
-        self._free(slot, self._outcome(refs, error))
+        self._free(slot, self._outcome(refs[0].task_id().hex(), error))
         if done is not None:
             if len(refs) > 1:
                 done(True, Refs(refs))
@@ -221,15 +231,15 @@ class DirectLauncher:
                 done(False, error)
         self._launch_pending()
 
-    def _chunk_ended(self, slot: int, refs: list[Any], tasks: list[Pending], chunked: Chunked,
-                     launched: float, future: Future[Any]) -> None:
+    def _chunk_ended(self, slot: int, ref: ray.ObjectRef[ChunkResult], tasks: list[Pending],
+                     chunked: Chunked, launched: float, future: Future[ChunkResult]) -> None:
         """A chunk ended (a thread of Ray's): note its calls' time, give the calls it did not
         run back to wait (first in line; withdrawn if their batch was, failed if the queue is
         gone), free its slot, tell each call's caller its outcome (a call's own error is its
         alone)."""
         error = future.exception()
-        outcome = self._outcome(refs, error)
-        outcomes: list[tuple[bool, Any]] = []
+        outcome = self._outcome(ref.task_id().hex(), error)
+        outcomes: list[CallOutcome] = []
         ran = tasks
         with self.lock:
             self.in_chunks.pop(slot, None)
@@ -245,17 +255,16 @@ class DirectLauncher:
                     self._fail_pending(self.slots.gone)
         self._free(slot, outcome, ran, launched)
         if error is None:
-            for task, (ok, value) in zip(ran, outcomes, strict=True):
-                task.done(ok, value if ok else value.as_instanceof_cause())
+            for task, call in zip(ran, outcomes, strict=True):
+                task.done(*as_task_outcome(call))
         else:
             for task in tasks:
                 task.done(False, error)
         self._launch_pending()
 
-    def _outcome(self, refs: list[Any], error: BaseException | None) -> DirectOutcome:
-        """How the Ray task of ``refs`` ended, given its error (None: its value); it is no
-        longer live."""
-        ray_task = refs[0].task_id().hex()
+    def _outcome(self, ray_task: str, error: BaseException | None) -> DirectOutcome:
+        """How the Ray task ``ray_task`` (its id) ended, given its error (None: its value); it
+        is no longer live."""
         with self.lock:
             self.live.pop(ray_task, None)
             cancelled = ray_task in self.cancelling
@@ -275,7 +284,7 @@ class DirectLauncher:
         with self.lock:
             self.slots.ended(slot, outcome, time.time(), more)
 
-    def cancel(self, ref: Any, force: bool) -> bool:
+    def cancel(self, ref: ray.ObjectRef[T], force: bool) -> bool:
         """Cancel the task behind ``ref`` if it is one launched here (Ray's own cancel);
         whether it was."""
         ray_task = ref.task_id().hex()
@@ -381,7 +390,9 @@ class DirectLauncher:
             self.lock.notify_all()
 
 
-def _bind(done: Callable[[int, bool, Any], None], index: int) -> Callable[[bool, Any], None]:
-    def bound(ok: bool, value: Any) -> None:
+def _bind(done: Callable[[int, bool, object], None],
+          index: int) -> Callable[[bool, object], None]:
+    def bound(ok: bool, value: object) -> None:
         done(index, ok, value)
     return bound
+

@@ -5,8 +5,9 @@ Ray's ``ActorHandle`` describes no method of its actor (every attribute goes thr
 Here each actor's handle is described for the type checker as a subclass of ``ActorHandle``
 whose attributes are the actor's remote methods, each derived from the actor's own method by
 :func:`remote_method`: the same parameters (names, defaults, keywords), and the method's
-result as an ``ObjectRef``.  A caller is thereby checked against the method it calls, and the
-description cannot drift from the actor: it *is* the actor's signatures.
+result as an ``ObjectRef`` (an async generator method, by :func:`streaming_method`: the refs
+of its items as Ray streams them).  A caller is thereby checked against the method it calls,
+and the description cannot drift from the actor: it *is* the actor's signatures.
 
 At run time nothing here wraps anything: :data:`ServerHandle`, :data:`CoordinatorHandle` and
 :data:`QueueHandle` are Ray's ``ActorHandle``, a typed handle is the one Ray returned, and the
@@ -15,8 +16,8 @@ functions below make the one Ray call they name and give its result its type.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Concatenate, ParamSpec, Protocol, TypeVar, cast
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Concatenate, Literal, ParamSpec, Protocol, TypeVar, cast
 
 import ray
 from ray.actor import ActorHandle
@@ -29,6 +30,7 @@ R = TypeVar("R")
 A = TypeVar("A")
 A_co = TypeVar("A_co", covariant=True)
 H = TypeVar("H")
+Y = TypeVar("Y")
 
 
 class RemoteMethod(Protocol[P, R]):
@@ -36,6 +38,36 @@ class RemoteMethod(Protocol[P, R]):
     returns the ``ObjectRef`` of its result."""
 
     def remote(self, *args: P.args, **kwargs: P.kwargs) -> ray.ObjectRef[R]: ...
+
+    def options(self, *, num_returns: int) -> RemoteReturns[P, R]: ...
+
+
+class RemoteReturns(Protocol[P, R]):
+    """A remote method called with Ray's ``num_returns``: one ``ObjectRef`` of its result for
+    1, else a list of that many, one per item of the sequence it returns."""
+
+    def remote(self, *args: P.args,
+               **kwargs: P.kwargs) -> ray.ObjectRef[R] | list[ray.ObjectRef[object]]: ...
+
+
+class StreamingMethod(Protocol[P, Y]):
+    """A remote method that is an async generator, called as a Ray streaming generator:
+    ``.options(num_returns="streaming").remote(...)`` takes the method's arguments."""
+
+    def options(self, *, num_returns: Literal["streaming"]) -> StreamingCall[P, Y]: ...
+
+
+class StreamingCall(Protocol[P, Y]):
+    """A streaming call's method: ``.remote(...)`` starts it and returns its stream of refs."""
+
+    def remote(self, *args: P.args, **kwargs: P.kwargs) -> RefStream[Y]: ...
+
+
+class RefStream(Protocol[Y]):
+    """Ray's ``ObjectRefGenerator`` of a streaming call: ``next`` gives the ref of the next
+    item the method yields (waiting for it), and raises ``StopIteration`` after the last."""
+
+    def __next__(self) -> ray.ObjectRef[Y]: ...
 
 
 class RayCall(Protocol[A_co]):
@@ -78,6 +110,12 @@ if TYPE_CHECKING:
 
     def remote_method(method: Callable[Concatenate[A, P], Awaitable[R]]) -> RemoteMethod[P, R]:
         """The remote method of a handle on ``method``'s actor (for the type checker)."""
+        ...
+
+    def streaming_method(
+            method: Callable[Concatenate[A, P], AsyncIterator[Y]]) -> StreamingMethod[P, Y]:
+        """The remote async generator method of a handle on ``method``'s actor (for the type
+        checker)."""
         ...
 
     class Handle(ActorHandle[A]):
@@ -125,12 +163,10 @@ if TYPE_CHECKING:
         handles = remote_method(Coordinator.handles)
 
     class QueueHandle(Handle[TenantQueue]):
-        """A tenant's queue (its bulk ``submit_many``, a Ray generator, is its client's
-        alone)."""
-
         start = remote_method(TenantQueue.start)
         register = remote_method(TenantQueue.register)
         submit = remote_method(TenantQueue.submit)
+        submit_many = streaming_method(TenantQueue.submit_many)
         create_actor = remote_method(TenantQueue.create_actor)
         cancel = remote_method(TenantQueue.cancel)
         task_blocked = remote_method(TenantQueue.task_blocked)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 
 L = TypeVar("L")
 L_co = TypeVar("L_co", covariant=True)
+T = TypeVar("T")
 
 PlacedKey = tuple[int, str, bool, int, int]
 """A placed function's key: (the registered pair's id, node, soft, max_retries, num_returns)."""
@@ -66,6 +68,27 @@ class Configurable(Protocol[L_co]):
 Registered = tuple[Configurable[Launcher], dict[str, object]]
 """A remote function (or actor class) as a tenant's client registers it with its queue, with
 its options (the tenant's shape, passed options)."""
+
+
+class RemoteTask(Protocol[T]):
+    """A Ray remote function of a task body that returns ``T``, with its options set:
+    ``remote`` launches one task — the ref of its value, or with several returns a list of
+    refs, one per item of the value."""
+
+    def remote(self, *args: object,
+               **kwargs: object) -> ray.ObjectRef[T] | list[ray.ObjectRef[object]]: ...
+
+
+RemoteFunction = tuple[Configurable[RemoteTask[T]], dict[str, object]]
+"""A Ray remote function and its options (the tenant's shape, passed options), as the client
+registers it with its queue and launches it into delegated slots (a :data:`Registered`)."""
+
+
+def remote_function(body: Callable[..., T]) -> Configurable[RemoteTask[T]]:
+    """``ray.remote(body)``.  Ray's stubs type a remote function by the body's positional
+    parameters, up to ten, and its ``remote`` by them; a task body here takes its user's
+    parameters and the slot keyword, so it is described by :class:`RemoteTask` instead."""
+    return cast("Configurable[RemoteTask[T]]", ray.remote(body))
 
 
 @dataclass

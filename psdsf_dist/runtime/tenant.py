@@ -33,8 +33,9 @@ tasks submitted from inside a task of the same user (a task waiting in ``ray.get
 slot back, as Ray gives back its CPU: no deadlock).
 ``@tenant.actor(...)`` declares actors admitted against the same share (``docs/tenants.md``).
 
-Bulk submissions.  ``.remote`` is one Ray actor call per task, ~1 ms of the queue's CPU here:
-thousands at once keep the queue busy for seconds, and its running tasks wait meanwhile.
+Bulk submissions.  ``.remote`` that goes through the queue is one Ray actor call per task, each
+taking some of the queue's CPU: a burst of them keeps the queue busy receiving, and its running
+tasks wait meanwhile.
 ``work.map(xs)`` (like the builtin ``map``: one call per item of ``zip(*iterables)``) sends
 them all in one message and returns an iterator of their values in input order;
 ``work.map_unordered(xs)`` yields them as they finish.  A task's error is raised when its value
@@ -45,24 +46,18 @@ iterator early (``close()``, or a ``with`` block) withdraws what has not started
 from __future__ import annotations
 
 import inspect
-import itertools
 import os
-import queue as thread_queue
-import uuid
-from collections.abc import Callable, Iterable, Iterator
-from types import TracebackType
-from typing import Any, overload
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Generic, Literal, ParamSpec, TypeVar, cast, overload
 
 import ray
+from ray.actor import ActorHandle
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from psdsf_dist.admission.chunks import CallTimes
 from psdsf_dist.admission.identity import TOKEN_ENV, TenantAuthError
 from psdsf_dist.admission.leases import LEASE_INTERVALS_PER_PERIOD
 from psdsf_dist.admission.shapes import (
     ACTOR_PASSED_OPTIONS,
-    DEFAULT_MAX_RETRIES,
-    PASSED_OPTIONS,
     ShapeError,
     TaskShape,
     check_actor_options,
@@ -72,232 +67,63 @@ from psdsf_dist.admission.shapes import (
     check_weight,
     task_shape,
 )
-from psdsf_dist.admission.values import is_large
-from psdsf_dist.runtime.direct_launcher import Chunked, DirectLauncher, Refs
+from psdsf_dist.runtime.direct_launcher import DirectLauncher
+from psdsf_dist.runtime.handles import CoordinatorHandle, QueueHandle, named_actor
 from psdsf_dist.runtime.messages import QueueStatus, TenantInfo
-from psdsf_dist.runtime.names import (
-    DEFAULT_RUN_ID,
-    NAMESPACE,
-    RunNameError,
-    check_run_name,
-    coordinator_name,
+from psdsf_dist.runtime.names import DEFAULT_RUN_ID, RunNameError, check_run_name, coordinator_name
+from psdsf_dist.runtime.tenant_function import (
+    DeclareFunction,
+    DeclareMulti,
+    DeclareSingle,
+    MultiReturnFunction,
+    SeveralReturns,
+    SingleReturnFunction,
+    TenantFunction,
+    boxed,
+    register,
 )
-from psdsf_dist.runtime.tenant_queue import AllocatorGoneError, RemoteTenantQueue
-from psdsf_dist.runtime.tenant_worker import marked_actor, tenant_chunk, tenant_task
+from psdsf_dist.runtime.tenant_queue import CONNECT_TIMEOUT, AllocatorGoneError, RemoteTenantQueue
+from psdsf_dist.runtime.tenant_worker import marked_actor
 
-CONNECT_TIMEOUT = 30.0
-
-
-def by_reference(value: Any) -> Any:
-    """``value``, or its ObjectRef in the object store if it is large
-    (:mod:`psdsf_dist.admission.values`): Ray resolves a top-level ref for the task, so the
-    task sees the value either way, and the queue never copies it."""
-    return ray.put(value) if is_large(value) else value
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
 
 
-def register(queue: Any, remote: Any, options: dict[str, Any]) -> str:
-    """Register a Ray remote function or actor class and its options with the tenant's queue
-    (once, when declared: calls then name it by the key returned)."""
-    key = uuid.uuid4().hex
-    ray.get(queue.register.remote(key, (remote, options)), timeout=CONNECT_TIMEOUT)
-    return key
-
-
-class TenantFunction:
-    """A remote function submitted through a tenant's queue (``.remote`` as in Ray)."""
-
-    def __init__(self, tenant: Tenant, function: Callable[..., Any], shape: TaskShape,
-                 options: dict[str, Any]) -> None:
-        passed = {k: v for k, v in options.items() if k in PASSED_OPTIONS}
-        self._queue = tenant.queue
-        body = tenant_task(function, tenant.queue, tenant.user)
-        self._function = (ray.remote(body), {**shape.ray_options(), **passed})
-        self._key = register(tenant.queue, *self._function)
-        self._retries = int(options.get("max_retries", DEFAULT_MAX_RETRIES))
-        self._num_returns = int(options.get("num_returns", 1))
-        self._preemptible = bool(options.get("preemptible", False))
-        # a preemptible task is run again by its queue under the caller's ref: never direct
-        self._direct = None if self._preemptible else tenant.direct
-        # a map's calls of a plain function with one value run in chunks (admission.chunks)
-        self._chunked = None if self._num_returns != 1 or inspect.iscoroutinefunction(
-            function) else Chunked((ray.remote(tenant_chunk(function, tenant.queue, tenant.user)),
-                                    self._function[1]), CallTimes())
-        self.__name__ = getattr(function, "__name__", "task")
-        self.__doc__ = function.__doc__
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickled into a task (a nested submission): its calls go through the queue (the
-        delegated slots are the driver's)."""
-        return {**self.__dict__, "_direct": None}
-
-    def remote(self, *args: Any, **kwargs: Any) -> Any:
-        """Launch one call into a slot delegated to this client, else queue it; its
-        ObjectRef (``ray.get`` gives the value or raises the error), or ``num_returns`` of
-        them."""
-        if self._direct is not None:
-            out = self._direct.try_launch(self._function, self._retries, self._num_returns,
-                                          args, kwargs)
-            if out is not None:
-                return out
-        call = [[by_reference(a) for a in args], {k: by_reference(v) for k, v in kwargs.items()}]
-        submit = self._queue.submit
-        if self._num_returns != 1:
-            submit = submit.options(num_returns=self._num_returns)
-        return submit.remote(self._key, call, self._retries, self._num_returns,
-                             self._preemptible)
-
-    def map(self, *iterables: Iterable[Any]) -> TaskResults:
-        """Queue one call per item of ``zip(*iterables)`` in one message; their values in
-        input order."""
-        return self._bulk(iterables, ordered=True)
-
-    def map_unordered(self, *iterables: Iterable[Any]) -> TaskResults:
-        """As :meth:`map`, the values in the order the tasks finish."""
-        return self._bulk(iterables, ordered=False)
-
-    def _bulk(self, iterables: tuple[Iterable[Any], ...], *, ordered: bool) -> TaskResults:
-        batch = f"{id(self):x}-{next(_BATCHES)}"
-        if self._direct is not None:
-            items = [tuple(args) for args in zip(*iterables, strict=False)]
-            # a call with a large argument runs alone (admission.values)
-            chunked = [None if any(is_large(a) for a in args) else self._chunked
-                       for args in items]
-            return DirectTaskResults(self._direct, self._function, self._retries,
-                                     self._num_returns, items, batch, ordered=ordered,
-                                     chunked=chunked)
-        calls = [[[by_reference(a) for a in args], {}] for args in zip(*iterables, strict=False)]
-        stream = None if not calls else self._queue.submit_many.options(
-            num_returns="streaming").remote(self._key, calls, self._retries, batch,
-                                            self._num_returns, self._preemptible)
-        return TaskResults(self._queue, stream, batch, len(calls), ordered=ordered)
-
-
-_BATCHES = itertools.count()
-
-
-class TaskResults(Iterator[Any]):
-    """The values of a bulk submission (:meth:`TenantFunction.map`), as an iterator."""
-
-    def __init__(self, queue: Any, stream: Any, batch: str, count: int, *,
-                 ordered: bool) -> None:
-        self._queue = queue
-        self._stream = stream
-        self._batch = batch
-        self._ordered = ordered
-        self._left = count
-        self._ready: dict[int, tuple[bool, Any]] = {}
-        self._next_index = 0
-        self.count = count
-        """How many tasks were submitted."""
-
-    def __iter__(self) -> TaskResults:
-        return self
-
-    def __next__(self) -> Any:
-        if self._ordered:
-            while self._next_index not in self._ready:
-                self._receive()
-            ok, value = self._ready.pop(self._next_index)
-            self._next_index += 1
-        else:
-            while not self._ready:
-                self._receive()
-            ok, value = self._ready.pop(next(iter(self._ready)))
-        if not ok:
-            raise value
-        return value
-
-    def _receive(self) -> None:
-        if self._left == 0 or self._stream is None:
-            raise StopIteration
-        chunk: list[tuple[int, bool, Any]] = ray.get(next(self._stream))
-        self._left -= len(chunk)
-        for index, ok, value in chunk:
-            self._ready[index] = (ok, value)
-
-    def close(self) -> None:
-        """Withdraw the tasks that have not started (those running finish unread)."""
-        if self._left and self._stream is not None:
-            self._left = 0
-            self._ready.clear()
-            ray.get(self._queue.drop.remote(self._batch), timeout=CONNECT_TIMEOUT)
-
-    def __enter__(self) -> TaskResults:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 trace: TracebackType | None) -> None:
-        self.close()
-
-
-class DirectTaskResults(TaskResults):
-    """The values of a bulk submission whose tasks the client launches itself into delegated
-    slots (:mod:`psdsf_dist.runtime.direct_launcher`) as they free."""
-
-    def __init__(self, direct: DirectLauncher, function: tuple[Any, dict[str, Any]],
-                 retries: int, num_returns: int, items: list[tuple[Any, ...]], batch: str,
-                 *, ordered: bool, chunked: list[Chunked | None] | None = None) -> None:
-        super().__init__(None, None, batch, len(items), ordered=ordered)
-        self._direct = direct
-        self._ended: thread_queue.SimpleQueue[tuple[int, bool, Any]] = \
-            thread_queue.SimpleQueue()
-        if items:
-            direct.submit_many(function, retries, num_returns, items, batch, self._done,
-                               chunked)
-
-    def _done(self, index: int, ok: bool, value: Any) -> None:
-        self._ended.put((index, ok, value))
-
-    def _receive(self) -> None:
-        if self._left == 0:
-            raise StopIteration
-        index, ok, value = self._ended.get()
-        self._left -= 1
-        if isinstance(value, Refs):  # several returns: their values, or the error
-            try:
-                value = tuple(ray.get(value.refs))
-            except ray.exceptions.RayError as err:
-                ok, value = False, err
-        self._ready[index] = (ok, value)
-
-    def close(self) -> None:
-        if self._left:
-            self._left = 0
-            self._ready.clear()
-            self._direct.drop(self._batch)
-
-
-class TenantActorClass:
+class TenantActorClass(Generic[T]):
     """An actor class whose actors are admitted by the tenant's share (``@tenant.actor``)."""
 
-    def __init__(self, tenant: Tenant, cls: type, options: dict[str, Any]) -> None:
+    def __init__(self, cls: type[T], queue: QueueHandle, user: str,
+                 options: Mapping[str, object]) -> None:
         passed = {k: v for k, v in options.items() if k in ACTOR_PASSED_OPTIONS}
         shape = task_shape(options)
-        self._queue = tenant.queue
-        self._key = register(tenant.queue, ray.remote(marked_actor(cls, tenant.user)),
-                             {**shape.ray_options(), **passed})
+        self._queue = queue
+        self._key = register(queue, (ray.remote(marked_actor(cls, user)),
+                                     {**shape.ray_options(), **passed}))
         self.__name__ = getattr(cls, "__name__", "actor")
         self.__doc__ = cls.__doc__
 
-    def remote(self, *args: Any, **kwargs: Any) -> Any:
+    def remote(self, *args: object, **kwargs: object) -> ActorHandle[T]:
         """Create one actor: waits until the tenant's share admits it and it is constructed,
-        then returns its handle (its constructor's error is raised here)."""
-        call = [[by_reference(a) for a in args], {k: by_reference(v) for k, v in kwargs.items()}]
-        return ray.get(self._queue.create_actor.remote(self._key, call))
+        then returns its handle (its constructor's error is raised here).  The queue returns
+        it as any value (it creates the actors of every class of the tenant); it is the
+        handle of an actor of this class."""
+        handle = ray.get(self._queue.create_actor.remote(self._key, boxed(args, kwargs)))
+        return cast("ActorHandle[T]", handle)
 
 
 class Tenant:
     """One user's connection to the allocator (see the module docstring)."""
 
     def __init__(self, user: str, run_id: str, info: TenantInfo, weight: float | None,
-                 coordinator: Any) -> None:
+                 coordinator: CoordinatorHandle) -> None:
         self.user = user
         self.run_id = run_id
         self.info = info
         self.weight = weight
         self.coordinator = coordinator
         self.shape: TaskShape | None = None
-        self.queue: Any = None
+        self.queue: QueueHandle | None = None
         self.direct: DirectLauncher | None = None
         """Launches this client's tasks into slots its queue delegates (opened with it)."""
 
@@ -318,12 +144,12 @@ class Tenant:
         except RunNameError as err:
             raise ShapeError(f"run_id: {err}") from None
         try:
-            coordinator = ray.get_actor(coordinator_name(run_id), namespace=NAMESPACE)
+            coordinator = named_actor(coordinator_name(run_id), CoordinatorHandle)
         except ValueError:
             raise AllocatorGoneError(f"no allocator run {run_id!r} in this Ray cluster (start one "
                                 "with `psdsf-dist run <tenants scenario>`)") from None
         try:
-            answer: Any = ray.get(coordinator.tenant_connect.remote(
+            answer = ray.get(coordinator.tenant_connect.remote(
                 user, token if token is not None else os.environ.get(TOKEN_ENV)),
                 timeout=CONNECT_TIMEOUT)
         except ray.exceptions.GetTimeoutError:
@@ -331,28 +157,38 @@ class Tenant:
                                 f"{CONNECT_TIMEOUT:g} s") from None
         if isinstance(answer, str):
             raise TenantAuthError(answer)
-        info: TenantInfo = answer
-        return cls(user, run_id, info, weight, coordinator)
+        return cls(user, run_id, answer, weight, coordinator)
 
     @overload
-    def remote(self, function: Callable[..., Any]) -> TenantFunction: ...
+    def remote(self, function: Callable[P, Awaitable[R]], /) -> SingleReturnFunction[P, R]: ...
 
     @overload
-    def remote(self, function: None = None,
-               **options: Any) -> Callable[[Callable[..., Any]], TenantFunction]: ...
+    def remote(self, function: Callable[P, R], /) -> SingleReturnFunction[P, R]: ...
 
-    def remote(self, function: Callable[..., Any] | None = None,
-               **options: Any) -> TenantFunction | Callable[[Callable[..., Any]], TenantFunction]:
-        """Declare a task: ``@tenant.remote`` or ``@tenant.remote(num_cpus=..., ...)``."""
+    @overload
+    def remote(self, function: None = None, /, *, num_returns: Literal[1] = 1,
+               **options: object) -> DeclareSingle: ...
+
+    @overload
+    def remote(self, function: None = None, /, *, num_returns: SeveralReturns,
+               **options: object) -> DeclareMulti: ...
+
+    @overload
+    def remote(self, function: None = None, /, **options: object) -> DeclareFunction: ...
+
+    def remote(self, function: Callable[..., object] | None = None, /,
+               **options: object) -> object:
+        """Declare a task: ``@tenant.remote`` or ``@tenant.remote(num_cpus=..., ...)``
+        (:mod:`psdsf_dist.runtime.tenant_function`, "Types")."""
         if function is not None:
             return self._declare(function, {})
 
-        def declare(f: Callable[..., Any]) -> TenantFunction:
+        def declare(f: Callable[P, object]) -> TenantFunction[P, object]:
             return self._declare(f, options)
         check_options(options)  # a bad option fails at the decorator line
         return declare
 
-    def actor(self, **options: Any) -> Callable[[type], TenantActorClass]:
+    def actor(self, **options: object) -> Callable[[type[T]], TenantActorClass[T]]:
         """Declare an actor class: ``@tenant.actor(num_cpus=..., ...)``.  Each actor is
         admitted against the user's share like a task that runs until the actor ends, with
         the user's one shape; ``ray.kill(handle)`` ends it and frees its slot."""
@@ -360,11 +196,10 @@ class Tenant:
         shape = task_shape(options)
         self._check_shape(shape)
 
-        def declare(cls: type) -> TenantActorClass:
-            if self.queue is None:
-                self._open(shape)
+        def declare(cls: type[T]) -> TenantActorClass[T]:
+            queue = self._opened(shape)
             self.shape = shape
-            return TenantActorClass(self, cls, options)
+            return TenantActorClass(cls, queue, self.user, options)
         return declare
 
     def _check_shape(self, shape: TaskShape) -> None:
@@ -374,33 +209,38 @@ class Tenant:
                              "user for this one)")
         check_fits_somewhere(shape, self.info.resources, self.info.capacity, self.info.servers)
 
-    def _declare(self, function: Callable[..., Any], options: dict[str, Any]) -> TenantFunction:
-        check_options(options)
+    def _declare(self, function: Callable[P, object],
+                 options: Mapping[str, object]) -> TenantFunction[P, object]:
+        own = check_options(options)
         if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
             raise ShapeError(f"{getattr(function, '__name__', 'task')}: generators are not "
                              "supported for a tenant's task (return a list, or use "
                              "num_returns=k)")
         shape = task_shape(options)
         self._check_shape(shape)
-        if self.queue is None:
-            self._open(shape)
+        queue = self._opened(shape)
         self.shape = shape
-        return TenantFunction(self, function, shape, options)
+        kind = SingleReturnFunction if own.num_returns == 1 else MultiReturnFunction
+        return kind(function, queue, self.user, self.direct, shape, options, own)
 
-    def _open(self, shape: TaskShape) -> None:
+    def _opened(self, shape: TaskShape) -> QueueHandle:
+        """The user's queue, opened now (for ``shape``) if it is not yet."""
+        if self.queue is not None:
+            return self.queue
         demand = {r: float(v) for r, v in zip(self.info.resources,
                                               shape.demand(self.info.resources), strict=True)}
         weight = self.weight if self.weight is not None else self.info.weight
         # beside the driver, owned by it (not detached): it goes when the driver goes
         here = ray.get_runtime_context().get_node_id()
-        self.queue = RemoteTenantQueue.options(
+        self.queue = queue = RemoteTenantQueue.options(
             num_cpus=0, max_concurrency=100_000,
             scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
         ).remote(self.run_id, self.user, demand, weight, self.info.period, self.info.token)
-        ray.get(self.queue.start.remote(), timeout=CONNECT_TIMEOUT)
-        self.direct = DirectLauncher(self.queue, self.info.period / LEASE_INTERVALS_PER_PERIOD)
+        ray.get(queue.start.remote(), timeout=CONNECT_TIMEOUT)
+        self.direct = DirectLauncher(queue, self.info.period / LEASE_INTERVALS_PER_PERIOD)
+        return queue
 
-    def cancel(self, ref: Any, *, force: bool = False) -> bool:
+    def cancel(self, ref: ray.ObjectRef[T], *, force: bool = False) -> bool:
         """Cancel the task behind ``ref`` (one of its refs): a queued task is withdrawn and
         never starts; a running one is interrupted (``KeyboardInterrupt``), or with ``force``
         its worker is killed — ``ray.cancel(ref)`` does the former too, but Ray refuses

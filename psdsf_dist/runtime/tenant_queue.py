@@ -74,8 +74,8 @@ Delegated slots
     per lease interval.  A task so launched names its slot when it blocks.
 
 Bulk submissions
-    :meth:`TenantQueue.submit` is one Ray actor call per task; a burst of thousands takes
-    seconds to receive, while the queue also launches the user's tasks.  A bulk submission
+    :meth:`TenantQueue.submit` is one Ray actor call per task; a burst of them keeps the
+    queue busy receiving, while the queue also launches the user's tasks.  A bulk submission
     (:meth:`TenantQueue.submit_many`, the client's ``map``) is one call for all of them, and
     its results come back as a stream (a Ray generator), several finished tasks per message.
 
@@ -111,6 +111,10 @@ from psdsf_dist.runtime.clock import WallClock
 from psdsf_dist.runtime.handles import QueueHandle, actor_class, this_actor
 from psdsf_dist.runtime.messages import QueueStatus
 from psdsf_dist.runtime.task_runner import Registered, TaskCall, TaskRunner
+
+CONNECT_TIMEOUT = 30.0
+"""Seconds a tenant's client waits for its queue, or the coordinator, to answer a call before it
+gives up (connect, register, open, drop, cancel, status, close)."""
 
 
 class TenantQueue:

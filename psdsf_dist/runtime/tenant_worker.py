@@ -29,21 +29,42 @@ import functools
 import inspect
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Literal, NamedTuple, ParamSpec, TypeVar
 
 import ray
 
 from psdsf_dist.admission.chunks import chunk_full
 from psdsf_dist.admission.values import known_bytes
+from psdsf_dist.runtime.handles import QueueHandle
 from psdsf_dist.runtime.running_marks import mark_end, mark_start
+
+P = ParamSpec("P")
+F = TypeVar("F", bound=Callable[..., object])
 
 SLOT_KEYWORD = "_psdsf_slot"
 """The keyword argument that gives a task launched by its client (not by its queue) the
 delegated slot it runs in (:mod:`psdsf_dist.runtime.direct_launcher`); the body takes it out
 before calling the user's function."""
+
+CallOutcome = tuple[Literal[True], object] | tuple[Literal[False], ray.exceptions.RayTaskError]
+"""One call's outcome in a chunk: ``(True, its value)`` or ``(False, the RayTaskError Ray
+would have made of its exception)``."""
+
+ChunkResult = tuple[list[CallOutcome], float]
+"""What a chunk's body returns: the outcome of each call it ran, in order, and their run time
+in seconds (:func:`tenant_chunk`)."""
+
+
+def as_task_outcome(call: CallOutcome) -> tuple[bool, object]:
+    """A call's outcome from a chunk as its caller gets a task's: its value, or its error as
+    ``ray.get`` raises a task's — also an instance of the class of the exception the call
+    raised (Ray's ``as_instanceof_cause``, which has no annotations)."""
+    if call[0]:
+        return call
+    return False, call[1].as_instanceof_cause()  # type: ignore[no-untyped-call]
 
 
 @dataclass(frozen=True)
@@ -51,7 +72,7 @@ class RunningTask:
     """The tenant's task a worker runs now: its queue (an actor handle), its Ray task id and,
     launched by its client, its delegated slot."""
 
-    queue: Any
+    queue: QueueHandle
     task: str
     slot: int | None = None
 
@@ -60,40 +81,47 @@ _RUNNING: contextvars.ContextVar[RunningTask | None] = contextvars.ContextVar(
     "psdsf_tenant_task", default=None)
 """In a worker running a tenant's task: that task (else None)."""
 
-_RAYS: dict[str, Callable[..., Any]] = {}
-"""Ray's own ``get`` and ``wait``, once this module has wrapped them."""
+
+class RayWaits(NamedTuple):
+    """Ray's own ``get`` and ``wait``."""
+
+    get: Callable[..., object]
+    wait: Callable[..., tuple[Sequence[object], Sequence[object]]]
 
 
-def tenant_task(function: Callable[..., Any], queue: Any,
-                user: str = "") -> Callable[..., Any]:
+_RAYS: list[RayWaits] = []
+"""Ray's own ``get`` and ``wait`` (one entry), once this module has wrapped them."""
+
+
+def tenant_task(function: Callable[P, object], queue: QueueHandle,
+                user: str = "") -> Callable[P, object]:
     """``function`` as the Ray task body of a tenant's task: the same name, signature and
-    result, run with :data:`_RUNNING` set, so that it tells ``queue`` when it blocks."""
+    result, run with :data:`_RUNNING` set, so that it tells ``queue`` when it blocks.  It also
+    takes :data:`SLOT_KEYWORD` (in its signature for Ray, not in its type)."""
     # the bodies are pickled by value: they reach the module's context variable only through
     # the module-level helpers (pickled by reference)
     if inspect.iscoroutinefunction(function):
         @functools.wraps(function)
-        async def tenant_task_async(*args: Any, **kwargs: Any) -> Any:
-            token, mark = _enter(queue, user, kwargs.pop(SLOT_KEYWORD, None))
+        async def tenant_task_async(*args: P.args, **kwargs: P.kwargs) -> object:
+            token, mark = _enter(queue, user, _slot(kwargs.pop(SLOT_KEYWORD, None)))
             try:
                 return await function(*args, **kwargs)
             finally:
                 _leave(token, mark)
-        tenant_task_async.__signature__ = _with_slot(function)  # type: ignore[attr-defined]
-        return tenant_task_async
+        return _signed(tenant_task_async, _with_slot(function))
 
     @functools.wraps(function)
-    def tenant_task_body(*args: Any, **kwargs: Any) -> Any:
-        token, mark = _enter(queue, user, kwargs.pop(SLOT_KEYWORD, None))
+    def tenant_task_body(*args: P.args, **kwargs: P.kwargs) -> object:
+        token, mark = _enter(queue, user, _slot(kwargs.pop(SLOT_KEYWORD, None)))
         try:
             return function(*args, **kwargs)
         finally:
             _leave(token, mark)
-    tenant_task_body.__signature__ = _with_slot(function)  # type: ignore[attr-defined]
-    return tenant_task_body
+    return _signed(tenant_task_body, _with_slot(function))
 
 
-def tenant_chunk(function: Callable[..., Any], queue: Any,
-                 user: str = "") -> Callable[..., tuple[list[tuple[bool, Any]], float]]:
+def tenant_chunk(function: Callable[..., object], queue: QueueHandle,
+                 user: str = "") -> Callable[[list[tuple[object, ...]]], ChunkResult]:
     """``function`` as the Ray task body of a chunk of a bulk submission's calls
     (:mod:`psdsf_dist.admission.chunks`): it runs ``function(*args)`` for each ``args`` of
     its ``calls`` in turn, as :func:`tenant_task` runs one, until the chunk is full
@@ -105,27 +133,26 @@ def tenant_chunk(function: Callable[..., Any], queue: Any,
     name = f"{getattr(function, '__module__', '')}.{getattr(function, '__qualname__', 'task')}"
 
     @functools.wraps(function)
-    def tenant_chunk_body(calls: list[tuple[Any, ...]],
-                          **kwargs: Any) -> tuple[list[tuple[bool, Any]], float]:
+    def tenant_chunk_body(calls: list[tuple[object, ...]],
+                          **kwargs: int | None) -> ChunkResult:
         token, mark = _enter(queue, user, kwargs.pop(SLOT_KEYWORD, None))
         try:
             return _run_calls(function, name, calls)
         finally:
             _leave(token, mark)
     # Ray checks a call's arguments against this (``wraps`` would show ``function``'s)
-    tenant_chunk_body.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+    return _signed(tenant_chunk_body, inspect.Signature([
         inspect.Parameter("calls", inspect.Parameter.POSITIONAL_OR_KEYWORD),
-        inspect.Parameter(SLOT_KEYWORD, inspect.Parameter.KEYWORD_ONLY, default=None)])
-    return tenant_chunk_body
+        inspect.Parameter(SLOT_KEYWORD, inspect.Parameter.KEYWORD_ONLY, default=None)]))
 
 
-def _run_calls(function: Callable[..., Any], name: str,
-               calls: list[tuple[Any, ...]]) -> tuple[list[tuple[bool, Any]], float]:
+def _run_calls(function: Callable[..., object], name: str,
+               calls: list[tuple[object, ...]]) -> ChunkResult:
     """Run ``calls`` of ``function`` in turn until the chunk is full (:func:`tenant_chunk`).
     An exception of a call becomes its outcome; what is not an ``Exception`` (Ray's cancel
     interrupts with ``KeyboardInterrupt``, ``SystemExit``) ends the whole chunk, as it would
     end a task."""
-    out: list[tuple[bool, Any]] = []
+    out: list[CallOutcome] = []
     start = time.perf_counter()
     value_bytes = 0
     for args in calls:
@@ -141,7 +168,14 @@ def _run_calls(function: Callable[..., Any], name: str,
     return out, time.perf_counter() - start
 
 
-def _with_slot(function: Callable[..., Any]) -> inspect.Signature:
+def _signed(body: F, signature: inspect.Signature) -> F:
+    """``body``, whose signature (as ``inspect.signature`` and so Ray read it) is
+    ``signature``."""
+    body.__signature__ = signature  # type: ignore[attr-defined]
+    return body
+
+
+def _with_slot(function: Callable[..., object]) -> inspect.Signature:
     """``function``'s signature with :data:`SLOT_KEYWORD` as one more keyword-only parameter
     (Ray checks a call's arguments against the body's signature)."""
     signature = inspect.signature(function)
@@ -152,7 +186,7 @@ def _with_slot(function: Callable[..., Any]) -> inspect.Signature:
     return signature.replace(parameters=params)
 
 
-def _enter(queue: Any, user: str,
+def _enter(queue: QueueHandle, user: str,
            slot: int | None) -> tuple[contextvars.Token[RunningTask | None], Path | None]:
     """Entering a task's body: it is known as running, to the wrapped ``ray.get`` /
     ``ray.wait`` (``_RUNNING``) and to its node's server (a mark:
@@ -168,12 +202,20 @@ def _leave(token: contextvars.Token[RunningTask | None], mark: Path | None) -> N
     mark_end(mark)
 
 
+def _slot(value: object) -> int | None:
+    """The delegated slot a body was given as :data:`SLOT_KEYWORD` (None: launched by its
+    queue).  Only the client's launcher passes it, always an ``int``."""
+    return value if isinstance(value, int) else None
+
+
 def _wrap_ray() -> None:
-    """Wrap ``ray.get`` and ``ray.wait`` in this process (once)."""
+    """Wrap ``ray.get`` and ``ray.wait`` in this process (once).  The wrappers forward
+    whatever Ray's take and return what they return; Ray's stubs type ``get`` and ``wait`` by
+    their arguments, which a forwarding wrapper does not restate."""
     if not _RAYS:
-        _RAYS.update(get=ray.get, wait=ray.wait)
-        ray.get = _get
-        ray.wait = _wait
+        _RAYS.append(RayWaits(ray.get, ray.wait))
+        ray.get = _get  # type: ignore[assignment]
+        ray.wait = _wait  # type: ignore[assignment]
 
 
 @contextlib.contextmanager
@@ -186,9 +228,9 @@ def _blocked(running: RunningTask) -> Iterator[None]:
         running.queue.task_resumed.remote(running.task, running.slot)
 
 
-def _get(object_refs: Any, *args: Any, **kwargs: Any) -> Any:
+def _get(object_refs: object, *args: object, **kwargs: object) -> object:
     """``ray.get``, which gives a tenant's task's slot back while it waits (module docstring)."""
-    get = _RAYS["get"]
+    get = _RAYS[0].get
     running = _RUNNING.get()
     if running is None or kwargs.get("timeout") == 0:
         return get(object_refs, *args, **kwargs)
@@ -198,17 +240,19 @@ def _get(object_refs: Any, *args: Any, **kwargs: Any) -> Any:
         return get(object_refs, *args, **kwargs)
 
 
-def _wait(ray_waitables: Any, *args: Any, **kwargs: Any) -> Any:
-    """``ray.wait``, which gives a tenant's task's slot back while it waits (module docstring)."""
-    wait = _RAYS["wait"]
+def _wait(ray_waitables: object, *args: object, num_returns: int = 1,
+          **kwargs: object) -> object:
+    """``ray.wait``, which gives a tenant's task's slot back while it waits (module docstring).
+    ``num_returns`` (how many refs to wait for) is passed on to Ray's, whose default is 1 too."""
+    wait = _RAYS[0].wait
     running = _RUNNING.get()
     if running is None or kwargs.get("timeout") == 0 or args:
-        return wait(ray_waitables, *args, **kwargs)
-    ready, rest = wait(ray_waitables, **{**kwargs, "timeout": 0})
-    if not rest or len(ready) >= kwargs.get("num_returns", 1):
+        return wait(ray_waitables, *args, num_returns=num_returns, **kwargs)
+    ready, rest = wait(ray_waitables, num_returns=num_returns, **{**kwargs, "timeout": 0})
+    if not rest or len(ready) >= num_returns:
         return ready, rest
     with _blocked(running):
-        return wait(ray_waitables, **kwargs)
+        return wait(ray_waitables, num_returns=num_returns, **kwargs)
 
 
 def marked_actor(cls: type, user: str) -> type:
@@ -217,7 +261,7 @@ def marked_actor(cls: type, user: str) -> type:
     its node's server does not count them as unmanaged work."""
 
     class Marked(cls):  # type: ignore[misc]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
+        def __init__(self, *args: object, **kwargs: object) -> None:
             mark_start(ray.get_runtime_context().get_node_id(), user)
             super().__init__(*args, **kwargs)
 

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from psdsf_dist.admission.shapes import (
+    DEFAULT_MAX_RETRIES,
     GIB,
+    OwnOptions,
     ShapeError,
     check_fits_somewhere,
     check_options,
@@ -56,7 +58,10 @@ def test_bad_shapes_are_one_line(options: dict[str, Any], message: str) -> None:
 
 
 def test_options_the_allocator_does_not_take() -> None:
-    check_options({"num_cpus": 1, "name": "f", "max_retries": 2, "runtime_env": {}})
+    own = check_options({"num_cpus": 1, "name": "f", "max_retries": 2, "runtime_env": {}})
+    assert own == OwnOptions(max_retries=2, num_returns=1, preemptible=False)
+    assert check_options({"num_returns": 3, "preemptible": True}) == OwnOptions(
+        max_retries=DEFAULT_MAX_RETRIES, num_returns=3, preemptible=True)
     with pytest.raises(ShapeError, match="scheduling_strategy: not an option"):
         check_options({"scheduling_strategy": "SPREAD"})
     with pytest.raises(ShapeError, match="max_retries: expected an integer >= 0"):

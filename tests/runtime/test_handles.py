@@ -13,8 +13,8 @@ from psdsf_dist.runtime.coordinator import Coordinator
 from psdsf_dist.runtime.server_actor import ServerActor
 from psdsf_dist.runtime.tenant_queue import TenantQueue
 
-NOT_DESCRIBED = {"TenantQueue": {"submit_many"}}
-"""Methods a handle leaves out on purpose (a Ray generator: its client's alone)."""
+NOT_DESCRIBED: dict[str, set[str]] = {}
+"""Methods a handle leaves out on purpose (actor class name -> method names): none now."""
 
 
 def described() -> dict[str, dict[str, tuple[str, str]]]:

@@ -27,7 +27,8 @@ from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.runtime.launcher import Run, launch
 from psdsf_dist.runtime.messages import TenantRunError
 from psdsf_dist.runtime.settings import RunConfig
-from psdsf_dist.runtime.tenant import Tenant, by_reference
+from psdsf_dist.runtime.tenant import Tenant
+from psdsf_dist.runtime.tenant_function import by_reference
 from psdsf_dist.runtime.tenant_queue import AllocatorGoneError, TenantRefusedError
 from tests.conftest import ray_cluster
 
@@ -426,9 +427,9 @@ def test_short_bulk_calls_run_several_to_a_ray_task_each_with_its_own_outcome(ru
         return x
 
     before = t.status()
-    with slower.map_unordered(range(400)) as results:
+    with slower.map_unordered(range(400)) as slower_results:
         for _ in range(30):
-            next(results)
+            next(slower_results)
     assert wait_for(lambda: sum(t.status().running.values()) == 0, 5.0)
     after = t.status()  # each call ran or was withdrawn, once: none lost, none left waiting
     assert after.admitted - before.admitted + after.withdrawn - before.withdrawn == 400
@@ -456,7 +457,7 @@ def test_a_server_actor_kill_loses_no_queued_task(run: Run) -> None:
 def test_a_driver_exit_releases_its_share(run: Run, cluster: Any) -> None:
     script = textwrap.dedent(f"""
         import os, time, ray
-        from psdsf_dist.runtime.tenant import Tenant, by_reference
+        from psdsf_dist.runtime.tenant import Tenant
         ray.init(address={cluster.address!r}, log_to_driver=False)
         t = Tenant.connect("carol", run_id={RUN!r})
         work = t.remote(num_cpus=1)(lambda: time.sleep(30))
@@ -745,7 +746,8 @@ def test_a_tenant_actor_holds_a_slot_until_it_ends(run: Run) -> None:
             self.n += k
             return self.n
 
-    counter = t.actor(num_cpus=1)(Counter).remote(10)  # returns once admitted and constructed
+    # returns once admitted and constructed; Ray's ActorHandle describes none of its methods
+    counter: Any = t.actor(num_cpus=1)(Counter).remote(10)
     assert ray.get(counter.add.remote(5), timeout=30) == 15
     status = t.status()
     assert status.actors == 1 and sum(status.running.values()) == 1

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -46,6 +45,7 @@ from psdsf_dist.admission.direct_slots import (
     SlotGrant,
 )
 from psdsf_dist.admission.tenant_queue_state import AllocatorGoneError
+from psdsf_dist.runtime.clock import WallClock
 from psdsf_dist.runtime.handles import QueueHandle
 from psdsf_dist.runtime.task_runner import PlacedKey, RemoteFunction, RemoteTask, placed_on
 from psdsf_dist.runtime.tenant_worker import SLOT_KEYWORD, CallOutcome, ChunkResult, as_task_outcome
@@ -92,9 +92,11 @@ class Refs:
 class DirectLauncher:
     """Launches a tenant's tasks into delegated slots (module docstring)."""
 
-    def __init__(self, queue: QueueHandle, interval: float) -> None:
+    def __init__(self, queue: QueueHandle, interval: float,
+                 clock: WallClock | None = None) -> None:
         self.queue = queue
         self.interval = interval
+        self.clock = clock or WallClock(0.0)  # time.time(): slots expire by the wall clock
         self.slots = DirectSlots(interval)
         self.lock = threading.Condition()
         self.pending: deque[Pending] = deque()
@@ -118,7 +120,7 @@ class DirectLauncher:
         """Launch one call into a free slot; its refs, or None: no free slot (the caller sends
         it through the queue; the next exchange asks for more)."""
         with self.lock:
-            grant = self.slots.take(time.time())
+            grant = self.slots.take(self.clock.now())
             if grant is None:
                 if self.slots.gone is None:
                     self.slots.turned_away += 1
@@ -132,7 +134,7 @@ class DirectLauncher:
                     chunked: list[Chunked | None] | None = None) -> None:
         """Queue a bulk submission's tasks here; ``done(index, ok, value)`` once each ends
         (:class:`Pending`); those ``chunked`` names (by index) run in chunks."""
-        now = time.time()
+        now = self.clock.now()
         with self.lock:
             if self.slots.gone is not None:
                 error = AllocatorGoneError(self.slots.gone)
@@ -282,7 +284,7 @@ class DirectLauncher:
         (launched at ``launched``) count as tasks too (:meth:`DirectSlots.ended`)."""
         more = [] if ran is None else [launched - task.submitted for task in ran[1:]]
         with self.lock:
-            self.slots.ended(slot, outcome, time.time(), more)
+            self.slots.ended(slot, outcome, self.clock.now(), more)
 
     def cancel(self, ref: ray.ObjectRef[T], force: bool) -> bool:
         """Cancel the task behind ``ref`` if it is one launched here (Ray's own cancel);
@@ -303,7 +305,7 @@ class DirectLauncher:
             with self.lock:
                 if self.stopped or not self.pending:
                     return
-                now = time.time()
+                now = self.clock.now()
                 tasks = self._next_tasks()
                 grant = self.slots.take(now, now - tasks[0].submitted)
                 if grant is None:
@@ -338,15 +340,15 @@ class DirectLauncher:
     def _exchange_loop(self) -> None:
         while ray.is_initialized():
             with self.lock:
-                deadline = time.time() + self.interval
+                deadline = self.clock.now() + self.interval
                 while not self.stopped and not self.wake and (
-                        self.slots.idle() or time.time() < deadline):
+                        self.slots.idle() or self.clock.now() < deadline):
                     self.lock.wait(None if self.slots.idle() else
-                                   max(deadline - time.time(), 0.0))
+                                   max(deadline - self.clock.now(), 0.0))
                 if self.stopped:
                     return
                 self.wake = False
-                report = self.slots.report(time.time())
+                report = self.slots.report(self.clock.now())
             try:
                 reply = ray.get(self.queue.exchange.remote(report),
                                 timeout=EXCHANGE_TIMEOUT_INTERVALS * self.interval)
@@ -355,7 +357,7 @@ class DirectLauncher:
                 gone = f"the tenant's queue did not answer ({type(err).__name__})"
             with self.lock:
                 if reply is not None:
-                    self.slots.granted(reply, time.time())
+                    self.slots.granted(reply, self.clock.now())
                 elif self.slots.gone is None:
                     self.slots.gone = gone
                 if self.slots.gone is not None:  # nothing more to exchange
@@ -373,11 +375,11 @@ class DirectLauncher:
     def flush(self) -> None:
         """One exchange now, without waiting for slots (before reading the queue's counts)."""
         with self.lock:
-            report = self.slots.report(time.time())
+            report = self.slots.report(self.clock.now())
         reply = ray.get(self.queue.exchange.remote(report, False),
                         timeout=EXCHANGE_TIMEOUT_INTERVALS * self.interval)
         with self.lock:
-            self.slots.granted(reply, time.time())
+            self.slots.granted(reply, self.clock.now())
         self._launch_pending()
 
     def close(self, why: str) -> None:

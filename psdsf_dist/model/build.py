@@ -44,7 +44,7 @@ def build_scenario(data: Any) -> Scenario:
     limits = current_limits()
     if isinstance(data, Mapping):
         # each entry is at least one server, user or event: a list longer than the limit is
-        # refused before any walk of it (a million listed servers took seconds to walk)
+        # refused before any walk of it (walking a huge list is the cost the limit bounds)
         for key in ("servers", "users", "events"):
             listed = data.get(key)
             if isinstance(listed, list):

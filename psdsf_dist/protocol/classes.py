@@ -17,9 +17,9 @@ classes from the same table.
 Slots (:func:`slot_of`): classes act in turn, class ``c`` of ``C`` at phase ``c / C`` of every
 period (all members at once), so that each class sees the others' latest columns — a
 Gauss-Seidel order among classes.  That needs gossip to carry a class's change to the others
-within one slot: the measured median column delay with the default gossip (four rounds per
-period, four peers) is ~0.065 T, so slots are used while ``C <= MAX_SLOTS`` (slots of at least
-T / 10, ~1.5 x that delay); with more classes, or slower gossip than the defaults
+within one slot: slots are used while ``C <= MAX_SLOTS`` (slots of at least T / 10, about 1.5
+times the median column delay of the default gossip, four rounds per period to four peers:
+``docs/class_rule.md``); with more classes, or slower gossip than the defaults
 (:data:`psdsf_dist.protocol.node.SLOT_MIN_EXCHANGES`), every server keeps its random phase.
 """
 

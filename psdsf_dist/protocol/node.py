@@ -80,9 +80,9 @@ SEED_PEERS = 8  # peers handed to a server joining or restarting (a starting clu
 SLOT_MIN_EXCHANGES = 16
 """Class slots need gossip to carry a class's change within a slot: only with at least this
 many exchanges started per period (``gossip_rate * fanout``; the defaults' 4 x 4).  With
-fewer, the slotted best response acts on stale columns and swings (Google mix K = 100, seed 0:
-2 % off fair after 40 rounds with fanout 2, 61 % with one gossip round per period), so servers
-keep random phases and the class rule its ``split`` step."""
+fewer, the slotted best response acts on stale columns and swings (measured in
+``docs/class_rule.md``), so servers keep random phases and the class rule its ``split``
+step."""
 
 
 def server_seed(seed: int, name: str, incarnation: int) -> int:

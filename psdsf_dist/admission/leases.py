@@ -72,8 +72,9 @@ LEASE_INTERVALS_PER_PERIOD = 4
 LEASE_TTL_INTERVALS = 8
 """A lease lasts this many intervals (two periods): a queue whose asks are late or lost for
 up to seven intervals in a row — a machine busy starting workers or taking a burst of
-submissions — keeps running its slots (with 3, leases ran out under such bursts and every
-user's tasks stalled for seconds).  It is also how long a gone driver's share stays claimed."""
+submissions — keeps running its slots (shorter leases ran out under such bursts:
+``experiments/notes/design_measurements.md``).  It is also how long a gone driver's share
+stays claimed."""
 PIPELINE_PER_SLOT = 1
 """Tasks a sole user whose slots fill the node keeps waiting there beyond its slots, per
 slot: one behind each, so that a slot whose task ends starts the next at once however short

@@ -414,7 +414,7 @@ class TenantQueueState:
         for i in failing:
             del self.tasks[i]
         # one exception object per task: raising one object many times would chain every
-        # raise's traceback onto it (quadratic time; 200 tasks took 5 s to drop)
+        # raise's traceback onto it (time quadratic in the tasks dropped)
         return [Ended(i, outcome, type(error)(*error.args)) for i in failing]
 
     def close(self) -> list[Ended]:

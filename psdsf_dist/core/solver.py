@@ -1,7 +1,7 @@
 """Centralised exact PS-DSF solver: convex start, class-aware Gauss-Seidel sweeps, exact finish.
 
 Why not "sweep until nothing changes": on nearly degenerate instances sequential sweeps creep
-(~1e-4 per sweep) while still ~10 % away from a PS-DSF allocation.  This solver stops only on the
+by tiny steps while still far from a PS-DSF allocation.  This solver stops only on the
 certificate (:mod:`certificate`, relative tolerance 1e-9 by default) and gets there fast by three
 ideas:
 

@@ -63,21 +63,22 @@ class Limits:
     work: int = 20_000_000
     """User x server cells times the rounds a command simulates (``simulate``, ``observe``) or
     times the allocations it computes (``properties``, ``compare``): what bounds a command's
-    time (about 10 us a cell-round on a loaded 2-core machine)."""
+    time (the time per cell-round: ``docs/input-limits.md``)."""
     alias_nodes: int = 1_000_000
     """Nodes YAML aliases may add to a document once expanded (ten levels of nine aliases
     would add 9^10)."""
     tasks: int = 5_000_000
     """Tasks of a job trace (``replay``): each is a duration in memory and an event of the
-    simulation, about 100 bytes and 3 us each (the Facebook 2010 trace has 1.1 M)."""
+    simulation (bytes and time per task: ``docs/input-limits.md``)."""
     waiting_jobs: int = 200
     """Jobs with unstarted tasks at once in a ``replay``: every arrival and completion re-plans
-    each of them (the Facebook 2010 trace keeps at most 46 waiting).  Checked before the
+    each of them.  Checked before the
     replay on a bound valid under every scheduler (``Workload.least_waiting``), then at every
     plan."""
     estimates: int = 4_000_000
     """Job estimates (a level or placement of one job) one scheduler's ``replay`` may make:
-    10-160 us each (the Facebook 2010 trace at 90 % offered load needs up to 2.5 M)."""
+    what bounds its planning time (the time per estimate and the Facebook 2010 trace's needs:
+    ``docs/input-limits.md``)."""
 
     def check(self, what: str, count: int, fld: str) -> None:
         """Refuse ``count`` of ``what`` beyond its limit, naming ``fld``."""

@@ -13,10 +13,10 @@ within 1 % of what it gets at some PS-DSF allocation, never a claim closer than 
 at every allocation of the set, in particular at the solver's, and scale-free (scaling every
 column of a PS-DSF allocation by ``s`` gives ``|1 - s|`` when the set holds only that one).
 
-The set.  RDM PS-DSF is not unique (~5 % of random instances;
-on the Google 2011 mix the protocol often settles on an exact PS-DSF allocation whose totals are
-2 % above the solver's for 97 of 100 users), so one reference is not enough: a run at an exact
-PS-DSF allocation would read 2 % off forever.  The set therefore holds (1) the solver's cold
+The set.  RDM PS-DSF is not unique (on the Google 2011 mix the protocol often settles on an
+exact PS-DSF allocation whose totals differ from the solver's by percents for most users), so
+one reference is not enough: a run at an exact PS-DSF allocation would read percents off
+forever.  The set therefore holds (1) the solver's cold
 allocation (:func:`psdsf_dist.core.solver.solve`), solved once per scenario, and (2) warm
 solves from the run's own allocation (``solve(start=X)``: exact sweeps from there, landing on the
 PS-DSF allocation next to it), taken when the certificate residual says the run is close

@@ -108,8 +108,6 @@ class _Held:
     expires_at: float
     lent: int = 0
     """Of ``slots``, those lent beyond the allocation's target."""
-    overdue: int = 0
-    """Of ``running``, tasks launched long enough ago to have started (as the ask said)."""
     queued: int = 0
     """Tasks the user had waiting for any slot (as the ask said)."""
 
@@ -122,6 +120,9 @@ class LeaseBook:
     capacity: FloatArray
     held: dict[str, _Held] = field(default_factory=dict)
     quarantine_until: float = -math.inf
+    jobs: dict[str, str] = field(default_factory=dict)
+    """Per user, the Ray job its tasks run in (from its asks; kept after its lease expires:
+    its tasks may still run)."""
 
     def claims(self, now: float, demand_of: dict[str, FloatArray],
                except_user: str | None = None) -> FloatArray:
@@ -135,11 +136,10 @@ class LeaseBook:
 
     def ask(self, user: str, running: int, target: int, now: float, ttl: float,
             demand_of: dict[str, FloatArray], *, queued: int = 0,
-            reserved: dict[str, int] | None = None, overdue: int = 0) -> Lease:
-        """Answer one ask of ``user``, which runs ``running`` tasks here now (``overdue`` of
-        them launched long enough ago to have started: recorded for
-        :mod:`~psdsf_dist.admission.unmanaged`) and has ``queued`` more waiting;
-        ``reserved``: each user's ``ceil(x[n])`` here (for lending)."""
+            reserved: dict[str, int] | None = None, job: str | None = None) -> Lease:
+        """Answer one ask of ``user``, which runs ``running`` tasks here now and has ``queued``
+        more waiting; ``reserved``: each user's ``ceil(x[n])`` here (for lending); ``job``: the
+        Ray job the user's tasks run in (recorded for :mod:`~psdsf_dist.admission.unmanaged`)."""
         self._expire(now)
         lent = 0
         if now < self.quarantine_until or user not in demand_of:
@@ -152,8 +152,9 @@ class LeaseBook:
                 free = self.capacity - self._held_back(now, demand_of, reserved or {}, user)
                 lent = max(min(wish, most_that_fit(demand_of[user], free, self.capacity))
                            - slots, 0)
-        self.held[user] = _Held(slots + lent, max(running, 0), now + ttl, lent,
-                                max(overdue, 0), max(queued, 0))
+        self.held[user] = _Held(slots + lent, max(running, 0), now + ttl, lent, max(queued, 0))
+        if job is not None:
+            self.jobs[user] = job
         pipeline = PIPELINE_PER_SLOT * (slots + lent) if self._alone(
             user, slots + lent, now, demand_of, reserved or {}) else 0
         return Lease(self.server, user, slots + lent, ttl, max(target, 0), pipeline)
@@ -201,10 +202,10 @@ class LeaseBook:
         return any(u != except_user and h.expires_at > now and h.queued > 0
                    and h.slots < targets.get(u, 0) for u, h in self.held.items())
 
-    def overdue(self) -> dict[str, int]:
-        """Per user, the running tasks its last ask said were launched long enough ago to
-        have started."""
-        return {u: h.overdue for u, h in self.held.items()}
+    def admitted(self) -> dict[str, int]:
+        """Per user with an unexpired lease, the most tasks its queue may run here: its claim
+        (``max(slots, running)``)."""
+        return {u: max(h.slots, h.running) for u, h in self.held.items()}
 
     def _expire(self, now: float) -> None:
         for user in [u for u, h in self.held.items() if h.expires_at <= now]:

@@ -27,6 +27,7 @@ from psdsf_dist.admission.leases import (
 )
 from psdsf_dist.admission.preemption import PREEMPT_GRACE_INTERVALS, preemption
 from psdsf_dist.admission.rounding import WHOLE_TOL, charge, whole_targets
+from psdsf_dist.admission.unmanaged import is_unmanaged_user
 from psdsf_dist.model.scenario import Scenario
 
 FloatArray = npt.NDArray[np.float64]
@@ -63,9 +64,9 @@ class ServerAdmission:
         return LEASE_TTL_INTERVALS * period / LEASE_INTERVALS_PER_PERIOD
 
     def ask(self, user: str, running: int, now: float, column: FloatArray,
-            scenario: Scenario, queued: int = 0, overdue: int = 0) -> Lease:
-        """``user``'s queue runs ``running`` tasks here (``overdue`` of them launched long
-        enough ago to have started), has ``queued`` more waiting, and asks for its lease."""
+            scenario: Scenario, queued: int = 0, job: str | None = None) -> Lease:
+        """``user``'s queue runs ``running`` tasks here (in Ray job ``job``), has ``queued``
+        more waiting, and asks for its lease."""
         if self.planned_at is None or now - self.planned_at >= self.interval * (1 - 1e-9):
             self.plan(now, column, scenario)
         i = scenario.server_names.index(self.server)
@@ -76,7 +77,7 @@ class ServerAdmission:
                     for n in eligible}
         target = self.targets.get(user, 0)
         lease = self.book.ask(user, running, target, now, self.ttl_of(self.period), demand_of,
-                              queued=queued, reserved=reserved, overdue=overdue)
+                              queued=queued, reserved=reserved, job=job)
         count, since = preemption(running - target, self.book.waiting(now, self.targets, user),
                                   self.surplus_since.get(user), now,
                                   PREEMPT_GRACE_INTERVALS * self.interval)
@@ -95,6 +96,11 @@ class ServerAdmission:
         x = np.zeros(len(names))
         x[: len(column)] = np.asarray(column, dtype=float)[: len(names)]
         x = np.where(scenario.eligible[:, i], x, 0.0)
+        # work outside the allocator holds its resources for real: its task is whole, and
+        # first (PS-DSF gives it all but ~1/UNMANAGED_WEIGHT of it; an extra owed to a tenant
+        # must not go into that room)
+        outside = np.array([is_unmanaged_user(u) for u in names], dtype=bool)
+        x = np.where(outside, np.ceil(x - WHOLE_TOL), x)
         h = 1.0 / LEASE_INTERVALS_PER_PERIOD
         credit = np.array([self.credit.get(u, 0.0) for u in names])
         if self.planned_at is not None:

@@ -54,7 +54,6 @@ from psdsf_dist.admission.direct_slots import (
     SlotGrant,
 )
 from psdsf_dist.admission.tenants import IDLE_LINGER_PERIODS
-from psdsf_dist.admission.unmanaged import UNMANAGED_START_GRACE
 from psdsf_dist.errors import PsdsfError
 
 ALLOCATOR_SILENCE_PERIODS = 30.0
@@ -239,10 +238,6 @@ class Ask:
     """The claim: tasks running there (not those waiting at the node for a slot of ours)."""
     queued: int
     """Tasks queued, waiting for any slot."""
-    overdue: int
-    """Tasks there launched over :data:`~psdsf_dist.admission.unmanaged.UNMANAGED_START_GRACE`
-    ago, beyond those that may wait for a slot of ours: more of them than are marked running
-    means some wait for room others hold (:func:`~psdsf_dist.admission.unmanaged.node_blocked`)."""
 
 
 @dataclass(frozen=True)
@@ -537,7 +532,7 @@ class TenantQueueState:
         for slot in self.delegated_slots():
             server = self.servers.get(slot.server or "")
             if server is not None and slot.id in server.launched_at:
-                # a held slot's "launch" is its current task's (overdue tasks: Ask.overdue)
+                # a held slot's "launch" is its current task's (the youngest are preempted first)
                 server.launched_at[slot.id] = now - busy.get(slot.id, 0.0)
         for slot_id in report.returned:
             slot = self.tasks.pop(slot_id, None)
@@ -611,16 +606,14 @@ class TenantQueueState:
             return []
         return [s.name for s in self.servers.values() if not s.asking and now >= s.expires]
 
-    def ask_sent(self, name: str, now: float) -> Ask:
+    def ask_sent(self, name: str) -> Ask:
         """An ask leaves for ``name``: the claim to send (tasks running there, not those
-        waiting at the node: a waiting one takes the place of one of ours when it starts),
-        the queue's length, and how many of its tasks there are overdue to start."""
+        waiting at the node: a waiting one takes the place of one of ours when it starts)
+        and the queue's length."""
         s = self.servers[name]
         s.asking = True
         s.running_at_ask = s.running
-        old = sum(1 for t in s.launched_at.values() if now - t > UNMANAGED_START_GRACE)
-        return Ask(s.running - s.waiting, len(self.queue) + self.client_queued,
-                   max(old - s.waiting, 0))
+        return Ask(s.running - s.waiting, len(self.queue) + self.client_queued)
 
     def ask_answered(self, name: str, sent: float, lease: tuple[int, int, float] | None,
                      now: float) -> list[Launch]:

@@ -72,6 +72,10 @@ class AllocatorLink:
         self.runner = runner
         self.clock = clock
         self.metrics = metrics
+        self.job = ray.get_runtime_context().get_job_id()
+        """The Ray job the user's tasks run in (the driver's, which owns this queue): each ask
+        names it, so that the servers tell the user's workers from work outside the allocator
+        (:mod:`psdsf_dist.admission.unmanaged`)."""
         self.handles: dict[str, ServerHandle] = {}
         """Server name -> its actor handle."""
         self.work = asyncio.Event()
@@ -157,7 +161,7 @@ class AllocatorLink:
         if name not in self.handles:
             return
         now = self.clock.now()
-        ask = self.state.ask_sent(name, now)
+        ask = self.state.ask_sent(name)
         self.runner.hold(asyncio.get_running_loop().create_task(
             self._ask(name, ask, now), context=contextvars.Context()))
 
@@ -166,7 +170,7 @@ class AllocatorLink:
         try:
             lease = await asyncio.wait_for(
                 self.handles[name].lease.remote(name, self.user, ask.running, ask.queued,
-                                                self.token, ask.overdue),
+                                                self.token, self.job),
                 ASK_TIMEOUT_INTERVALS * self.interval)
         except (TimeoutError, ray.exceptions.RayError):
             pass  # the old lease runs out on its own

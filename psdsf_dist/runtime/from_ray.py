@@ -32,6 +32,7 @@ class RayNode(TypedDict, total=False):
     NodeID: str
     Alive: bool
     NodeManagerAddress: str
+    NodeManagerPort: int
     Resources: dict[str, float]
     """Resource -> the node's total (memory in bytes)."""
 

@@ -39,7 +39,7 @@ import ray
 from psdsf_dist.admission.identity import token_ok
 from psdsf_dist.admission.leases import Lease
 from psdsf_dist.admission.server_admission import ServerAdmission
-from psdsf_dist.admission.unmanaged import UnmanagedEstimate
+from psdsf_dist.admission.unmanaged import UnmanagedEstimate, WorkerUsage, node_sample
 from psdsf_dist.protocol.convergence import Observation
 from psdsf_dist.protocol.gossip import server_of
 from psdsf_dist.protocol.membership import Table
@@ -57,8 +57,7 @@ from psdsf_dist.runtime.messages import (
     hosted_status,
 )
 from psdsf_dist.runtime.names import actor_key, coordinator_name, server_actor_name
-from psdsf_dist.runtime.ray_state import available_per_node
-from psdsf_dist.runtime.running_marks import running_per_user
+from psdsf_dist.runtime.ray_state import available_per_node, node_workers, nodes
 from psdsf_dist.runtime.settings import RunConfig
 
 # Messages to one actor queued before the event loop next turns go in one call.  A timed wait
@@ -111,6 +110,8 @@ class ServerActor:
         self.admissions: dict[str, ServerAdmission] = {}
         """Per hosted server: the leases of task slots on its node (tenant runs)."""
         self.unmanaged_estimates: dict[str, UnmanagedEstimate] = {}
+        self.raylets: dict[str, tuple[str, int]] = {}
+        """Node id -> its raylet's address and port (for the workers there)."""
         """Per hosted server: its node's usage by work it did not admit (tenant runs)."""
         self.reconstructed = bool(ray.get_runtime_context().was_current_actor_reconstructed)
         self.watchdog: asyncio.Task[None] | None = None
@@ -174,10 +175,9 @@ class ServerActor:
 
     # -- admission (tenant runs) ----------------------------------------------------------------
     async def lease(self, server: str, user: str, running: int, queued: int = 0,
-                    token: str | None = None, overdue: int = 0) -> Lease:
-        """A tenant's queue runs ``running`` of ``user``'s tasks on ``server``'s node
-        (``overdue`` of them launched long enough ago to have started), has ``queued`` more
-        waiting, and asks how many it may run (the server's
+                    token: str | None = None, job: str | None = None) -> Lease:
+        """A tenant's queue runs ``running`` of ``user``'s tasks on ``server``'s node (in Ray
+        job ``job``), has ``queued`` more waiting, and asks how many it may run (the server's
         :class:`~psdsf_dist.admission.server_admission.ServerAdmission`, from its own column).
         A server not running here, or a call without ``user``'s token in a run with a tenant
         policy, is answered with no slots (and records no claim)."""
@@ -195,12 +195,13 @@ class ServerActor:
             admission = ServerAdmission.start(server, scenario.capacity[i], self.config.period,
                                               now, restarted=self.reconstructed)
             self.admissions[server] = admission
-        return admission.ask(user, running, now, node.column, scenario, queued, overdue)
+        return admission.ask(user, running, now, node.column, scenario, queued, job)
 
     async def unmanaged(self, server: str) -> dict[str, float] | None:
         """The usage of ``server``'s node by work it did not admit, per resource (once it
-        persisted: :class:`~psdsf_dist.admission.unmanaged.UnmanagedEstimate`): what Ray
-        reports available there, against what the tenants' tasks there hold.
+        persisted: :class:`~psdsf_dist.admission.unmanaged.UnmanagedEstimate`): what the
+        workers of other jobs hold there, and what Ray reports available there against what
+        the tenants' tasks there hold (:func:`~psdsf_dist.admission.unmanaged.node_sample`).
         None when the server does not run here or Ray does not know the node."""
         slot = self.slots.get(server)
         if slot is None or slot.node is None or self.clock is None or not slot.running:
@@ -210,8 +211,10 @@ class ServerActor:
         # a blocking read of Ray's GCS: in a worker thread, so that this actor's loop (the
         # server procedure, gossip, leases) goes on meanwhile
         available = (await asyncio.to_thread(available_per_node)).get(node_id)
-        if available is None:
+        raylet = await self._raylet(node_id)
+        if available is None or raylet is None:
             return None
+        workers = await asyncio.to_thread(node_workers, *raylet)
         i = scenario.server_names.index(server)
         capacity = np.asarray(scenario.capacity[i], dtype=float)
         free = node_capacity({"Resources": available}, scenario.resources)
@@ -220,12 +223,24 @@ class ServerActor:
         estimate = self.unmanaged_estimates.get(server)
         if estimate is None:
             estimate = self.unmanaged_estimates[server] = UnmanagedEstimate(capacity)
-        usage = estimate.measure(
-            self.clock.now(), capacity, np.array([free[r] for r in scenario.resources]),
-            scenario.user_index, np.asarray(scenario.demand),
-            book.running() if book is not None else {}, running_per_user(node_id),
-            book.overdue() if book is not None else {})
+        held = [WorkerUsage(job, np.array(list(node_capacity(
+            {"Resources": amounts}, scenario.resources).values()))) for job, amounts in workers]
+        usage = estimate.observe(node_sample(
+            capacity, np.array([free[r] for r in scenario.resources]), held,
+            book.jobs if book is not None else {}, book.running() if book is not None else {},
+            book.admitted() if book is not None else {}, scenario.user_index,
+            np.asarray(scenario.demand)))
         return {r: float(v) for r, v in zip(scenario.resources, usage, strict=True)}
+
+    async def _raylet(self, node_id: str) -> tuple[str, int] | None:
+        """The address and port of ``node_id``'s raylet (read once from Ray's node table)."""
+        if node_id not in self.raylets:
+            table = await asyncio.to_thread(nodes)
+            for n in table:
+                if n.get("NodeID") == node_id and n.get("Alive"):
+                    self.raylets[node_id] = (str(n.get("NodeManagerAddress", "")),
+                                             int(n.get("NodeManagerPort", 0)))
+        return self.raylets.get(node_id)
 
     async def release(self, server: str, user: str, token: str | None = None) -> None:
         """``user``'s queue runs nothing more on ``server``'s node: its claim goes at once

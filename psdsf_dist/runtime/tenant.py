@@ -83,7 +83,6 @@ from psdsf_dist.runtime.tenant_function import (
     register,
 )
 from psdsf_dist.runtime.tenant_queue import CONNECT_TIMEOUT, AllocatorGoneError, RemoteTenantQueue
-from psdsf_dist.runtime.tenant_worker import marked_actor
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -93,12 +92,12 @@ T = TypeVar("T")
 class TenantActorClass(Generic[T]):
     """An actor class whose actors are admitted by the tenant's share (``@tenant.actor``)."""
 
-    def __init__(self, cls: type[T], queue: QueueHandle, user: str,
+    def __init__(self, cls: type[T], queue: QueueHandle,
                  options: Mapping[str, object]) -> None:
         passed = {k: v for k, v in options.items() if k in ACTOR_PASSED_OPTIONS}
         shape = task_shape(options)
         self._queue = queue
-        self._key = register(queue, (ray.remote(marked_actor(cls, user)),
+        self._key = register(queue, (ray.remote(cls),
                                      {**shape.ray_options(), **passed}))
         self.__name__ = getattr(cls, "__name__", "actor")
         self.__doc__ = cls.__doc__
@@ -199,7 +198,7 @@ class Tenant:
         def declare(cls: type[T]) -> TenantActorClass[T]:
             queue = self._opened(shape)
             self.shape = shape
-            return TenantActorClass(cls, queue, self.user, options)
+            return TenantActorClass(cls, queue, options)
         return declare
 
     def _check_shape(self, shape: TaskShape) -> None:
@@ -221,7 +220,7 @@ class Tenant:
         queue = self._opened(shape)
         self.shape = shape
         kind = SingleReturnFunction if own.num_returns == 1 else MultiReturnFunction
-        return kind(function, queue, self.user, self.direct, shape, options, own)
+        return kind(function, queue, self.direct, shape, options, own)
 
     def _opened(self, shape: TaskShape) -> QueueHandle:
         """The user's queue, opened now (for ``shape``) if it is not yet."""

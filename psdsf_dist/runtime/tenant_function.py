@@ -68,12 +68,12 @@ class TenantFunction(Generic[P, R_co]):
     ``remote`` gives the ref of its value — ``R_co`` — or, declared with ``num_returns=k``,
     a list of ``k`` refs; the subclasses say which (module docstring, "Types")."""
 
-    def __init__(self, function: Callable[P, object], queue: QueueHandle, user: str,
+    def __init__(self, function: Callable[P, object], queue: QueueHandle,
                  direct: DirectLauncher | None, shape: TaskShape,
                  options: Mapping[str, object], own: OwnOptions) -> None:
         passed = {k: v for k, v in options.items() if k in PASSED_OPTIONS}
         self._queue = queue
-        body = tenant_task(function, queue, user)
+        body = tenant_task(function, queue)
         self._function: RemoteFunction[object] = (remote_function(body),
                                                   {**shape.ray_options(), **passed})
         self._key = register(queue, self._function)
@@ -84,7 +84,7 @@ class TenantFunction(Generic[P, R_co]):
         self._direct = None if self._preemptible else direct
         # a map's calls of a plain function with one value run in chunks (admission.chunks)
         self._chunked = None if self._num_returns != 1 or inspect.iscoroutinefunction(
-            function) else Chunked((remote_function(tenant_chunk(function, queue, user)),
+            function) else Chunked((remote_function(tenant_chunk(function, queue)),
                                     self._function[1]), CallTimes())
         self.__name__ = getattr(function, "__name__", "task")
         self.__doc__ = function.__doc__

@@ -1,6 +1,4 @@
-"""A tenant's task and actor bodies as they run in a Ray worker: each marks itself running for
-its node's server (a file mark, :mod:`psdsf_dist.runtime.running_marks`, so that the server does
-not count it as work outside the allocator), and a task tells its queue when it blocks.
+"""A tenant's task bodies as they run in a Ray worker: a task tells its queue when it blocks.
 
 Blocking.  Ray gives a task's CPU back while the task waits in ``ray.get`` / ``ray.wait`` for
 other work, and takes it back when the task resumes: a tree of tasks that wait for their
@@ -31,7 +29,6 @@ import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal, NamedTuple, ParamSpec, TypeVar
 
 import ray
@@ -39,7 +36,6 @@ import ray
 from psdsf_dist.admission.chunks import chunk_full
 from psdsf_dist.admission.values import known_bytes
 from psdsf_dist.runtime.handles import QueueHandle
-from psdsf_dist.runtime.running_marks import mark_end, mark_start
 
 P = ParamSpec("P")
 F = TypeVar("F", bound=Callable[..., object])
@@ -93,8 +89,7 @@ _RAYS: list[RayWaits] = []
 """Ray's own ``get`` and ``wait`` (one entry), once this module has wrapped them."""
 
 
-def tenant_task(function: Callable[P, object], queue: QueueHandle,
-                user: str = "") -> Callable[P, object]:
+def tenant_task(function: Callable[P, object], queue: QueueHandle) -> Callable[P, object]:
     """``function`` as the Ray task body of a tenant's task: the same name, signature and
     result, run with :data:`_RUNNING` set, so that it tells ``queue`` when it blocks.  It also
     takes :data:`SLOT_KEYWORD` (in its signature for Ray, not in its type)."""
@@ -103,25 +98,25 @@ def tenant_task(function: Callable[P, object], queue: QueueHandle,
     if inspect.iscoroutinefunction(function):
         @functools.wraps(function)
         async def tenant_task_async(*args: P.args, **kwargs: P.kwargs) -> object:
-            token, mark = _enter(queue, user, _slot(kwargs.pop(SLOT_KEYWORD, None)))
+            token = _enter(queue, _slot(kwargs.pop(SLOT_KEYWORD, None)))
             try:
                 return await function(*args, **kwargs)
             finally:
-                _leave(token, mark)
+                _leave(token)
         return _signed(tenant_task_async, _with_slot(function))
 
     @functools.wraps(function)
     def tenant_task_body(*args: P.args, **kwargs: P.kwargs) -> object:
-        token, mark = _enter(queue, user, _slot(kwargs.pop(SLOT_KEYWORD, None)))
+        token = _enter(queue, _slot(kwargs.pop(SLOT_KEYWORD, None)))
         try:
             return function(*args, **kwargs)
         finally:
-            _leave(token, mark)
+            _leave(token)
     return _signed(tenant_task_body, _with_slot(function))
 
 
-def tenant_chunk(function: Callable[..., object], queue: QueueHandle,
-                 user: str = "") -> Callable[[list[tuple[object, ...]]], ChunkResult]:
+def tenant_chunk(function: Callable[..., object],
+                 queue: QueueHandle) -> Callable[[list[tuple[object, ...]]], ChunkResult]:
     """``function`` as the Ray task body of a chunk of a bulk submission's calls
     (:mod:`psdsf_dist.admission.chunks`): it runs ``function(*args)`` for each ``args`` of
     its ``calls`` in turn, as :func:`tenant_task` runs one, until the chunk is full
@@ -135,11 +130,11 @@ def tenant_chunk(function: Callable[..., object], queue: QueueHandle,
     @functools.wraps(function)
     def tenant_chunk_body(calls: list[tuple[object, ...]],
                           **kwargs: int | None) -> ChunkResult:
-        token, mark = _enter(queue, user, kwargs.pop(SLOT_KEYWORD, None))
+        token = _enter(queue, kwargs.pop(SLOT_KEYWORD, None))
         try:
             return _run_calls(function, name, calls)
         finally:
-            _leave(token, mark)
+            _leave(token)
     # Ray checks a call's arguments against this (``wraps`` would show ``function``'s)
     return _signed(tenant_chunk_body, inspect.Signature([
         inspect.Parameter("calls", inspect.Parameter.POSITIONAL_OR_KEYWORD),
@@ -186,20 +181,16 @@ def _with_slot(function: Callable[..., object]) -> inspect.Signature:
     return signature.replace(parameters=params)
 
 
-def _enter(queue: QueueHandle, user: str,
-           slot: int | None) -> tuple[contextvars.Token[RunningTask | None], Path | None]:
-    """Entering a task's body: it is known as running, to the wrapped ``ray.get`` /
-    ``ray.wait`` (``_RUNNING``) and to its node's server (a mark:
-    :mod:`psdsf_dist.runtime.running_marks`)."""
+def _enter(queue: QueueHandle, slot: int | None) -> contextvars.Token[RunningTask | None]:
+    """Entering a task's body: it is known as running to the wrapped ``ray.get`` /
+    ``ray.wait`` (``_RUNNING``)."""
     _wrap_ray()
-    context = ray.get_runtime_context()
-    running = RunningTask(queue, context.get_task_id() or "", slot)
-    return _RUNNING.set(running), (mark_start(context.get_node_id(), user) if user else None)
+    running = RunningTask(queue, ray.get_runtime_context().get_task_id() or "", slot)
+    return _RUNNING.set(running)
 
 
-def _leave(token: contextvars.Token[RunningTask | None], mark: Path | None) -> None:
+def _leave(token: contextvars.Token[RunningTask | None]) -> None:
     _RUNNING.reset(token)
-    mark_end(mark)
 
 
 def _slot(value: object) -> int | None:
@@ -253,19 +244,3 @@ def _wait(ray_waitables: object, *args: object, num_returns: int = 1,
         return ready, rest
     with _blocked(running):
         return wait(ray_waitables, num_returns=num_returns, **kwargs)
-
-
-def marked_actor(cls: type, user: str) -> type:
-    """``cls`` whose actors mark themselves running on their node when constructed
-    (:mod:`psdsf_dist.runtime.running_marks`; the mark goes with the actor's process), so that
-    its node's server does not count them as unmanaged work."""
-
-    class Marked(cls):  # type: ignore[misc]
-        def __init__(self, *args: object, **kwargs: object) -> None:
-            mark_start(ray.get_runtime_context().get_node_id(), user)
-            super().__init__(*args, **kwargs)
-
-    Marked.__name__ = cls.__name__
-    Marked.__qualname__ = cls.__qualname__
-    Marked.__doc__ = cls.__doc__
-    return Marked

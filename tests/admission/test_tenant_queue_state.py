@@ -23,7 +23,6 @@ from psdsf_dist.admission.tenant_queue_state import (
     TenantQueueState,
     TenantRefusedError,
 )
-from psdsf_dist.admission.unmanaged import UNMANAGED_START_GRACE
 
 PERIOD = 1.0
 TTL = 100.0
@@ -37,7 +36,7 @@ def state_with(servers: dict[str, int], pipeline: int = 0,
     s.report_answered(0.0, 0, {name: f"n-{name}" for name in servers}, None)
     for name, slots in servers.items():
         s.servers[name].durations.extend([task_seconds] * PIPELINE_HISTORY)
-        s.ask_sent(name, 0.0)
+        s.ask_sent(name)
         s.ask_answered(name, 0.0, (slots, pipeline, TTL), 0.0)
     return s
 
@@ -69,27 +68,21 @@ def test_work_after_a_lease_ran_out_asks_at_once() -> None:
     s = state_with({"a": 1, "b": 1})
     assert s.asks_urgent(TTL + 1.0) == []  # nothing queued: nothing to ask for
     assert submit(s, 1, now=TTL + 1.0) == [] and s.asks_urgent(TTL + 1.0) == ["a", "b"]
-    s.ask_sent("a", TTL + 1.0)
+    s.ask_sent("a")
     assert s.asks_urgent(TTL + 1.0) == ["b"]  # one ask in flight per server
     (launch,) = s.ask_answered("a", TTL + 1.0, (1, 0, TTL), TTL + 1.0)
     assert launch.server == "a" and s.asks_urgent(TTL + 1.0) == []
 
 
-def test_an_ask_counts_the_tasks_launched_longer_ago_than_a_start_takes() -> None:
+def test_an_ask_claims_the_running_tasks_not_the_one_waiting_for_a_slot_of_ours() -> None:
     s = state_with({"a": 2}, pipeline=1)
     first = submit(s, 2, now=1.0)
     (piped,) = submit(s, 1, now=4.0)  # waits at the node for a slot of ours
     assert [x.server for x in first] == ["a", "a"] and piped.server == "a"
-    late = 1.0 + UNMANAGED_START_GRACE
-    assert s.ask_sent("a", late) == Ask(running=2, queued=0, overdue=0)
-    s.ask_answered("a", late, (2, 1, TTL), late)
-    # both first tasks overdue; the pipelined one may wait for them, so it is not
-    assert s.ask_sent("a", late + 0.5) == Ask(running=2, queued=0, overdue=1)
-    s.ask_answered("a", late + 0.5, (2, 1, TTL), late + 0.5)
-    s.ended(first[0].task, Signal.DONE, late + 1.0)  # the pipelined one takes its slot
-    assert s.ask_sent("a", late + 1.0).overdue == 1  # the one left of the first two
-    s.ask_answered("a", late + 1.0, (2, 1, TTL), late + 1.0)
-    assert s.ask_sent("a", 4.0 + UNMANAGED_START_GRACE + 1.0).overdue == 2
+    assert s.ask_sent("a") == Ask(running=2, queued=0)
+    s.ask_answered("a", 5.0, (2, 1, TTL), 5.0)
+    s.ended(first[0].task, Signal.DONE, 6.0)  # the pipelined one takes its slot
+    assert s.ask_sent("a") == Ask(running=2, queued=0)
 
 
 def test_a_preempted_task_is_its_users_youngest_preemptible_one_and_runs_again() -> None:
@@ -100,7 +93,7 @@ def test_a_preempted_task_is_its_users_youngest_preemptible_one_and_runs_again()
     assert s.servers["a"].running == 4
     # the server's answer: 2 slots, and two to stop — the youngest preemptible ones (the
     # youngest of all is not preemptible)
-    s.ask_sent("a", 5.0)
+    s.ask_sent("a")
     assert s.preempt("a", 2) == [ids[2], ids[1]]
     s.ask_answered("a", 5.0, (2, 0, TTL), 5.0)
     assert s.preempt("a", 2) == []  # asked again while they stop: nothing more
@@ -141,14 +134,14 @@ def test_behind_long_tasks_nothing_waits_at_a_full_node() -> None:
     assert len(submit(s, 3)) == 2 and s.servers["a"].waiting == 0 and len(s.queue) == 1
     fresh = TenantQueueState("u", PERIOD, 0.0)  # no history yet: no pipelining either
     fresh.report_answered(0.0, 0, {"a": "n-a"}, None)
-    fresh.ask_sent("a", 0.0)
+    fresh.ask_sent("a")
     fresh.ask_answered("a", 0.0, (2, 1, TTL), 0.0)
     assert len(submit(fresh, 3)) == 2
 
 
 def test_no_task_waits_at_a_full_node_while_another_has_a_free_slot() -> None:
     s = state_with({"a": 1, "b": 1}, pipeline=1)
-    s.ask_sent("b", 0.0)
+    s.ask_sent("b")
     s.ask_answered("b", 0.0, (1, 0, TTL), 0.0)  # b lets nothing wait at its node
     launches = submit(s, 4)
     assert [x.server for x in launches] == ["a", "b", "a"]  # only the last one waits
@@ -204,7 +197,7 @@ def test_a_lost_task_is_retried_at_the_head_then_fails() -> None:
     end = s.ended(task, Signal.LOST, 1.0)
     assert end.retried and end.ended is None and end.launches == []  # the lease is taken away
     assert s.queue[0] == task
-    s.ask_sent("a", 1.0)
+    s.ask_sent("a")
     (again,) = s.ask_answered("a", 1.0, (1, 0, TTL), 1.0)
     assert again.task == task
     end = s.ended(task, Signal.LOST, 2.0)
@@ -289,7 +282,7 @@ def test_the_clients_tasks_count_as_the_queues_and_its_waiting_ones_as_backlog()
     client.queued = 7
     exchange(s, client, 1.1)
     assert s.client_queued == 7 and s.backlog() == 9 and s.admitted == 2
-    assert s.ask_sent("a", 1.1).queued == 7
+    assert s.ask_sent("a").queued == 7
     client.ended(first.slot, DirectOutcome.COMPLETED, 1.2)
     client.ended(second.slot, DirectOutcome.FAILED, 1.2)
     client.queued = 0
@@ -305,7 +298,7 @@ def test_a_lease_that_shrinks_revokes_the_slots_held_beyond_it() -> None:
     exchange(s, client, 1.0)
     held = [client.take(1.0) for _ in range(3)]
     assert all(h is not None for h in held)
-    s.ask_sent("a", 1.1)
+    s.ask_sent("a")
     s.ask_answered("a", 1.1, (1, 0, TTL), 1.1)  # the share fell to one task
     exchange(s, client, 1.2)
     assert len(s.revoked) == 2 and sum(x.revoked for x in client.slots.values()) == 2
@@ -402,7 +395,7 @@ def test_never_more_running_than_leased_and_no_task_lost(events: list[tuple]) ->
         elif kind == "lease":
             name = names[a]
             if name in s.servers and not s.servers[name].asking:
-                s.ask_sent(name, now)
+                s.ask_sent(name)
                 if c:  # answered at once, else it stays in flight until a later lease event
                     record(s.ask_answered(name, now, (b, 1, TTL), now))
                     leased[name] = b

@@ -7,12 +7,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from psdsf_dist.admission.unmanaged import (
-    UNMANAGED_START_GRACE,
     UNMANAGED_WEIGHT,
     UnmanagedEstimate,
+    WorkerUsage,
+    held_outside,
     is_unmanaged_user,
-    node_blocked,
-    node_congested,
     node_sample,
     unmanaged_events,
     unmanaged_sample,
@@ -35,42 +34,58 @@ def test_the_sample_is_what_neither_ray_nor_the_leases_account_for() -> None:
     assert unmanaged_sample(CAP, CAP, np.array([2.0, 1.0])).tolist() == [0.0, 0.0]
 
 
-def test_a_node_sample_counts_the_tenants_by_their_reports_or_their_marks() -> None:
-    """Users a (1 CPU, 2 GB) and b (2 CPU, 1 GB) on an 8-CPU, 16 GB node with 1 CPU, 10 GB
-    free; the queues report a 2 and b 1 running, marks show a 1 and b 1 started."""
-    index, demand = {"a": 0, "b": 1}, np.array([[1.0, 2.0], [2.0, 1.0]])
-    free = np.array([1.0, 10.0])
-    # no task waits for room: the larger of reported (4 CPU, 5 GB) and marked (3, 3) is ours
-    got = node_sample(CAP, free, index, demand, {"a": 2, "b": 1}, {"a": 1, "b": 1}, {})
+INDEX, DEMAND = {"a": 0, "b": 1}, np.array([[1.0, 2.0], [2.0, 1.0]])
+"""Users a (1 CPU, 2 GB) and b (2 CPU, 1 GB)."""
+JOBS = {"a": "01000000", "b": "02000000"}
+
+
+def worker(job: str, cpu: float, mem: float = 0.0) -> WorkerUsage:
+    return WorkerUsage(job, np.array([cpu, mem]))
+
+
+def test_workers_of_other_jobs_count_and_a_tenants_own_beyond_its_leases() -> None:
+    workers = [worker("01000000", 1, 2), worker("01000000", 1, 2), worker("02000000", 2, 1),
+               worker("03000000", 3), worker("04000000", 0.5, 4)]
+    # a's two workers and b's one are within their leases; jobs 3 and 4 are nobody's
+    got = held_outside(workers, JOBS, {"a": 2, "b": 1}, INDEX, DEMAND, CAP)
+    assert got.tolist() == [3.5, 4.0]
+    # a's leases admit one task here: its second worker is work outside them
+    got = held_outside(workers, JOBS, {"a": 1, "b": 1}, INDEX, DEMAND, CAP)
+    assert got.tolist() == [4.5, 6.0]
+    # a user without a live lease is not judged (its tasks were admitted by an earlier one)
+    got = held_outside(workers, JOBS, {"b": 1}, INDEX, DEMAND, CAP)
+    assert got.tolist() == [3.5, 4.0]
+    # a job no queue named: all of it is unmanaged
+    assert held_outside(workers, {}, {}, INDEX, DEMAND, CAP).tolist() == [7.5, 9.0]
+    # one driver, two tenants: their job's workers are judged against both users' leases
+    both = {"a": "01000000", "b": "01000000"}
+    ours = [worker("01000000", 1, 2), worker("01000000", 1, 2), worker("01000000", 2, 1)]
+    assert held_outside(ours, both, {"a": 2, "b": 1}, INDEX, DEMAND, CAP).tolist() == [0, 0]
+    assert held_outside(ours, both, {"a": 1, "b": 1}, INDEX, DEMAND, CAP).tolist() == [1, 2]
+    assert held_outside(ours, both, {"a": 1}, INDEX, DEMAND, CAP).tolist() == [0, 0]
+
+
+def test_a_node_sample_is_the_larger_of_the_job_bound_and_the_books() -> None:
+    """An 8-CPU, 16 GB node: a reports 2 running, b 1 (4 CPU, 5 GB by their demands)."""
+    reported = {"a": 2, "b": 1}
+    # the books: 1 CPU, 10 GB free => 3 CPU, 1 GB held by someone else; no other job's worker
+    # is listed (a placement group's reservation, a worker starting): the books count it
+    mine = [worker("01000000", 1, 2), worker("02000000", 2, 1)]
+    got = node_sample(CAP, np.array([1.0, 10.0]), mine, JOBS, reported, reported, INDEX, DEMAND)
     assert got.tolist() == [3.0, 1.0]
-    # a's second task is overdue and not marked: it waits for room, so only marks are ours
-    got = node_sample(CAP, free, index, demand, {"a": 2, "b": 1}, {"a": 1, "b": 1}, {"a": 2})
-    assert got.tolist() == [4.0, 3.0]
+    # an intruder's four 1-CPU actors hold the node while a's and b's tasks wait there for
+    # room: nothing is free, so the books (less every reported task) see 4 CPUs at most —
+    # the workers show all of the intruder's, whatever waits
+    intruder = [worker("09000000", 1) for _ in range(4)]
+    got = node_sample(CAP, np.array([0.0, 16.0]), intruder + mine[:1], JOBS, reported,
+                      reported, INDEX, DEMAND)
+    assert got.tolist() == [4.0, 0.0]
+    got = node_sample(np.array([4.0, 16.0]), np.array([0.0, 16.0]), intruder, JOBS,
+                      reported, reported, INDEX, DEMAND)
+    assert got.tolist() == [4.0, 0.0]  # the books alone would say 0: the tasks wait
     # a user the table does not know holds nothing
-    got = node_sample(CAP, free, index, demand, {"zed": 5}, {}, {})
+    got = node_sample(CAP, np.array([1.0, 10.0]), [], {}, {"zed": 5}, {}, INDEX, DEMAND)
     assert got.tolist() == [7.0, 6.0]
-
-
-def test_a_node_congested_for_the_grace_counts_by_its_marks() -> None:
-    """A user's short tasks cycling through the room an intruder left: more reported than
-    marked at every sample, none old.  Counted by the marks once that has lasted the grace,
-    not before (workers starting for a burst look alike for a few seconds)."""
-    index, demand = {"a": 0}, np.array([[1.0, 1.0]])
-    free = np.array([0.0, 13.0])  # the intruder holds 7 CPUs, the one task started 1 of 8
-    reported, marked = {"a": 4}, {"a": 1}
-    assert node_congested(reported, marked) and not node_congested({"a": 2}, {"a": 1})
-    assert node_congested({"a": 3, "b": 1}, {"a": 1, "b": 1})
-    e = UnmanagedEstimate(CAP)
-    seen = []
-    for now in np.arange(0.0, UNMANAGED_START_GRACE + 3.0, 1.0):
-        late = e.congested(float(now), reported, marked)
-        seen.append(late)
-        got = node_sample(CAP, free, index, demand, reported, marked, {}, late)
-        # before the grace: the reports (4 CPUs) are ours, 4 unmanaged; after: the marks, 7
-        assert got[0] == (7.0 if late else 4.0)
-    assert seen.index(True) == int(UNMANAGED_START_GRACE)
-    assert not e.congested(20.0, {"a": 4}, {"a": 3})  # one sample without: the count restarts
-    assert not e.congested(21.0, reported, marked) and e.congested_since == 21.0
 
 
 def test_a_transient_is_ignored_and_persistent_usage_counts_after_the_window() -> None:
@@ -82,17 +97,6 @@ def test_a_transient_is_ignored_and_persistent_usage_counts_after_the_window() -
     assert e.observe(intruder).tolist() == [4.0, 0.0]  # persisted a window: counted
     assert e.observe(np.array([5.0, 0.0])).tolist() == [4.0, 0.0]  # a spike above: ignored
     assert e.observe(np.zeros(2)).tolist() == [0.0, 0.0]  # gone: released at once
-
-
-def test_a_period_measures_the_node_sample_and_keeps_what_persisted() -> None:
-    """The node of the sample test above (4 CPU, 5 GB reported of a's and b's; 1 CPU, 10 GB
-    free): its 3 CPUs, 1 GB of someone else's count once two periods found them."""
-    index, demand = {"a": 0, "b": 1}, np.array([[1.0, 2.0], [2.0, 1.0]])
-    e = UnmanagedEstimate(CAP)
-    for now, counted in ((0.0, [0.0, 0.0]), (1.0, [3.0, 1.0])):
-        got = e.measure(now, CAP, np.array([1.0, 10.0]), index, demand, {"a": 2, "b": 1},
-                        {"a": 1, "b": 1}, {})
-        assert got.tolist() == counted
 
 
 @given(st.lists(st.lists(st.floats(0, 8), min_size=2, max_size=2), min_size=1, max_size=12))
@@ -128,20 +132,6 @@ def test_events_make_the_table_follow_the_usage() -> None:
                             resources=res) == [UserLeaves(0.0, -1, user)]
     assert unmanaged_events("s1", {"CPU": 4.0}, known=True, present=False, demand=same,
                             resources=res) == [UserJoins(0.0, -1, user, None)]
-
-
-def test_a_node_is_blocked_only_when_a_users_old_tasks_outnumber_its_marked_ones() -> None:
-    """The upper bound (tasks reported but not marked) applies only with evidence that some
-    wait at the node: more tasks launched over the grace ago than are marked running."""
-    # short tasks in flight: none old, so never blocked however many are unmarked
-    assert not node_blocked({}, {})
-    assert not node_blocked({"alice": 0}, {"alice": 3})
-    # long tasks, all started: old ones are marked
-    assert not node_blocked({"alice": 4}, {"alice": 4})
-    assert not node_blocked({"alice": 4}, {"alice": 5, "bob": 1})
-    # an intruder holds the node: alice's tasks launched long ago are not marked
-    assert node_blocked({"alice": 2}, {"alice": 1})
-    assert node_blocked({"alice": 0, "bob": 1}, {"alice": 3})
 
 
 def test_unmanaged_work_that_fills_its_nodes_leaves_a_certifiable_allocation() -> None:

@@ -11,7 +11,7 @@ def test_a_queues_status_counts_its_state() -> None:
     runs there, two wait."""
     s = TenantQueueState("u", 1.0, 0.0)
     s.report_answered(0.0, 0, {"a": "n-a"}, None)
-    s.ask_sent("a", 0.0)
+    s.ask_sent("a")
     s.ask_answered("a", 0.0, (1, 0, 100.0), 0.0)
     s.submit([s.new_task(3, 1.0) for _ in range(3)], 1.0)
     status = QueueStatus.of(s, 2.0, actors=0)

@@ -298,6 +298,54 @@ def test_work_outside_the_allocator_is_counted_out_of_the_tenants_allocation(
           "tenant came")
 
 
+def test_an_intruder_arriving_while_a_tenant_keeps_the_node_busy_is_counted_once_placed(
+        cluster: Any, run: Run) -> None:
+    """A tenant keeps every CPU busy; then another driver's plain-Ray actor pinned to the
+    2-CPU node.  Once Ray places it (between two of the tenant's tasks), the node's server
+    sees its worker — a job no tenant named — and the allocation leaves its CPU out within a
+    few periods, though the tenant's own tasks queue at the node meanwhile."""
+    nodes: Any = ray.nodes
+    node = next(n for n in nodes() if n["Alive"] and n["Resources"].get("CPU") == 2
+                and "node:__internal_head__" not in n["Resources"])
+    t = Tenant.connect("busy", run_id=RUN)
+    work = t.remote(num_cpus=1)(lambda: time.sleep(0.2))
+    for _ in range(1500):
+        work.remote()
+    assert wait_for(lambda: abs(run.user_totals().get("busy", 0) - 5) < 0.05, 20.0)
+    script = textwrap.dedent(f"""
+        import sys, time, ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        ray.init(address={cluster.address!r}, log_to_driver=False)
+
+        @ray.remote(num_cpus=1)
+        class Hog:
+            def ready(self):
+                return True
+
+        hog = Hog.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+            {node["NodeID"]!r}, soft=False)).remote()
+        ray.get(hog.ready.remote())
+        print("placed", flush=True)
+        sys.stdin.read()  # held until the test closes its input
+    """)
+    intruder = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+    try:
+        assert intruder.stdout is not None and intruder.stdout.readline().strip() == "placed"
+        placed = time.monotonic()
+        assert wait_for(lambda: abs(run.user_totals().get("busy", 0) - 4) < 0.05, 30.0), \
+            (run.status()["unmanaged"], run.user_totals())
+        took = time.monotonic() - placed
+    finally:
+        intruder.communicate("", timeout=60)
+        t.close()
+    print(f"an arriving intruder left out {took:.1f} s ({took / PERIOD:.1f} periods) after "
+          "Ray placed it")
+    # the window (2 samples, one a period) and the event's way to the table: a few periods,
+    # not the seconds a task would take to look blocked
+    assert took < 8 * PERIOD, took
+
+
 def test_one_user_is_one_queue(run: Run) -> None:
     first = Tenant.connect("solo", run_id=RUN)
     work = first.remote(num_cpus=1)(lambda: time.sleep(0.5))

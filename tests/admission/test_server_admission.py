@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from psdsf_dist.admission.rounding import CREDIT_LIMIT
 from psdsf_dist.admission.server_admission import ServerAdmission
+from psdsf_dist.admission.unmanaged import UNMANAGED_WEIGHT, unmanaged_user
 from psdsf_dist.model.scenario import Scenario
 
 SCENARIO = Scenario.from_dict({
@@ -76,3 +78,21 @@ def test_a_restarted_server_listens_for_one_lease_lifetime() -> None:
     # u still runs 3 tasks (3 CPU of 4): v's one task fits, u keeps its target of 2
     assert adm.ask("v", 0, after, column, SCENARIO).slots == 1
     assert adm.ask("u", 3, after, column, SCENARIO).slots == 2
+
+
+def test_work_outside_the_allocator_keeps_its_room_whatever_a_tenant_is_owed() -> None:
+    """An intruder holds all 4 CPUs of server a (``unmanaged@a``: all but ~1/10^4 of its one
+    task); u was allocated there before and is still owed credit.  The rounding gives the
+    unmanaged task first: u's owed extra task does not go into the intruder's room (it would
+    only wait at the node)."""
+    scenario = Scenario.from_dict({
+        "resources": ["CPU", "memory"],
+        "servers": [{"name": "a", "capacity": {"CPU": 4, "memory": 8}}],
+        "users": [{"name": "u", "demand": {"CPU": 1, "memory": 1}},
+                  {"name": unmanaged_user("a"), "demand": {"CPU": 4}, "servers": ["a"],
+                   "max_tasks": 1, "weight": UNMANAGED_WEIGHT}]})
+    adm = ServerAdmission.start("a", scenario.capacity[0], T, 0.0, restarted=False)
+    adm.credit = {"u": CREDIT_LIMIT}
+    column = np.array([0.0004, 0.9999])
+    for k in range(20):
+        assert adm.ask("u", 0, k * adm.interval, column, scenario, queued=100).slots == 0

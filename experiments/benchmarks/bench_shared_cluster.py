@@ -20,10 +20,16 @@ more than it can run in the phase.  Per run:
   ``tenant_report`` for ``honest`` with weight 1e-15, a ``tenant_leave`` for ``honest`` and a
   ``tenant_report`` for a phantom ``mallory`` with weight 1e15 and 10^9 tasks: how many were
   refused, and ``honest``'s running tasks against its allocation during the forgery.
-* **intruder**: four 1-CPU plain-Ray actors holding all of a 4-CPU node, placed while the
-  tenants are idle; then ``honest`` and ``etl`` connect and submit: periods from their
-  connection until their allocation leaves those CPUs out, then each tenant's running /
-  allocated over ``--window`` seconds (target >= 0.9 each).
+* **intruder**: another driver (plain Ray, no tenant) places four 1-CPU actors holding all
+  of a 4-CPU node while the tenants are idle; then ``honest`` and ``etl`` connect and
+  submit: periods from their connection until their allocation leaves those CPUs out, then
+  each tenant's running / allocated and allocation over ``--window`` seconds (target >= 0.9
+  each, 3 / 3).
+* **arriving intruder**: ``honest`` and ``etl`` keep every CPU busy; then the other driver
+  pins four 1-CPU actors to a 4-CPU node.  Ray places each between two of the tenants' tasks
+  there; for each placed actor, the periods from its placement (the driver's clock) until the
+  tenants' allocation (sampled every 0.1 s) leaves its CPU out (target <= 3), and how long
+  Ray took to place all four.
 * **plain Ray**: the same two users' tasks and the same intruder under Ray's own scheduler
   (no allocator): each user's running tasks over the same window, for reference.
 """
@@ -228,12 +234,59 @@ def hog_on(node: str, cpus: int = 4) -> list[Any]:
     return hogs
 
 
-def intruder_phase(run: Run, window: float) -> dict[str, float]:
+INTRUDER = """
+import sys, time, ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+ray.init(address={address!r}, log_to_driver=False)
+
+@ray.remote(num_cpus=1)
+class Hog:
+    def ready(self):
+        return True
+
+hogs = [Hog.options(scheduling_strategy=NodeAffinitySchedulingStrategy({node!r}, soft=False))
+        .remote() for _ in range({cpus!r})]
+waiting = [h.ready.remote() for h in hogs]
+while waiting:
+    done, waiting = ray.wait(waiting, num_returns=1)
+    print("placed", time.time(), flush=True)
+sys.stdin.read()  # held until the benchmark closes its input
+"""
+
+
+class Intruder:
+    """Another Ray driver (plain Ray, not a tenant) whose ``cpus`` 1-CPU actors are pinned to
+    ``node``; :attr:`placed` holds the wall-clock time each was placed, as the driver saw it.
+    Its actors go with it when :meth:`close` ends it."""
+
+    def __init__(self, address: str, node: str, cpus: int = 4) -> None:
+        self.cpus = cpus
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", INTRUDER.format(address=address, node=node, cpus=cpus)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+        self.placed: list[float] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("placed"):
+                self.placed.append(float(line.split()[1]))
+
+    def close(self) -> None:
+        self.proc.communicate("", timeout=120)
+        self.reader.join(timeout=10)
+
+
+def intruder_phase(run: Run, address: str, window: float) -> dict[str, float]:
     """The intruder first (placed while the tenants are idle), then the tenants: periods from
     their connection until their allocation leaves the intruder's CPUs out, then each one's
     running / allocated.  (Placed while the tenants keep every CPU busy, Ray gives the
     intruder no CPU until their backlog drains: docs/tenants.md.)"""
-    hog = hog_on(intruder_node())
+    hog = Intruder(address, intruder_node())
+    if wait_for(lambda: len(hog.placed) == hog.cpus, 300.0) is None:
+        raise RuntimeError("the intruder's actors were not placed in 300 s")
     honest, etl = connect(run, ("honest", None), ("etl", None))
     began = time.monotonic()
     sampler = Sampler(run, {"honest": honest, "etl": etl})
@@ -252,8 +305,7 @@ def intruder_phase(run: Run, window: float) -> dict[str, float]:
         unmanaged = sum(u.get("CPU", 0.0) for u in run.status()["unmanaged"].values())
     finally:
         sampler.close()
-        for h in hog:
-            ray.kill(h)
+        hog.close()
         honest.close()
         etl.close()
     out = {"exclude_periods": float("nan") if took is None else took / PERIOD,
@@ -262,6 +314,45 @@ def intruder_phase(run: Run, window: float) -> dict[str, float]:
         out[f"intruder_{u}_alloc"], out[f"intruder_{u}_running"] = m[u]
         out[f"intruder_{u}_ratio"] = m[u][1] / max(m[u][0], 1e-9)
     return out
+
+
+def arriving_phase(run: Run, address: str, window: float) -> dict[str, float]:
+    """The intruder arrives while ``honest`` and ``etl`` keep every CPU busy: per placed
+    actor, the periods from its placement until the tenants' allocation leaves its CPU out,
+    and the seconds Ray took to place all four (NaN: not within the phase)."""
+    honest, etl = connect(run, ("honest", None), ("etl", None))
+    totals: list[tuple[float, float]] = []
+    try:
+        def saturated() -> bool:
+            got = run.user_totals()
+            return abs(got.get("honest", 0.0) + got.get("etl", 0.0) - 10.0) < 0.05
+
+        if wait_for(saturated, 60.0) is None:
+            raise RuntimeError("the tenants did not fill the cluster in 60 s")
+        time.sleep(4 * PERIOD)
+        hog = Intruder(address, intruder_node())
+        began = time.time()
+        try:
+            end = began + window + 45.0
+            while time.time() < end and (len(hog.placed) < hog.cpus
+                                         or time.time() < hog.placed[-1] + 6 * PERIOD):
+                got = run.user_totals()
+                totals.append((time.time(), got.get("honest", 0.0) + got.get("etl", 0.0)))
+                time.sleep(0.1)
+        finally:
+            hog.close()
+    finally:
+        honest.close()
+        etl.close()
+    delays = []
+    for k, placed in enumerate(hog.placed, start=1):
+        left_out = next((t for t, total in totals if t >= placed and total <= 10 - k + 0.05),
+                        None)
+        delays.append(math.inf if left_out is None else (left_out - placed) / PERIOD)
+    all_placed = hog.placed[-1] - began if len(hog.placed) == hog.cpus else math.nan
+    return {"arriving_placed": float(len(hog.placed)), "arriving_all_placed_s": all_placed,
+            "arriving_median_periods": statistics.median(delays) if delays else math.nan,
+            "arriving_max_periods": max(delays) if delays else math.nan}
 
 
 def timed_task() -> tuple[float, float]:
@@ -321,7 +412,9 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"run {k + 1}: forged", flush=True)
                 row |= forged_phase(run, cluster.address, args.window)
                 print(f"run {k + 1}: intruder", flush=True)
-                row |= intruder_phase(run, args.window)
+                row |= intruder_phase(run, cluster.address, args.window)
+                print(f"run {k + 1}: arriving intruder", flush=True)
+                row |= arriving_phase(run, cluster.address, args.window)
             finally:
                 run.stop()
             print(f"run {k + 1}: plain Ray", flush=True)
@@ -383,6 +476,12 @@ def report(rows: list[dict[str, float]], load: float) -> str:
         " >= 0.9 |",
         f"| honest / etl allocated with the intruder | {med(rows, 'intruder_honest_alloc')} / "
         f"{med(rows, 'intruder_etl_alloc')} | 3 / 3 |",
+        "| intruder arriving while the tenants keep every CPU busy: actors placed (of 4) / "
+        f"seconds Ray took to place all | {med(rows, 'arriving_placed', '.0f')} / "
+        f"{med(rows, 'arriving_all_placed_s', '.1f')} | |",
+        "| each placed actor's CPU left out of the tenants' allocation after (periods from its "
+        f"placement): median / largest | {med(rows, 'arriving_median_periods', '.1f')} / "
+        f"{med(rows, 'arriving_max_periods', '.1f')} | <= 3 |",
         f"| plain Ray with the intruder: honest / etl running | "
         f"{med(rows, 'plain_honest_running')} / {med(rows, 'plain_etl_running')} | |",
     ]

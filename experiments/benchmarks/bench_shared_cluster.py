@@ -1,10 +1,12 @@
-"""Shares that hold on a shared cluster: a greedy weight, forged calls, an intruder (PS-DSF
-with a tenant policy, against plain Ray in the same run).
+"""Shares that hold on a shared cluster, against plain Ray in the same run.
+
+PS-DSF with a tenant policy: a greedy weight, forged calls, an intruder placed first and one
+arriving.
 
 Regenerate (writes ``experiments/results/shared_cluster.md`` and ``shared_cluster.csv``)::
 
-    .venv/bin/python -m experiments run bench_shared_cluster           # 3 runs: ~8 minutes
-    .venv/bin/python -m experiments run bench_shared_cluster --runs 1  # ~3 minutes
+    .venv/bin/python -m experiments run bench_shared_cluster           # 3 runs: ~10 minutes
+    .venv/bin/python -m experiments run bench_shared_cluster --runs 1  # ~4 minutes
 
 A local 3-node cluster (``ray.cluster_utils.Cluster``: 4, 4 and 2 CPUs), the allocator with
 ``servers: from-ray``, ``tenants: true``, T = 0.5 s and a ``tenant_policy`` declaring

@@ -27,7 +27,7 @@ from psdsf_dist.admission.leases import (
 )
 from psdsf_dist.admission.preemption import PREEMPT_GRACE_INTERVALS, preemption
 from psdsf_dist.admission.rounding import WHOLE_TOL, charge, whole_targets
-from psdsf_dist.admission.unmanaged import is_unmanaged_user
+from psdsf_dist.admission.unmanaged import is_unmanaged_user, left_out_first
 from psdsf_dist.model.scenario import Scenario
 
 FloatArray = npt.NDArray[np.float64]
@@ -96,11 +96,12 @@ class ServerAdmission:
         x = np.zeros(len(names))
         x[: len(column)] = np.asarray(column, dtype=float)[: len(names)]
         x = np.where(scenario.eligible[:, i], x, 0.0)
-        # work outside the allocator holds its resources for real: its task is whole, and
-        # first (PS-DSF gives it all but ~1/UNMANAGED_WEIGHT of it; an extra owed to a tenant
-        # must not go into that room)
-        outside = np.array([is_unmanaged_user(u) for u in names], dtype=bool)
-        x = np.where(outside, np.ceil(x - WHOLE_TOL), x)
+        # work outside the allocator, left out first, holds its resources for real: its task
+        # is whole (PS-DSF gives it all but ~1/UNMANAGED_WEIGHT of it; an extra owed to a
+        # tenant must not go into that room)
+        first = np.array([is_unmanaged_user(u) and left_out_first(float(v))
+                          for u, v in zip(names, x, strict=True)], dtype=bool)
+        x = np.where(first, np.ceil(x - WHOLE_TOL), x)
         h = 1.0 / LEASE_INTERVALS_PER_PERIOD
         credit = np.array([self.credit.get(u, 0.0) for u in names])
         if self.planned_at is not None:

@@ -40,7 +40,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from psdsf_dist.model.events import Event, UserJoins, UserLeaves, new_user_joins, set_demand
+from psdsf_dist.model.events import (
+    Event,
+    UserJoins,
+    UserLeaves,
+    new_user_joins,
+    set_demand,
+    set_weight,
+)
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -156,23 +163,36 @@ class UnmanagedEstimate:
 
 
 def unmanaged_events(server: str, usage: Mapping[str, float], *, known: bool, present: bool,
-                     demand: Mapping[str, float] | None,
-                     resources: Sequence[str]) -> list[Event]:
+                     demand: Mapping[str, float] | None, resources: Sequence[str],
+                     weight: float = UNMANAGED_WEIGHT,
+                     known_weight: float | None = None) -> list[Event]:
     """The events that make the table's ``unmanaged@server`` user match ``usage`` (per
-    resource; all zero: no unmanaged work), given what the table says of that user now."""
+    resource; all zero: no unmanaged work) and ``weight`` (the policy's
+    ``unmanaged_weight``, else :data:`UNMANAGED_WEIGHT`), given what the table says of that
+    user now (``known_weight``: its weight there)."""
     user = unmanaged_user(server)
     if not any(v > 0 for v in usage.values()):
         return [UserLeaves(0.0, -1, user)] if present else []
     spec = {r: float(v) for r, v in usage.items() if v > 0}
     if not known:
         return [new_user_joins({"name": user, "demand": spec, "servers": [server],
-                                "weight": UNMANAGED_WEIGHT, "max_tasks": 1}, resources)]
+                                "weight": weight, "max_tasks": 1}, resources)]
     out: list[Event] = []
     if demand is None or _moved(usage, demand):
         out.append(set_demand(user, spec, resources))
+    if known_weight is not None and known_weight != weight:
+        out.append(set_weight(user, weight))
     if not present:
         out.append(UserJoins(0.0, -1, user, None))
     return out
+
+
+def left_out_first(x: float) -> bool:
+    """Whether an unmanaged user allocated ``x`` of its one task is being left out first (all
+    of it but the sliver a weight of :data:`UNMANAGED_WEIGHT` leaves): its task is then whole
+    when a server rounds its column (the room is really taken).  With the policy's
+    ``unmanaged_weight`` it gets a share like any user, rounded like any."""
+    return x >= 1.0 - 10.0 / UNMANAGED_WEIGHT
 
 
 def _moved(usage: Mapping[str, float], demand: Mapping[str, float]) -> bool:

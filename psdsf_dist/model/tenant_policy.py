@@ -6,6 +6,7 @@ A ``tenants: true`` scenario may carry a ``tenant_policy`` (docs/scenario-format
       unknown: join            # join (default): a tenant not listed joins with default_weight;
                                # refuse: only the listed tenants may connect
       default_weight: 1
+      unmanaged_weight: 1      # optional: work outside the allocator is a user of this weight
       tenants:
         - {name: etl, weight: 2, max_tasks: 40, cap: {CPU: 16}}
         - {name: adhoc}        # weight 1, no quota
@@ -16,6 +17,12 @@ smaller of ``max_tasks`` and, for each resource of ``cap``, the cap divided by t
 per-task demand of it (:meth:`TenantPolicy.max_tasks`).  Because every tenant submits one
 shape, a per-resource cap is exactly a cap on its tasks, which the allocation honours through
 ``max_tasks`` (PS-DSF with bounded demands), so no separate mechanism enforces it.
+
+Work outside the allocator (:mod:`psdsf_dist.admission.unmanaged`) is left out of the tenants'
+allocation by default: a user of a weight no tenant reaches, served first.  With
+``unmanaged_weight`` it is a user of that weight instead: it gets its PS-DSF share of its node,
+and the tenants are allocated the rest, part of which it may still hold — their tasks wait at
+the node and take that room as the outside work ends.
 
 A run's policy changes only through the operator (:meth:`TenantPolicy.changed`, called with
 the run's secret checked): the same syntax, merged into the policy in force.
@@ -33,7 +40,7 @@ from psdsf_dist.model.fields import _check_keys, _mapping, _name, _sequence, num
 from psdsf_dist.model.limits import current_limits
 
 UNKNOWN_CHOICES = ("join", "refuse")
-POLICY_KEYS = {"unknown", "default_weight", "tenants"}
+POLICY_KEYS = {"unknown", "default_weight", "unmanaged_weight", "tenants"}
 TENANT_KEYS = {"name", "weight", "max_tasks", "cap"}
 DEFAULT_WEIGHT = 1.0
 
@@ -83,6 +90,8 @@ class TenantPolicy:
     tenants: Mapping[str, TenantQuota] = field(default_factory=dict)
     unknown: Unknown = "join"
     default_weight: float = DEFAULT_WEIGHT
+    unmanaged_weight: float | None = None
+    """The weight of work outside the allocator (None: left out, served first)."""
 
     def entry(self, user: str) -> TenantQuota:
         """``user``'s entry: its declared one, else the default for an unknown tenant.
@@ -113,19 +122,23 @@ class TenantPolicy:
     def changed(self, item: Any, resources: Sequence[str],
                 fld: str = "tenant_policy") -> TenantPolicy:
         """This policy with an operator's change merged in (the ``tenant_policy`` syntax:
-        listed tenants replace their entries; ``unknown`` / ``default_weight`` replace
-        the policy's)."""
+        listed tenants replace their entries; ``unknown`` / ``default_weight`` /
+        ``unmanaged_weight`` replace the policy's)."""
         m = _mapping(item, fld)
         base = parse_tenant_policy(
             {"unknown": m.get("unknown", self.unknown),
              "default_weight": m.get("default_weight", self.default_weight),
+             "unmanaged_weight": m.get("unmanaged_weight", self.unmanaged_weight),
              "tenants": m.get("tenants", [])}, resources, fld)
         return replace(base, tenants={**self.tenants, **base.tenants})
 
     def to_raw(self) -> dict[str, Any]:
         """The policy in the scenario syntax (kept by the run, shown by ``status``)."""
-        return {"unknown": self.unknown, "default_weight": self.default_weight,
-                "tenants": [q.to_raw(n) for n, q in self.tenants.items()]}
+        out: dict[str, Any] = {"unknown": self.unknown, "default_weight": self.default_weight,
+                               "tenants": [q.to_raw(n) for n, q in self.tenants.items()]}
+        if self.unmanaged_weight is not None:
+            out["unmanaged_weight"] = self.unmanaged_weight
+        return out
 
 
 def parse_tenant_policy(value: Any, resources: Sequence[str],
@@ -138,6 +151,9 @@ def parse_tenant_policy(value: Any, resources: Sequence[str],
         raise ScenarioError(f"{fld}.unknown", f"expected join or refuse, got {show(unknown)}")
     default_weight = number(top.get("default_weight", DEFAULT_WEIGHT), f"{fld}.default_weight",
                             positive=True)
+    raw_unmanaged = top.get("unmanaged_weight")
+    unmanaged_weight = (None if raw_unmanaged is None else
+                        number(raw_unmanaged, f"{fld}.unmanaged_weight", positive=True))
     tenants: dict[str, TenantQuota] = {}
     entries = _sequence(top.get("tenants") or [], f"{fld}.tenants")
     current_limits().check("users", len(entries), f"{fld}.tenants")
@@ -160,4 +176,5 @@ def parse_tenant_policy(value: Any, resources: Sequence[str],
                 raise ScenarioError(f"{efld}.cap.{r}", "not a resource of the scenario")
             cap[r] = number(amount, f"{efld}.cap.{r}", allow_inf=True)
         tenants[name] = TenantQuota(weight, max_tasks, cap)
-    return TenantPolicy(tenants, "refuse" if unknown == "refuse" else "join", default_weight)
+    return TenantPolicy(tenants, "refuse" if unknown == "refuse" else "join", default_weight,
+                        unmanaged_weight)

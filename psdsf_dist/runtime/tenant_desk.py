@@ -23,7 +23,12 @@ import ray
 
 from psdsf_dist.admission.identity import tenant_token, token_ok
 from psdsf_dist.admission.tenants import TenantBook, UserInTable
-from psdsf_dist.admission.unmanaged import is_unmanaged_user, unmanaged_events, unmanaged_user
+from psdsf_dist.admission.unmanaged import (
+    UNMANAGED_WEIGHT,
+    is_unmanaged_user,
+    unmanaged_events,
+    unmanaged_user,
+)
 from psdsf_dist.errors import ScenarioError
 from psdsf_dist.model.events import Event, UserJoins, UserLeaves
 from psdsf_dist.model.tenant_policy import TenantPolicy, UnknownTenantError, parse_tenant_policy
@@ -282,9 +287,12 @@ class TenantDesk:
                     continue
                 self.unmanaged[m.name] = usage
                 table = self.user_in_table(unmanaged_user(m.name))
+                weight = UNMANAGED_WEIGHT if self.policy is None \
+                    or self.policy.unmanaged_weight is None else self.policy.unmanaged_weight
                 for event in unmanaged_events(m.name, usage, known=table.known,
                                               present=table.present, demand=table.demand,
-                                              resources=self.host.state().full.resources):
+                                              resources=self.host.state().full.resources,
+                                              weight=weight, known_weight=table.weight):
                     ok, why = await self.host.apply_event(event)
                     if not ok:
                         self.host.failure = f"unmanaged usage of server {m.name}: {why}"

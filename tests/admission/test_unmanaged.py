@@ -12,6 +12,7 @@ from psdsf_dist.admission.unmanaged import (
     WorkerUsage,
     held_outside,
     is_unmanaged_user,
+    left_out_first,
     node_sample,
     unmanaged_events,
     unmanaged_sample,
@@ -20,7 +21,7 @@ from psdsf_dist.admission.unmanaged import (
 from psdsf_dist.core.certificate import certificate
 from psdsf_dist.core.solver import solve
 from psdsf_dist.model.entries import PlacementRule, UserSpec
-from psdsf_dist.model.events import SetDemand, UserJoins, UserLeaves
+from psdsf_dist.model.events import SetDemand, SetWeight, UserJoins, UserLeaves
 from psdsf_dist.model.scenario import Scenario
 
 CAP = np.array([8.0, 16.0])
@@ -132,6 +133,23 @@ def test_events_make_the_table_follow_the_usage() -> None:
                             resources=res) == [UserLeaves(0.0, -1, user)]
     assert unmanaged_events("s1", {"CPU": 4.0}, known=True, present=False, demand=same,
                             resources=res) == [UserJoins(0.0, -1, user, None)]
+
+
+def test_the_operators_unmanaged_weight_joins_and_follows_changes() -> None:
+    user, res = unmanaged_user("s1"), ("CPU",)
+    (joins,) = unmanaged_events("s1", {"CPU": 4.0}, known=False, present=False, demand=None,
+                                resources=res, weight=1.0)
+    assert isinstance(joins, UserJoins) and joins.spec is not None
+    assert joins.spec.weight == 1.0
+    same = {"CPU": 4.0}
+    assert unmanaged_events("s1", same, known=True, present=True, demand=same, resources=res,
+                            weight=1.0, known_weight=1.0) == []
+    assert unmanaged_events("s1", same, known=True, present=True, demand=same, resources=res,
+                            weight=3.0, known_weight=1.0) == [SetWeight(0.0, -1, user, 3.0)]
+    # the policy's weight removed: back to being left out first
+    assert unmanaged_events("s1", same, known=True, present=True, demand=same, resources=res,
+                            known_weight=3.0) == [SetWeight(0.0, -1, user, UNMANAGED_WEIGHT)]
+    assert left_out_first(1 - 1 / UNMANAGED_WEIGHT) and not left_out_first(0.5)
 
 
 def test_unmanaged_work_that_fills_its_nodes_leaves_a_certifiable_allocation() -> None:

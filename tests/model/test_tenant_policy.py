@@ -43,6 +43,8 @@ def test_the_scenario_carries_the_policy() -> None:
 @pytest.mark.parametrize(("policy", "field"), [
     ({"unknown": "maybe"}, "tenant_policy.unknown: expected join or refuse"),
     ({"default_weight": 0}, "tenant_policy.default_weight"),
+    ({"unmanaged_weight": -2}, "tenant_policy.unmanaged_weight"),
+    ({"unmanaged_weight": "heavy"}, "tenant_policy.unmanaged_weight"),
     ({"tenants": [{"name": "x", "weight": -1}]}, "tenant_policy.tenants[0].weight"),
     ({"tenants": [{"name": "x", "cap": {"gpu": 1}}]},
      "tenant_policy.tenants[0].cap.gpu: not a resource"),
@@ -131,3 +133,12 @@ def test_operator_changes_merge_into_the_policy() -> None:
     with pytest.raises(ScenarioError, match=r"tenant_policy\.tenants\[0\]\.weight"):
         policy.changed({"tenants": [{"name": "etl", "weight": 0}]}, RESOURCES)
     assert parse_tenant_policy(changed.to_raw(), RESOURCES) == changed
+
+
+def test_the_weight_of_work_outside_the_allocator_is_the_operators_to_set() -> None:
+    policy = parse_tenant_policy(POLICY, RESOURCES)
+    assert policy.unmanaged_weight is None  # left out, first
+    weighted = policy.changed({"unmanaged_weight": 2}, RESOURCES)
+    assert weighted.unmanaged_weight == 2.0 and weighted.tenants == policy.tenants
+    assert weighted.changed({"unknown": "join"}, RESOURCES).unmanaged_weight == 2.0
+    assert parse_tenant_policy(weighted.to_raw(), RESOURCES) == weighted

@@ -23,7 +23,9 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from psdsf_dist.admission.identity import TenantAuthError
 from psdsf_dist.admission.shapes import GIB, ShapeError
+from psdsf_dist.admission.unmanaged import unmanaged_user
 from psdsf_dist.protocol.config import ProtocolConfig
+from psdsf_dist.runtime.from_ray import node_server_name
 from psdsf_dist.runtime.launcher import Run, launch
 from psdsf_dist.runtime.messages import TenantRunError
 from psdsf_dist.runtime.settings import RunConfig
@@ -298,6 +300,33 @@ def test_work_outside_the_allocator_is_counted_out_of_the_tenants_allocation(
           "tenant came")
 
 
+INTRUDER = """
+import sys, time, ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+ray.init(address={address!r}, log_to_driver=False)
+
+@ray.remote(num_cpus=1)
+class Hog:
+    def ready(self):
+        return True
+
+hogs = [Hog.options(scheduling_strategy=NodeAffinitySchedulingStrategy({node!r}, soft=False))
+        .remote() for _ in range({cpus!r})]
+ray.get([h.ready.remote() for h in hogs])
+print("placed", flush=True)
+sys.stdin.read()  # held until the test closes its input
+"""
+
+
+def intruder_driver(address: str, node: str, cpus: int) -> subprocess.Popen[str]:
+    """Another Ray driver (plain Ray, not a tenant) holding ``cpus`` 1-CPU actors pinned to
+    ``node``; it prints ``placed`` once they are, and ends (its actors with it) when its
+    input closes."""
+    return subprocess.Popen(
+        [sys.executable, "-c", INTRUDER.format(address=address, node=node, cpus=cpus)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+
+
 def test_an_intruder_arriving_while_a_tenant_keeps_the_node_busy_is_counted_once_placed(
         cluster: Any, run: Run) -> None:
     """A tenant keeps every CPU busy; then another driver's plain-Ray actor pinned to the
@@ -312,24 +341,7 @@ def test_an_intruder_arriving_while_a_tenant_keeps_the_node_busy_is_counted_once
     for _ in range(1500):
         work.remote()
     assert wait_for(lambda: abs(run.user_totals().get("busy", 0) - 5) < 0.05, 20.0)
-    script = textwrap.dedent(f"""
-        import sys, time, ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-        ray.init(address={cluster.address!r}, log_to_driver=False)
-
-        @ray.remote(num_cpus=1)
-        class Hog:
-            def ready(self):
-                return True
-
-        hog = Hog.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-            {node["NodeID"]!r}, soft=False)).remote()
-        ray.get(hog.ready.remote())
-        print("placed", flush=True)
-        sys.stdin.read()  # held until the test closes its input
-    """)
-    intruder = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+    intruder = intruder_driver(cluster.address, node["NodeID"], 1)
     try:
         assert intruder.stdout is not None and intruder.stdout.readline().strip() == "placed"
         placed = time.monotonic()
@@ -344,6 +356,43 @@ def test_an_intruder_arriving_while_a_tenant_keeps_the_node_busy_is_counted_once
     # the window (2 samples, one a period) and the event's way to the table: a few periods,
     # not the seconds a task would take to look blocked
     assert took < 8 * PERIOD, took
+
+
+def test_with_an_unmanaged_weight_outside_work_gets_a_share_and_the_tenants_the_rest(
+        cluster: Any) -> None:
+    """The operator's ``unmanaged_weight: 1``: another driver's actors holding the 2 CPUs of
+    a node are a user of weight 1 — a share of that node, not all of it — and the tenant is
+    allocated the rest, its tasks waiting there; once the outside work ends they run."""
+    r = launch({**SCENARIO, "tenant_policy": {"unmanaged_weight": 1}},
+               RunConfig(ProtocolConfig(period=PERIOD)), run_id="tenants-weighted")
+    nodes: Any = ray.nodes
+    node = next(n for n in nodes() if n["Alive"] and n["Resources"].get("CPU") == 2
+                and "node:__internal_head__" not in n["Resources"])
+    outside = unmanaged_user(node_server_name(node))
+    intruder = intruder_driver(cluster.address, node["NodeID"], 2)
+    t = None
+    try:
+        assert intruder.stdout is not None and intruder.stdout.readline().strip() == "placed"
+        t = Tenant.connect("etl", run_id="tenants-weighted", token=r.tenant_token("etl"))
+        work = t.remote(num_cpus=1)(lambda: time.sleep(0.3))
+        for _ in range(600):
+            work.remote()
+
+        def shared() -> bool:
+            got = r.user_totals()
+            return 0.05 < got.get(outside, 0.0) < 0.95 and got.get("etl", 0.0) > 3.05
+
+        assert wait_for(shared, 30.0), (r.status()["unmanaged"], r.user_totals())
+    finally:
+        intruder.communicate("", timeout=60)
+    try:
+        assert wait_for(lambda: abs(r.user_totals().get("etl", 0.0) - 5) < 0.05
+                        and t is not None and sum(t.status().running.values()) >= 5, 30.0), \
+            r.user_totals()
+    finally:
+        if t is not None:
+            t.close()
+        r.stop()
 
 
 def test_one_user_is_one_queue(run: Run) -> None:

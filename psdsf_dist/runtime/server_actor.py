@@ -110,9 +110,9 @@ class ServerActor:
         self.admissions: dict[str, ServerAdmission] = {}
         """Per hosted server: the leases of task slots on its node (tenant runs)."""
         self.unmanaged_estimates: dict[str, UnmanagedEstimate] = {}
+        """Per hosted server: its node's usage by work it did not admit (tenant runs)."""
         self.raylets: dict[str, tuple[str, int]] = {}
         """Node id -> its raylet's address and port (for the workers there)."""
-        """Per hosted server: its node's usage by work it did not admit (tenant runs)."""
         self.reconstructed = bool(ray.get_runtime_context().was_current_actor_reconstructed)
         self.watchdog: asyncio.Task[None] | None = None
 

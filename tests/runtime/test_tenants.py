@@ -360,11 +360,14 @@ def test_an_intruder_arriving_while_a_tenant_keeps_the_node_busy_is_counted_once
 
 def test_with_an_unmanaged_weight_outside_work_gets_a_share_and_the_tenants_the_rest(
         cluster: Any) -> None:
-    """The operator's ``unmanaged_weight: 1``: another driver's actors holding the 2 CPUs of
-    a node are a user of weight 1 — a share of that node, not all of it — and the tenant is
-    allocated the rest, its tasks waiting there; once the outside work ends they run."""
-    r = launch({**SCENARIO, "tenant_policy": {"unmanaged_weight": 1}},
-               RunConfig(ProtocolConfig(period=PERIOD)), run_id="tenants-weighted")
+    """The operator's ``unmanaged_weight: 1`` and a tenant of weight 4: another driver's
+    actors holding the 2 CPUs of a node are a user of weight 1 there, whose PS-DSF share is
+    half its task (1 CPU: the tenant's virtual dominant share there, (3 + y) / 2 over weight
+    4, meets the outside work's x at y = 1, x = 1/2), and the tenant is allocated the rest, 4
+    tasks, one of them waiting at that node; once the outside work ends it runs all 5."""
+    policy = {"unmanaged_weight": 1, "tenants": [{"name": "etl", "weight": 4}]}
+    r = launch({**SCENARIO, "tenant_policy": policy}, RunConfig(ProtocolConfig(period=PERIOD)),
+               run_id="tenants-weighted")
     nodes: Any = ray.nodes
     node = next(n for n in nodes() if n["Alive"] and n["Resources"].get("CPU") == 2
                 and "node:__internal_head__" not in n["Resources"])
@@ -380,16 +383,19 @@ def test_with_an_unmanaged_weight_outside_work_gets_a_share_and_the_tenants_the_
 
         def shared() -> bool:
             got = r.user_totals()
-            return 0.05 < got.get(outside, 0.0) < 0.95 and got.get("etl", 0.0) > 3.05
+            return abs(got.get(outside, 0.0) - 0.5) < 0.02 and abs(got.get("etl", 0) - 4) < 0.05
 
         assert wait_for(shared, 30.0), (r.status()["unmanaged"], r.user_totals())
-    finally:
+        time.sleep(4 * PERIOD)
+        assert shared(), r.user_totals()  # the allocation, not a passing moment
         intruder.communicate("", timeout=60)
-    try:
+        tenant = t
         assert wait_for(lambda: abs(r.user_totals().get("etl", 0.0) - 5) < 0.05
-                        and t is not None and sum(t.status().running.values()) >= 5, 30.0), \
+                        and sum(tenant.status().running.values()) >= 5, 30.0), \
             r.user_totals()
     finally:
+        if intruder.poll() is None:
+            intruder.communicate("", timeout=60)
         if t is not None:
             t.close()
         r.stop()

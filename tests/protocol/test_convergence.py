@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 import pytest
 
 from psdsf_dist.model.scenario import Scenario
-from psdsf_dist.protocol.convergence import Observation, Traffic, event_convergence, observe
+from psdsf_dist.protocol.convergence import (
+    Observation,
+    ObservationJson,
+    Traffic,
+    event_convergence,
+    observe,
+)
 
 
 def obs(t: float, holds: bool) -> Observation:
@@ -118,3 +125,12 @@ def test_events_at_one_instant_are_one_change() -> None:
     assert [e.at for e in out] == [0.0, 2.0]
     assert out[1].description == "w0; w1; w2; ... (5000 events)"
     assert out[1].converged_at == 3.0
+
+
+def test_the_json_form_of_an_observation_has_its_fields() -> None:
+    """``ObservationJson`` restates :class:`Observation`'s fields for the JSON form (a
+    TypedDict cannot be derived from a dataclass): the two must name the same fields, in
+    the same order, and ``to_json`` must fill every one."""
+    names = [f.name for f in dataclasses.fields(Observation)]
+    assert list(ObservationJson.__annotations__) == names
+    assert list(obs(1.0, True).to_json()) == names

@@ -51,6 +51,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from experiments.common.intruder import Intruder
 from experiments.common.paths import RESULTS
 from experiments.common.ray_cluster import local_cluster
 from experiments.common.sim_common import write_csv
@@ -234,51 +235,6 @@ def hog_on(node: str, cpus: int = 4) -> list[Any]:
         for _ in range(cpus)]
     ray.get([h.ready.remote() for h in hogs], timeout=300)
     return hogs
-
-
-INTRUDER = """
-import sys, time, ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-ray.init(address={address!r}, log_to_driver=False)
-
-@ray.remote(num_cpus=1)
-class Hog:
-    def ready(self):
-        return True
-
-hogs = [Hog.options(scheduling_strategy=NodeAffinitySchedulingStrategy({node!r}, soft=False))
-        .remote() for _ in range({cpus!r})]
-waiting = [h.ready.remote() for h in hogs]
-while waiting:
-    done, waiting = ray.wait(waiting, num_returns=1)
-    print("placed", time.time(), flush=True)
-sys.stdin.read()  # held until the benchmark closes its input
-"""
-
-
-class Intruder:
-    """Another Ray driver (plain Ray, not a tenant) whose ``cpus`` 1-CPU actors are pinned to
-    ``node``; :attr:`placed` holds the wall-clock time each was placed, as the driver saw it.
-    Its actors go with it when :meth:`close` ends it."""
-
-    def __init__(self, address: str, node: str, cpus: int = 4) -> None:
-        self.cpus = cpus
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", INTRUDER.format(address=address, node=node, cpus=cpus)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=os.environ.copy())
-        self.placed: list[float] = []
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.startswith("placed"):
-                self.placed.append(float(line.split()[1]))
-
-    def close(self) -> None:
-        self.proc.communicate("", timeout=120)
-        self.reader.join(timeout=10)
 
 
 def intruder_phase(run: Run, address: str, window: float) -> dict[str, float]:

@@ -21,6 +21,7 @@ import pytest
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from experiments.common.intruder import Intruder
 from psdsf_dist.admission.identity import TenantAuthError
 from psdsf_dist.admission.shapes import GIB, ShapeError
 from psdsf_dist.admission.unmanaged import unmanaged_user
@@ -300,33 +301,6 @@ def test_work_outside_the_allocator_is_counted_out_of_the_tenants_allocation(
           "tenant came")
 
 
-INTRUDER = """
-import sys, time, ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-ray.init(address={address!r}, log_to_driver=False)
-
-@ray.remote(num_cpus=1)
-class Hog:
-    def ready(self):
-        return True
-
-hogs = [Hog.options(scheduling_strategy=NodeAffinitySchedulingStrategy({node!r}, soft=False))
-        .remote() for _ in range({cpus!r})]
-ray.get([h.ready.remote() for h in hogs])
-print("placed", flush=True)
-sys.stdin.read()  # held until the test closes its input
-"""
-
-
-def intruder_driver(address: str, node: str, cpus: int) -> subprocess.Popen[str]:
-    """Another Ray driver (plain Ray, not a tenant) holding ``cpus`` 1-CPU actors pinned to
-    ``node``; it prints ``placed`` once they are, and ends (its actors with it) when its
-    input closes."""
-    return subprocess.Popen(
-        [sys.executable, "-c", INTRUDER.format(address=address, node=node, cpus=cpus)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=os.environ.copy())
-
-
 def test_an_intruder_arriving_while_a_tenant_keeps_the_node_busy_is_counted_once_placed(
         cluster: Any, run: Run) -> None:
     """A tenant keeps every CPU busy; then another driver's plain-Ray actor pinned to the
@@ -341,15 +315,15 @@ def test_an_intruder_arriving_while_a_tenant_keeps_the_node_busy_is_counted_once
     for _ in range(1500):
         work.remote()
     assert wait_for(lambda: abs(run.user_totals().get("busy", 0) - 5) < 0.05, 20.0)
-    intruder = intruder_driver(cluster.address, node["NodeID"], 1)
+    intruder = Intruder(cluster.address, node["NodeID"], 1)
     try:
-        assert intruder.stdout is not None and intruder.stdout.readline().strip() == "placed"
+        assert intruder.wait_placed(60.0)
         placed = time.monotonic()
         assert wait_for(lambda: abs(run.user_totals().get("busy", 0) - 4) < 0.05, 30.0), \
             (run.status()["unmanaged"], run.user_totals())
         took = time.monotonic() - placed
     finally:
-        intruder.communicate("", timeout=60)
+        intruder.close()
         t.close()
     print(f"an arriving intruder left out {took:.1f} s ({took / PERIOD:.1f} periods) after "
           "Ray placed it")
@@ -372,10 +346,10 @@ def test_with_an_unmanaged_weight_outside_work_gets_a_share_and_the_tenants_the_
     node = next(n for n in nodes() if n["Alive"] and n["Resources"].get("CPU") == 2
                 and "node:__internal_head__" not in n["Resources"])
     outside = unmanaged_user(node_server_name(node))
-    intruder = intruder_driver(cluster.address, node["NodeID"], 2)
+    intruder = Intruder(cluster.address, node["NodeID"], 2)
     t = None
     try:
-        assert intruder.stdout is not None and intruder.stdout.readline().strip() == "placed"
+        assert intruder.wait_placed(60.0)
         t = Tenant.connect("etl", run_id="tenants-weighted", token=r.tenant_token("etl"))
         work = t.remote(num_cpus=1)(lambda: time.sleep(0.3))
         for _ in range(600):
@@ -388,14 +362,13 @@ def test_with_an_unmanaged_weight_outside_work_gets_a_share_and_the_tenants_the_
         assert wait_for(shared, 30.0), (r.status()["unmanaged"], r.user_totals())
         time.sleep(4 * PERIOD)
         assert shared(), r.user_totals()  # the allocation, not a passing moment
-        intruder.communicate("", timeout=60)
+        intruder.close()
         tenant = t
         assert wait_for(lambda: abs(r.user_totals().get("etl", 0.0) - 5) < 0.05
                         and sum(tenant.status().running.values()) >= 5, 30.0), \
             r.user_totals()
     finally:
-        if intruder.poll() is None:
-            intruder.communicate("", timeout=60)
+        intruder.close()
         if t is not None:
             t.close()
         r.stop()

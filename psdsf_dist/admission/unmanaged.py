@@ -24,11 +24,11 @@ Two lower bounds, both certain (:func:`node_sample` takes the larger):
 Neither bound counts the tenants' own tasks as an intruder: a tenant's starting worker belongs
 to its job, and its reported tasks are all subtracted from the books.
 
-Hysteresis.  Usage counts once it has persisted :data:`UNMANAGED_WINDOW` samples (one per
-period), the element-wise minimum over the window, so it is released as soon as one sample
-shows it gone (:class:`UnmanagedEstimate`).  Amounts, and changes, smaller than
-:data:`UNMANAGED_TOLERANCE` of a resource's capacity do not reach the table (each change is an
-event that restarts the protocol's convergence).
+Hysteresis.  Usage counts once it has persisted :data:`UNMANAGED_WINDOW` samples
+(:data:`UNMANAGED_SAMPLES_PER_PERIOD` a period), the element-wise minimum over the window,
+so it is released as soon as one sample shows it gone (:class:`UnmanagedEstimate`).
+Amounts, and changes, smaller than :data:`UNMANAGED_TOLERANCE` of a resource's capacity do
+not reach the table (each change is an event that restarts the protocol's convergence).
 """
 
 from __future__ import annotations
@@ -54,7 +54,11 @@ FloatArray = npt.NDArray[np.float64]
 UNMANAGED_PREFIX = "unmanaged@"
 """Names of the users standing for unmanaged work (tenants may not take them)."""
 UNMANAGED_WINDOW = 2
-"""Samples (one per period) unmanaged usage must persist to count."""
+"""Samples unmanaged usage must persist to count."""
+UNMANAGED_SAMPLES_PER_PERIOD = 2
+"""Samples of each node's unmanaged usage per period: usage counts once two samples half a
+period apart found it — work Ray placed is left out of the allocation about a period later,
+while a burst shorter than half a period is not counted."""
 UNMANAGED_TOLERANCE = 0.05
 """Fraction of a resource's capacity below which unmanaged usage, or a change of it, is
 ignored."""

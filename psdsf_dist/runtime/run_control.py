@@ -19,6 +19,7 @@ import time
 from collections.abc import Mapping
 
 from psdsf_dist.admission.identity import secret_ok
+from psdsf_dist.admission.unmanaged import UNMANAGED_SAMPLES_PER_PERIOD
 from psdsf_dist.errors import ScenarioError
 from psdsf_dist.model.events import Event
 from psdsf_dist.model.scenario import Scenario
@@ -234,10 +235,15 @@ class RunControl:
         return out
 
     async def _monitor(self) -> None:
-        period = self.config.period
+        """Every period: due events, expiries, unmanaged usage, an observation; unmanaged
+        usage also in between (``UNMANAGED_SAMPLES_PER_PERIOD``)."""
+        step = self.config.period / UNMANAGED_SAMPLES_PER_PERIOD
         while True:
-            await self.clock.sleep(period - (self.now() % period))
+            await self.clock.sleep(step - (self.now() % step))
             try:
+                if round(self.now() / step) % UNMANAGED_SAMPLES_PER_PERIOD:
+                    await self.desk.count_unmanaged()
+                    continue
                 await self._due_events()
                 await self.desk.expire()
                 await self.desk.count_unmanaged()

@@ -20,7 +20,8 @@ Gauss-Seidel order among classes.  That needs gossip to carry a class's change t
 within one slot: slots are used while ``C <= MAX_SLOTS`` (slots of at least T / 10, about 1.5
 times the median column delay of the default gossip, four rounds per period to four peers:
 ``docs/class_rule.md``); with more classes, or slower gossip than the defaults
-(:data:`psdsf_dist.protocol.node.SLOT_MIN_EXCHANGES`), every server keeps its random phase.
+(:data:`psdsf_dist.protocol.node.SLOT_MIN_EXCHANGES`), every server keeps its random phase
+and the class rule is ``split``.
 """
 
 from __future__ import annotations
@@ -97,35 +98,11 @@ def slot_of(classes: ClassMap, server: int, max_slots: int = MAX_SLOTS) -> float
 
 @dataclass(frozen=True)
 class ClassKnowledge:
-    """What one member knows about the classes when it updates (from gossip, or a model of it).
-
-    ``size`` is its class's live member count and ``column_sum`` the sum of the columns of the
-    members it counts (itself included, with its current column).  The counts are per user
-    over the classes (each class once, as one server): how many hold the user, and raised /
-    lowered it in their latest change (a class holds or moves a user if any member heard of
-    does; the server's own class by its own current column).  ``num_classes``: classes with a
-    live member.  ``slotted``: the classes act in turn (:func:`slot_of`), not all at once."""
+    """What one member knows about its class when the class acts in its slot (from gossip,
+    or a model of it): ``size``, the class's live member count, and ``column_sum``, the sum
+    of the columns of the members it counts (itself included, with its current column).  A
+    driver gives it to the class rule only in the class's slot (:func:`slot_of`); without it
+    the rule runs ``split``."""
 
     size: int
     column_sum: FloatArray
-    holders: FloatArray
-    raising: FloatArray | None
-    lowering: FloatArray | None
-    num_classes: int
-    slotted: bool = False
-
-
-def class_counts(held: BoolArray, raised: BoolArray | None, lowered: BoolArray | None,
-                 member_class: IntArray, num_classes: int
-                 ) -> tuple[FloatArray, FloatArray | None, FloatArray | None]:
-    """Per user, how many classes hold / raised / lowered it: ``held`` etc. are (N, S) flags of
-    S servers' columns, ``member_class`` (S,) their classes; a class counts once if any of its
-    servers does."""
-    def per_class(flags: BoolArray) -> FloatArray:
-        out = np.zeros((flags.shape[0], num_classes), dtype=bool)
-        for c in np.unique(member_class):
-            out[:, c] = flags[:, member_class == c].any(axis=1)
-        return np.asarray(out.sum(axis=1), dtype=float)
-
-    return (per_class(held), None if raised is None else per_class(raised),
-            None if lowered is None else per_class(lowered))

@@ -26,10 +26,11 @@ column the server adopts is checked against its capacities on the spot
 (:class:`~psdsf_dist.errors.FeasibilityError` otherwise).
 
 With the class rule (:class:`~psdsf_dist.protocol.update_rule.ClassRule`) a server also knows
-its class of identical servers (:mod:`psdsf_dist.protocol.classes`, from its table): the rule
-is given the class's size and sums and per-class counts computed from the columns gossip
-carries, and with few classes the server's updates come at its class's slot of every period
-(``slot``), on the grid ``anchor + n T`` whatever the jitter of the gossip rounds in between.
+its class of identical servers (:mod:`psdsf_dist.protocol.classes`, from its table).  With few
+classes the server's updates come at its class's slot of every period (``slot``), on the grid
+``anchor + n T`` whatever the jitter of the gossip rounds in between, and the rule is given the
+class's size and its members' columns summed from what gossip carries; without a slot the rule
+is given nothing of the class (it then runs ``split``).
 
 A restarted server is a new *incarnation* with a new gossip origin (``s3#1``): its crashed
 predecessor's column is never revived, and stops counting wherever the new one is heard
@@ -49,12 +50,10 @@ from psdsf_dist.errors import FeasibilityError
 from psdsf_dist.protocol.classes import (
     ClassKnowledge,
     ClassMap,
-    class_counts,
     slot_of,
 )
 from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.protocol.gossip import (
-    MOVE_THRESHOLD,
     Delta,
     Digest,
     GossipState,
@@ -166,27 +165,14 @@ def knowledge_view(view: ServerView, *, members: int, holders: npt.NDArray[np.ge
 
 
 def class_knowledge(classes: ClassMap, server: int, column: FloatArray,
-                    columns: FloatArray, moves: FloatArray | None,
-                    servers: npt.NDArray[np.int64], *, slotted: bool = False,
-                    column_sum: FloatArray | None = None) -> ClassKnowledge:
-    """What a server knows about the classes from the columns it counts: ``columns`` (N, S)
-    and the signs of their latest changes ``moves`` of servers ``servers`` (table indices;
-    its own among them, with ``column`` its current column).  Its own class is counted by its
-    own column (the class rule keeps the members' columns equal).  ``column_sum``: its class's
-    columns summed, when the caller has them summed already (a lock-step round sums every
-    class once for all servers); by default the sum of its class's ``columns``."""
-    mine = classes.member_class[server]
+                    columns: FloatArray, servers: npt.NDArray[np.int64]) -> ClassKnowledge:
+    """What a server knows about its class from the columns it counts: ``columns`` (N, S) of
+    servers ``servers`` (table indices; its own among them, counted with ``column``, its
+    current column): the class's live member count and its members' columns summed."""
     cls = classes.member_class[servers]
-    ours = cls == mine
-    held = columns > MOVE_THRESHOLD
-    held[:, ours] = (column > MOVE_THRESHOLD)[:, None]
-    C = len(classes.count)
-    holders, raising, lowering = class_counts(
-        held, None if moves is None else moves > 0, None if moves is None else moves < 0, cls, C)
-    if column_sum is None:
-        column_sum = columns[:, ours].sum(axis=1)
-    return ClassKnowledge(int(classes.count[mine]), column_sum, holders, raising, lowering,
-                          classes.num_classes, slotted)
+    ours = (cls == classes.member_class[server]) & (servers != server)
+    return ClassKnowledge(int(classes.count[classes.member_class[server]]),
+                          columns[:, ours].sum(axis=1) + column)
 
 
 def checked_update(rule: UpdateRule, state: RuleState, view: ServerView, totals: FloatArray,
@@ -362,17 +348,15 @@ class ServerNode:
             return g.column
         age = g.median_age(now)
         klass = None
-        if uses_classes(self.rule):
-            origins, columns, moves = g.counted()
+        if self.slot is not None:  # its class's slot: the class acts as one (class rule)
+            origins, columns, _ = g.counted()
             index = self.table.server_indices
             # a server this table does not know yet is left out until the table names it
             known = np.array([server_of(o) in index for o in origins], dtype=bool)
             servers = np.array([index[server_of(o)] for o, k in zip(origins, known, strict=True)
                                 if k], dtype=np.int64)
-            columns, moves = columns[:, known], moves[:, known]
             klass = class_knowledge(self.classes, self.table.server_index(self.name),
-                                    g.column, columns, moves, servers,
-                                    slotted=self.slot is not None)
+                                    g.column, columns[:, known], servers)
         view = knowledge_view(self.view, members=len(g.members()), holders=g.holders(),
                               raising=g.raising(), lowering=g.lowering(),
                               staleness=staleness_rounds(age, self.config.period), klass=klass)

@@ -61,9 +61,9 @@ at once on stale totals.
     Every step is a water-fill at some totals (feasible) and is inert at a fixed point.
 
 ``class``
-    Identical servers act as one: each member of a class of ``k`` runs the step for its class
-    (pooled capacity, the class's totals) and keeps ``1/k`` (:class:`ClassRule`); with few
-    classes the classes act in ordered slots of the period and take the plain best response.
+    With few classes of identical servers, the classes act in ordered slots of the period and
+    each member takes ``1/k`` of its class's best response (pooled capacity, the class's
+    totals); otherwise ``split`` itself (:class:`ClassRule`).
 
 **Caps under staleness.**  Per-server capacities hold by construction; a user's global cap
 ``max_tasks`` is shared by every server, and servers acting at once on stale totals would each
@@ -459,8 +459,7 @@ class SplitGain:
 def class_view(view: ServerView) -> ServerView:
     """The view of a member's class acting as one server of ``k = klass.size`` members:
     capacities, ``gamma`` and the share of a capped user's headroom ``k`` times a member's
-    (per-task consumption unchanged), and the gossiped counts (holders, raising, lowering) over
-    classes, each class once — the movers are classes, not servers."""
+    (per-task consumption unchanged)."""
     kn = view.klass
     assert kn is not None
     k = max(kn.size, 1)
@@ -469,43 +468,47 @@ def class_view(view: ServerView) -> ServerView:
         capacity=view.capacity * k,
         gamma=view.gamma * k,
         cap_share=None if view.cap_share is None else np.minimum(view.cap_share * k, 1.0),
-        num_servers=max(kn.num_classes, 1),
-        holders=kn.holders,
-        raising=kn.raising,
-        lowering=kn.lowering,
         klass=None,
     )
 
 
 @dataclass(frozen=True)
 class ClassRule:
-    """The members of a class of identical servers act as one server.
+    """Identical servers act as one, in their class's slot; otherwise ``split``.
 
-    A member of a class of ``k`` (:mod:`psdsf_dist.protocol.classes`) runs the inner rule
-    (``split``) for its class — the water-fill on the class's pooled capacity (``k`` times its
-    own) against the class's current totals — and keeps ``1/k`` of the result.  The class's
-    column is taken as ``k`` times the member's own (the class-constant state the rule keeps),
-    and the rest of each user's total as what the member hears of the servers outside its class
+    When the driver tells a member that its class acts in its own slot of the period
+    (``view.klass`` set: :func:`~psdsf_dist.protocol.classes.slot_of`, the classes in turn),
+    the member of a class of ``k`` (:mod:`psdsf_dist.protocol.classes`) computes the plain best
+    response of its class — the water-fill on the class's pooled capacity (``k`` times its
+    own) against the class's current totals — and keeps ``1/k`` of it.  The class's column is
+    taken as ``k`` times the member's own (the class-constant state the rule keeps), and the
+    rest of each user's total as what the member hears of the servers outside its class
     (``totals - klass.column_sum``).  With identical inputs every member computes the same
-    column, so after one update the class moves as one player: concurrency is among classes,
-    not servers.  When the classes act in turn (``klass.slotted``, :func:`~psdsf_dist.protocol.
-    classes.slot_of`) the step is the plain best response of the class — sequential sweeps over
-    classes, which is what best response is right for; when they act at once it is ``split``
-    with the movers counted in classes.  A server alone in its class is a class of one: the
-    same step, its own capacities.  Without class knowledge the inner rule runs unchanged.
+    column, so after one update the class moves as one player, and with the classes in turn
+    each sees the others' latest columns: sequential sweeps over classes, which is what the
+    best response is right for.  A server alone in its class is a class of one: the same
+    step, its own capacities.
+
+    Without a slot (``view.klass`` None: more classes than slots, gossip too slow for slots,
+    or a driver that runs every server at once) the rule *is* ``split``, step for step: the
+    same call with the same inputs and state, so wherever the classes do not act in turn the
+    class rule behaves exactly as the default rule did.  (Running ``split`` once per class,
+    with the movers counted in classes, was measured and dropped:
+    ``experiments/notes/rule_variants.md``.)  The slotted step keeps no state, so the ``split``
+    state carries over unchanged when a server's slot comes or goes with the membership.
 
     *Feasible at any staleness.*  Whatever the inputs — stale totals, a wrong member count, a
-    member that disagrees with the others — the inner rule returns a column feasible for the
+    member that disagrees with the others — the water-fill returns a column feasible for the
     merged server, i.e. within ``k`` times the member's capacities and only on users eligible
     on it (the same users as on the member); ``1/k`` of it is within the member's own
     capacities.  The final projection on the member's view only guards round-off.
 
     *Fixed points.*  A class-constant allocation is PS-DSF iff the merged one is (every
     virtual dominant share on the merged server is the members' scaled by ``1/k``: the
-    per-server condition is the same).  The inner rule is inert exactly at its best response,
-    so the members are inert exactly when the class's column is a PS-DSF best response of the
-    merged server at the true totals: the fixed points are the PS-DSF allocations in which
-    identical servers hold identical columns — every PS-DSF allocation's totals have one.
+    per-server condition is the same).  The best response is inert exactly at a PS-DSF best
+    response of the merged server at the true totals, and ``split`` exactly at a PS-DSF
+    allocation: the fixed points are the PS-DSF allocations (slotted: those in which identical
+    servers hold identical columns — every PS-DSF allocation's totals have one).
     """
 
     inner: UpdateRule = field(default_factory=SplitGain)
@@ -523,11 +526,7 @@ class ClassRule:
         k = max(kn.size, 1)  # a server its own table counts as absent is still itself
         col = feasible_column(view, column)
         outside = np.maximum(np.where(np.isfinite(totals), totals, 0.0) - kn.column_sum, 0.0)
-        merged = class_view(view)
-        if kn.slotted:  # classes in turn: the plain best response, as in sequential sweeps
-            new = best_response(merged, outside + k * col, k * col)
-        else:
-            new, state = self.inner.update(state, merged, outside + k * col, k * col)
+        new = best_response(class_view(view), outside + k * col, k * col)
         return feasible_column(view, np.asarray(new, dtype=float) / k), state
 
 

@@ -9,16 +9,18 @@ What one server does in such a round is written once, in :func:`update_on_snapsh
 are the snapshot's with its own observed column replaced by its current one (a server knows its
 own column), the counts of servers holding, raising and lowering each user are the snapshot's,
 and the rule's new column must fit the server (:func:`~psdsf_dist.protocol.node.checked_update`).
-For the class rule the class knowledge comes from the same snapshot (:class:`ClassSums`, with the
-protocol's :func:`~psdsf_dist.protocol.node.class_knowledge`).  Two drivers call it:
+For the class rule in its class's slot the class knowledge comes from the same snapshot
+(:class:`ClassSums`).  Two drivers call it:
 
 * the simulator's snapshot model (:mod:`psdsf_dist.simulator.simulation`, ``gossip="snapshot"``):
   one :class:`~psdsf_dist.protocol.node.ServerNode` per server on the simulated clock, churn
-  through the membership table, the snapshot held per server;
+  through the membership table, the snapshot held per server (for classes acting in slots,
+  the columns as they stand at the slot);
 * :func:`run` here: no clock and no membership table (users away are a mask), the snapshot held
   per *lineage* — servers that start alike (same class, same column, same state) stay alike
   under a deterministic rule, so one representative per lineage is computed and stands for its
   members.  The certificate (rtol 1e-3 by default) is checked every round on the true totals.
+  Every server acts in every round, so there are no slots: the class rule runs ``split``.
 
 :func:`sequential` is the reference both are measured against: exact best responses one server
 after another on fresh totals.
@@ -35,16 +37,15 @@ import numpy.typing as npt
 from psdsf_dist.core.certificate import certify_columns
 from psdsf_dist.core.solver import ServerClasses
 from psdsf_dist.model.scenario import Mode, Scenario
-from psdsf_dist.protocol.classes import ClassKnowledge, ClassMap, server_classes
+from psdsf_dist.protocol.classes import ClassKnowledge, ClassMap
 from psdsf_dist.protocol.gossip import MOVE_THRESHOLD
-from psdsf_dist.protocol.node import checked_update, class_knowledge, knowledge_view
+from psdsf_dist.protocol.node import checked_update, knowledge_view
 from psdsf_dist.protocol.update_rule import (
     RuleState,
     ServerView,
     UpdateRule,
     best_response,
     server_view,
-    uses_classes,
 )
 
 FloatArray = npt.NDArray[np.float64]
@@ -121,31 +122,27 @@ def update_on_snapshot(
 
 @dataclass(frozen=True)
 class ClassSums:
-    """The classes as one snapshot shows them to their members (class rule), computed once per
-    round: the observed columns of the servers counted, their latest changes, and the columns
-    summed per class."""
+    """The classes as one snapshot shows them to their members (class rule, in a class's
+    slot), computed once per snapshot: the observed columns summed per class."""
 
     classes: ClassMap
-    columns: FloatArray
-    """(N, S) the observed column of each server of ``servers``."""
-    moves: FloatArray | None
-    servers: IntArray
     sums: FloatArray
-    """(N, C) ``columns`` summed per class."""
+    """(N, C) the observed columns of the servers counted, summed per class."""
 
     @classmethod
-    def of(cls, classes: ClassMap, columns: FloatArray, moves: FloatArray | None,
-           servers: IntArray) -> ClassSums:
+    def of(cls, classes: ClassMap, columns: FloatArray, servers: IntArray) -> ClassSums:
+        """``columns`` (N, S): the observed columns of servers ``servers`` (table indices)."""
         member = classes.member_class[servers]
         within = (member[:, None] == np.arange(len(classes.count))[None, :]).astype(float)
-        return cls(classes, columns, moves, servers, columns @ within)
+        return cls(classes, columns @ within)
 
     def knowledge(self, server: int, column: FloatArray, observed: FloatArray) -> ClassKnowledge:
         """What ``server`` (its column ``observed`` in the snapshot, ``column`` now) knows
-        about the classes: its class's sum with its own column as it is now."""
+        about its class: the live member count, and the class's sum with its own column as
+        it is now (the protocol's :func:`~psdsf_dist.protocol.node.class_knowledge`, from
+        sums made once for every member)."""
         c = self.classes.member_class[server]
-        return class_knowledge(self.classes, server, column, self.columns, self.moves,
-                               self.servers, column_sum=self.sums[:, c] - observed + column)
+        return ClassKnowledge(int(self.classes.count[c]), self.sums[:, c] - observed + column)
 
 
 # -- runs without a clock -------------------------------------------------------------------------
@@ -214,26 +211,16 @@ def run(
     residuals = [_residual(cert_scenario, X[:, reps], counts, reps, mode, rtol)]
     totals_trace = [X[:, reps] @ counts]
     streak = 1 if residuals[0] <= rtol else 0
-    classes = server_classes(cert_scenario) if uses_classes(rule) else None
-    servers = np.arange(K, dtype=np.int64)
     for _ in range(rounds):
         if streak >= hold:
             break
         cur = X[:, reps]
         seen = Snapshot.of(history[1], history[0], counts)
-        by_class = None
-        if classes is not None:  # the classes each member hears of, from every server
-            assert seen.moves is not None
-            by_class = ClassSums.of(classes, seen.columns[:, lineage], seen.moves[:, lineage],
-                                    servers)
         new = np.empty_like(cur)
         for j in range(len(reps)):
-            klass = None
-            if by_class is not None:
-                klass = by_class.knowledge(int(reps[j]), cur[:, j], seen.columns[:, j])
             new[:, j], states[j] = update_on_snapshot(
                 rule, states[j], views[j], cur[:, j], seen, j, staleness=float(delay),
-                klass=klass, where=f"server {scenario.server_names[reps[j]]}")
+                where=f"server {scenario.server_names[reps[j]]}")
         X = new[:, lineage]
         history.append(new.copy())
         res = _residual(cert_scenario, new, counts, reps, mode, rtol)

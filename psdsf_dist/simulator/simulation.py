@@ -28,7 +28,10 @@ Gossip models
     server's step is the lock-step round of :mod:`psdsf_dist.simulator.lockstep`
     (:func:`~psdsf_dist.simulator.lockstep.update_on_snapshot`), the one the rule studies run
     without a clock.  Servers of one class in identical states get one computation (exact for
-    a deterministic rule).
+    a deterministic rule).  Servers whose class acts in its own slot (the class rule with few
+    classes, :attr:`~psdsf_dist.protocol.node.ServerNode.slot`) update at their slot instants
+    instead, on the columns as they stood ``delay`` seconds before (with no delay, as they
+    stand: the earlier slots' moves included, which is what slots assume of gossip).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ import numpy.typing as npt
 from psdsf_dist.core.solver import ServerClasses
 from psdsf_dist.model.events import Event, at_each_instant
 from psdsf_dist.model.scenario import Scenario
+from psdsf_dist.protocol.classes import MAX_SLOTS
 from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.protocol.convergence import (
     Observation,
@@ -66,7 +70,7 @@ from psdsf_dist.protocol.membership import ChurnState
 from psdsf_dist.protocol.node import Message, ServerNode, seed_peers, server_seed
 from psdsf_dist.protocol.outcome import ProtocolOutcome
 from psdsf_dist.protocol.transport import Transport
-from psdsf_dist.protocol.update_rule import RuleState, UpdateRule, uses_classes
+from psdsf_dist.protocol.update_rule import RuleState, UpdateRule
 from psdsf_dist.simulator.clock import SimClock
 from psdsf_dist.simulator.lockstep import ClassSums, Snapshot, update_on_snapshot
 
@@ -150,6 +154,8 @@ class Simulator:
         self._memo: dict[tuple[int, int, int, bytes], tuple[FloatArray, RuleState]] = {}
         self._stale: dict[int, Snapshot] = {}
         self._by_class: dict[int, ClassSums] = {}
+        self._slot_seen: deque[tuple[float, Snapshot]] = deque(
+            maxlen=(round(cfg.delay / cfg.period) + 2) * MAX_SLOTS)
         self._index = {name: i for i, name in enumerate(full.server_names)}
         names = self.churn.present_servers()
         for name in names:
@@ -225,16 +231,21 @@ class Simulator:
 
     # -- snapshot model -----------------------------------------------------------------------
     def _snapshot_start(self, node: ServerNode) -> None:
-        # a server joining mid-run updates with the others, at the next period boundary
+        # a server joining mid-run updates with the others: at the next period boundary, or
+        # at its class's next slot instant
         T = self.config.protocol.period
-        self.clock.at(math.ceil(self.clock.now / T - 1e-9) * T, _WAKE,
+        phase = 0.0 if node.slot is None else node.slot
+        self.clock.at((math.ceil(self.clock.now / T - phase - 1e-9) + phase) * T, _WAKE,
                       partial(self._snapshot_round_of, node))
 
     def _snapshot_round_of(self, node: ServerNode) -> None:
         if self.nodes.get(node.name) is not node:
             return
         self._snapshot_update(node)
-        self.clock.at(self.clock.now + self.config.protocol.period, _WAKE,
+        # the next instant at its phase (its class's slot may have moved with the classes)
+        T = self.config.protocol.period
+        phase = 0.0 if node.slot is None else node.slot
+        self.clock.at((math.floor(self.clock.now / T - phase + 1e-9) + 1 + phase) * T, _WAKE,
                       partial(self._snapshot_round_of, node))
 
     def _snapshot(self, back: int) -> Snapshot:
@@ -247,33 +258,47 @@ class Simulator:
             self._stale[back] = seen
         return seen
 
-    def _class_sums(self, back: int, node: ServerNode) -> ClassSums:
-        """The classes as the observation ``back`` rounds into the history shows them (every
-        server shares one table, hence one class map, within a round)."""
-        by_class = self._by_class.get(back)
+    def _slot_snapshot(self) -> Snapshot:
+        """The columns as a class acting in its slot now reads them: as they stood ``delay``
+        seconds ago (the latest slot's moves included when the delay is 0, the premise of
+        slots).  The columns change only at slot instants, so that is the allocation found
+        at the first of them at or after ``now - delay``, before anything moved there;
+        recorded once per instant, before the first member acts."""
+        now = self.clock.now
+        if not self._slot_seen or self._slot_seen[-1][0] < now:
+            self._slot_seen.append((now, Snapshot.of(self.allocation(), None)))
+        since = now - self.config.protocol.delay - 1e-9 * self.config.protocol.period
+        return next(seen for at, seen in self._slot_seen if at >= since)
+
+    def _class_sums(self, seen: Snapshot, node: ServerNode) -> ClassSums:
+        """The classes as ``seen`` shows them (every server shares one table, hence one class
+        map, at an instant): summed once per snapshot."""
+        key = id(seen)
+        by_class = self._by_class.get(key)
         if by_class is None:
-            seen = self._snapshot(back)
             up = np.flatnonzero(self.churn.servers_present).astype(np.int64)
-            by_class = ClassSums.of(node.classes, seen.columns[:, up],
-                                    None if seen.moves is None else seen.moves[:, up], up)
-            self._by_class[back] = by_class
+            by_class = ClassSums.of(node.classes, seen.columns[:, up], up)
+            self._by_class[key] = by_class
         return by_class
 
     def _snapshot_update(self, node: ServerNode) -> None:
         cfg = self.config.protocol
         now = self.clock.now
-        lag = 1 + round(cfg.delay / cfg.period)
-        back = len(self._history) - lag
-        seen = self._snapshot(back)
+        if node.slot is None:  # everyone at once, on the observation 1 + delay rounds old
+            lag = 1 + round(cfg.delay / cfg.period)
+            seen = self._snapshot(len(self._history) - lag)
+        else:  # its class in its slot, on the columns as they stand (slotted class rule)
+            lag = 1
+            seen = self._slot_snapshot()
         i = self._index[node.name]
         column = node.column
-        key = (int(self._class_of[i]), back, id(node.state),
+        key = (int(self._class_of[i]), id(seen), id(node.state),
                column.tobytes() + seen.columns[:, i].tobytes())
         hit = self._memo.get(key) if self.config.memoize else None
         if hit is None:
             klass = None
-            if uses_classes(self._rule):
-                klass = self._class_sums(back, node).knowledge(i, column, seen.columns[:, i])
+            if node.slot is not None:
+                klass = self._class_sums(seen, node).knowledge(i, column, seen.columns[:, i])
             hit = update_on_snapshot(self._rule, node.state, node.view, column, seen, i,
                                      staleness=lag - 1, klass=klass,
                                      where=f"server {node.name} at t={now:g}")

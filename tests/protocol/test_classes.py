@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from psdsf_dist.model.scenario import Scenario
-from psdsf_dist.protocol.classes import MAX_SLOTS, class_counts, server_classes, slot_of
+from psdsf_dist.protocol.classes import MAX_SLOTS, server_classes, slot_of
 
 
 def cluster(servers: list[dict[str, object]], users: list[dict[str, object]]) -> Scenario:
@@ -55,15 +55,3 @@ def test_classes_take_ordered_slots_of_the_period_and_many_classes_take_none() -
     many = cluster([{"name": f"s{j}", "capacity": {"cpu": 1 + j, "mem": 1}}
                     for j in range(MAX_SLOTS + 1)], USERS[:1])
     assert slot_of(server_classes(many), 0) is None
-
-
-def test_class_counts_count_each_class_once() -> None:
-    held = np.array([[True, True, False, True],
-                     [False, False, False, False]])
-    up = np.array([[True, False, False, False],
-                   [False, True, True, False]])
-    member = np.array([0, 0, 1, 2], dtype=np.int64)
-    holders, raising, lowering = class_counts(held, up, None, member, 3)
-    assert holders.tolist() == [2.0, 0.0]
-    assert raising is not None and raising.tolist() == [1.0, 2.0]
-    assert lowering is None

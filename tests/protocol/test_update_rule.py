@@ -422,20 +422,15 @@ def test_cap_raise_limit_takes_a_share_of_the_headroom_less_what_was_raised() ->
 
 
 @settings(max_examples=40, deadline=None)
-@given(views_and_inputs(), st.integers(1, 60), st.booleans(), st.data())
+@given(views_and_inputs(), st.integers(1, 60), st.data())
 def test_the_class_step_is_feasible_whatever_the_class_knowledge(
-    case: tuple[ServerView, FloatArray, FloatArray, int], size: int, slotted: bool,
-    data: st.DataObject,
+    case: tuple[ServerView, FloatArray, FloatArray, int], size: int, data: st.DataObject,
 ) -> None:
-    """Stale or contradictory knowledge of the class (sums below the own column, counts off,
-    a wrong member count) never pushes a member over its own capacities."""
+    """Stale or contradictory knowledge of the class (sums below the own column, a wrong
+    member count) never pushes a member over its own capacities."""
     view, totals, column, repeats = case
     N = view.num_users
-    count = st.lists(st.floats(0, 60), min_size=N, max_size=N)
-    klass = ClassKnowledge(
-        size, np.array(data.draw(st.lists(wild, min_size=N, max_size=N))),
-        np.array(data.draw(count)), np.array(data.draw(count)), np.array(data.draw(count)),
-        data.draw(st.integers(1, 12)), slotted)
+    klass = ClassKnowledge(size, np.array(data.draw(st.lists(wild, min_size=N, max_size=N))))
     rule = make_rule("class")
     state = rule.initial_state(N)
     view = replace(view, klass=klass)
@@ -444,6 +439,26 @@ def test_the_class_step_is_feasible_whatever_the_class_knowledge(
         col, state = rule.update(state, view, tot, col)
         assert_feasible(view, col)
         tot = np.where(np.isfinite(tot), tot * 0.7 + col, col)
+
+
+@settings(max_examples=40, deadline=None)
+@given(views_and_inputs())
+def test_without_its_slot_the_class_rule_is_split_step_for_step(
+    case: tuple[ServerView, FloatArray, FloatArray, int],
+) -> None:
+    """No class knowledge (no slot): the same columns and states as ``split``, bit for bit,
+    over several updates."""
+    view, totals, column, repeats = case
+    split, klass = make_rule("split"), make_rule("class")
+    a, b = split.initial_state(view.num_users), klass.initial_state(view.num_users)
+    ca = cb = column
+    tot = totals
+    for _ in range(repeats + 2):
+        ca, a = split.update(a, view, tot, ca)
+        cb, b = klass.update(b, view, tot, cb)
+        np.testing.assert_array_equal(ca, cb)
+        assert repr(a) == repr(b)
+        tot = np.where(np.isfinite(tot), tot * 0.7 + ca, ca)
 
 
 def classy_cluster(seed: int, K: int) -> Scenario:
@@ -463,8 +478,7 @@ def test_a_certified_solution_is_a_fixed_point_of_the_class_rule(slotted: bool) 
     rule = make_rule("class")
     servers = np.arange(scenario.num_servers, dtype=np.int64)
     for i in range(scenario.num_servers):
-        klass = class_knowledge(classes, i, X[:, i], X, np.zeros_like(X), servers,
-                                slotted=slotted)
+        klass = class_knowledge(classes, i, X[:, i], X, servers) if slotted else None
         view = replace(server_view(scenario, i, "rdm"), holders=holders, klass=klass)
         state = rule.initial_state(scenario.num_users)
         for _ in range(3):
@@ -473,10 +487,11 @@ def test_a_certified_solution_is_a_fixed_point_of_the_class_rule(slotted: bool) 
             assert np.allclose(col, X[:, i], rtol=1e-9, atol=1e-9 * scale)
 
 
-def test_identical_servers_as_one_class_converge_in_far_fewer_lockstep_rounds() -> None:
-    """Google-mix cluster (few classes of many servers), every server at once on totals one
-    round stale (the simulator's snapshot model): members moving as one class certify in far
-    fewer rounds than servers moving on their own, and the allocation is PS-DSF."""
+def test_identical_servers_as_one_class_converge_in_far_fewer_rounds() -> None:
+    """Google-mix cluster (few classes of many servers) in the simulator's snapshot model:
+    servers moving on their own all act at once on totals one round stale and do not
+    certify; with the class rule the classes act in their slots, as one server each, and
+    certify, and the allocation is PS-DSF."""
     scenario = google_cluster(np.random.default_rng(2), K=40, N=20)  # classes 21, 12, 3, 3, 1
     rounds = {}
     for rule in ("split", "class"):

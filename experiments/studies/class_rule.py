@@ -8,21 +8,25 @@ reads the distance online at every period).  Settings, each from an empty alloca
 
 * ``runtime class``: the simulator with ``ProtocolConfig(rule="class")`` defaults otherwise
   (message-level gossip, jitter 0.2; slotted classes);
-* ``lock-step class`` / ``lock-step split``: :mod:`psdsf_dist.simulator.lockstep`, every
-  server at once on totals one round stale (no slots: the classes act together, the class
-  rule runs ``split`` per class);
+* ``snapshot class``: the simulator's snapshot model with the class rule (the classes in
+  their slots on the columns as they stand; the model of the runtime at cluster scale, and
+  cheap enough for K = 1,000 and the random suite);
+* ``lock-step split``: :mod:`psdsf_dist.simulator.lockstep`, every server at once on totals
+  one round stale.  The class rule without slots *is* ``split`` (step for step), so this is
+  also the class rule where the classes cannot act in turn;
 * ``sequential sweeps``: exact best responses server after server on fresh totals (a sweep is
   a round); ``merged sequential``: the same on the merged cluster (one server per class): what
   ideal slots with instant gossip would do.
 
 Cases: Google 2011 mix (N = 100) at K = 100 and 1,000; Google K = 100 with user churn (u1 leaves
 at t = 40, a new user joins at t = 80); the paper cluster with its churn (runtime only); the
-random suite of ``rule_study.py`` in lock-step (certificate within the cap, and rounds to 1 %).
-The runtime setting costs ~1-6 s per round at K = N = 100 on the shared machine, so it runs on
-the K = 100 clusters and the paper cluster only.
+random suite of ``rule_study.py`` in lock-step and in the snapshot model (certificate within
+the cap, and rounds to 1 %).  The runtime setting costs ~1-6 s per round at K = N = 100 on the
+shared machine, so it runs on the K = 100 clusters and the paper cluster only.
 
 ``.venv/bin/python -m experiments run class_rule [--google 100:5,1000:2] [--sim-google 100:5]
-[--suite 200] [--cap 300] [--sim-cap 100] [--workers 2]`` puts each finished job's rows in
+[--snap-google 100:5,1000:5] [--suite 200] [--cap 300] [--sim-cap 100] [--workers 2]`` puts
+each finished job's rows in
 ``results/class_rule.csv`` (so a long run can be read while it goes), replacing earlier rows
 of the same case, seed, phase and setting and keeping the others, and writes
 ``results/class_rule.md``; ``--report`` only re-renders the markdown from the csv.  The
@@ -59,7 +63,7 @@ NAME = "class_rule"
 CSV = RESULTS / f"{NAME}.csv"
 FIELDS = ["case", "seed", "phase", "setting", "K", "N", "cap", "rounds", "within_0.05",
           "within_0.01", "within_0.001", "certificate", "final_distance", "seconds"]
-SETTINGS = ("runtime class", "lock-step class", "lock-step split", "sequential sweeps",
+SETTINGS = ("runtime class", "snapshot class", "lock-step split", "sequential sweeps",
             "merged sequential")
 CHURN = ({"at": 40, "user_leaves": "u1"},
          {"at": 80, "user_joins": {"name": "u101", "demand": {"cpu": 0.02, "mem": 0.01}}})
@@ -73,29 +77,30 @@ def google(K: int, seed: int, churn: bool = False) -> Scenario:
     return Scenario.from_dict(doc, "google")
 
 
-def sim_job(case: str, seed: int | None, K: int, cap: int) -> list[Row]:
+def sim_job(case: str, seed: int | None, K: int, cap: int, snapshot: bool = False) -> list[Row]:
     if case == "paper":
         sc, name = load_scenario(PAPER), "paper"
+    elif case == "suite":
+        sc, name = suite_scenario(int(seed or 0)), "suite"
     else:
         sc = google(K, int(seed or 0), churn=case == "churn")
         name = f"google K={K}" + (" churn" if case == "churn" else "")
     protocol = ProtocolConfig(seed=0 if seed is None else seed, hold=HOLD, rule="class")
     began = time.perf_counter()
-    res = simulate(sc, SimConfig(protocol=protocol, rounds=cap, stop_after_hold=HOLD))
-    return sim_rows(name, seed, sc, res, cap, SETTINGS[0], time.perf_counter() - began)
+    res = simulate(sc, SimConfig(protocol=protocol, rounds=cap, stop_after_hold=HOLD,
+                                 gossip="snapshot" if snapshot else "auto"))
+    return sim_rows(name, seed, sc, res, cap, SETTINGS[1 if snapshot else 0],
+                    time.perf_counter() - began)
 
 
 def lockstep_job(case: str, seed: int, K: int, cap: int, seq_cap: int) -> list[Row]:
     sc = suite_scenario(seed) if case == "suite" else google(K, seed)
     name = "suite" if case == "suite" else f"google K={K}"
-    rows = []
-    settings = ("class",) if case == "suite" else ("class", "split")
-    for rule in settings:
-        began = time.perf_counter()
-        r = run(sc, make_rule(rule), rounds=cap, rtol=RTOL, hold=HOLD)
-        row = lockstep_row(name, seed, "from zero", f"lock-step {rule}", sc, r, cap)
-        row["seconds"] = round(time.perf_counter() - began, 1)
-        rows.append(row)
+    began = time.perf_counter()
+    r = run(sc, make_rule("split"), rounds=cap, rtol=RTOL, hold=HOLD)
+    row = lockstep_row(name, seed, "from zero", "lock-step split", sc, r, cap)
+    row["seconds"] = round(time.perf_counter() - began, 1)
+    rows = [row]
     if case != "suite":
         merged, _ = merge_classes(sc)
         for label, target in (("sequential sweeps", sc), ("merged sequential", merged)):
@@ -110,7 +115,7 @@ def lockstep_job(case: str, seed: int, K: int, cap: int, seq_cap: int) -> list[R
 def dispatch(job: tuple[str, str, int | None, int, int, int]) -> list[Row]:
     kind, case, seed, K, cap, seq_cap = job
     forget()
-    rows = (sim_job(case, seed, K, cap) if kind == "sim"
+    rows = (sim_job(case, seed, K, cap, snapshot=kind == "snap") if kind in ("sim", "snap")
             else lockstep_job(case, int(seed or 0), K, cap, seq_cap))
     return [{k: r.get(k, "") for k in FIELDS} for r in rows]
 
@@ -211,6 +216,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--google", default="100:5,1000:2")
     ap.add_argument("--sim-google", default="100:5")
+    ap.add_argument("--snap-google", default="100:5,1000:5")
     ap.add_argument("--churn", type=int, default=1, help="Google churn clusters (runtime)")
     ap.add_argument("--paper", type=int, default=1, help="paper cluster in the runtime (0/1)")
     ap.add_argument("--suite", type=int, default=200)
@@ -236,10 +242,14 @@ def main(argv: list[str] | None = None) -> None:
     for spec in (x for x in args.sim_google.split(",") if x):
         k, n = (int(v) for v in spec.split(":"))
         jobs.extend(("sim", "google", s, k, args.sim_cap, 0) for s in range(n))
+    for spec in (x for x in args.snap_google.split(",") if x):
+        k, n = (int(v) for v in spec.split(":"))
+        jobs.extend(("snap", "google", s, k, args.sim_cap, 0) for s in range(n))
     for spec in (x for x in args.google.split(",") if x):
         k, n = (int(v) for v in spec.split(":"))
         jobs.extend(("lockstep", "google", s, k, args.cap, args.seq_cap) for s in range(n))
     jobs.extend(("lockstep", "suite", s, 0, args.cap, 0) for s in range(args.suite))
+    jobs.extend(("snap", "suite", s, 0, args.cap, 0) for s in range(args.suite))
     began = time.perf_counter()
     with Pool(args.workers) as pool:
         for rows in pool.imap_unordered(dispatch, jobs):

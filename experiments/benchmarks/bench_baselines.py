@@ -180,7 +180,7 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, elapsed: floa
         "",
         "Each cell: median time of `allocate(scenario, policy)` (LP building included), and in "
         "brackets its ratio to the PS-DSF solve of the same instance in the same run.  LP policies "
-        "use `scipy.optimize.linprog(method=\"highs\")`, one LP per progressive-filling round "
+        "are solved by HiGHS (`psdsf_dist/policies/lp.py`), one LP per progressive-filling round "
         "(counted under each table).  Beyond a policy's cap (`--cap`) larger K are not run; "
         "ratios then have no reference.",
     ]

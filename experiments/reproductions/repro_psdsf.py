@@ -26,7 +26,6 @@ import time
 from typing import Any
 
 import numpy as np
-from scipy.optimize import linprog
 
 from experiments.common.paths import EXAMPLES, REPORT_DIR
 from experiments.common.repro_common import (
@@ -47,6 +46,7 @@ from experiments.common.sim_common import table
 from psdsf_dist.model.scenario import Scenario, load_scenario
 from psdsf_dist.policies.class_merge import allocate_by_class
 from psdsf_dist.policies.feasibility import task_model
+from psdsf_dist.policies.lp import solve_lp
 from psdsf_dist.policies.timeline import at_times, policy_timeline
 from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.simulator.simulation import SimConfig
@@ -97,9 +97,8 @@ def class_cpu_range(scenario: Scenario, X: Any, cls: str) -> tuple[float, float]
     cap = float(scenario.capacity[m, scenario.resources.index("cpu")].sum())
     out = []
     for sign in (1.0, -1.0):
-        res = linprog(sign * cpu, A_ub=model.A, b_ub=model.b, A_eq=model.totals, b_eq=x,
-                      bounds=(0, None), method="highs")
-        out.append(sign * float(res.fun) / cap if res.status == 0 else float("nan"))
+        res = solve_lp(sign * cpu, model.A, model.b, model.totals, x)
+        out.append(sign * res.objective / cap if res.optimal else float("nan"))
     return out[0], out[1]
 
 

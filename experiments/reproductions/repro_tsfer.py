@@ -37,7 +37,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy.optimize import linprog
 
 from experiments.common.paths import EXAMPLES, REPORT_DIR
 from experiments.common.repro_common import Section, figure, save, save_csv, section_main
@@ -45,7 +44,7 @@ from experiments.common.sim_common import table
 from psdsf_dist.model.scenario import Scenario, load_scenario
 from psdsf_dist.policies import allocate
 from psdsf_dist.policies.feasibility import task_model
-from psdsf_dist.policies.progressive import HIGHS_OPTIONS
+from psdsf_dist.policies.lp import solve_lp
 from psdsf_dist.policies.properties import check_properties, uniform_split_tasks
 from psdsf_dist.policies.tsf_er import monopoly_tasks
 from psdsf_dist.policies.tsf_er_baselines import drf_alpha_er, drf_er, tsf_alpha_er
@@ -309,9 +308,8 @@ def domination_factor(sc: Scenario, X: FloatArray) -> float:
     T = model.totals
     A = np.vstack([model.A.toarray(), -T.toarray()])
     b = np.concatenate([model.b, -x * (1 - 1e-9)])
-    res = linprog(-np.asarray(T.sum(axis=0)).ravel(), A_ub=A, b_ub=b, bounds=(0, None),
-                  method="highs", options=HIGHS_OPTIONS)
-    return float(-res.fun / x.sum()) if res.status == 0 and x.sum() > 0 else 1.0
+    res = solve_lp(-np.asarray(T.sum(axis=0)).ravel(), A, b)
+    return float(-res.objective / x.sum()) if res.optimal and x.sum() > 0 else 1.0
 
 
 def si_po_over_time(jobs: Jobs, sc: Scenario, name: str) -> tuple[float, float, float]:

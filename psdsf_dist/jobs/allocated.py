@@ -35,14 +35,13 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy.optimize import linprog
 
 from psdsf_dist.errors import SolverError
 from psdsf_dist.jobs.simulator import DEFAULT_SAMPLES, JobRun
 from psdsf_dist.jobs.workload import Workload
 from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.policies.amf import AMF_POLICIES, pair_floors, task_group_view
-from psdsf_dist.policies.progressive import HIGHS_OPTIONS
+from psdsf_dist.policies.lp import solve_lp
 from psdsf_dist.policies.registry import POLICIES, UnknownPolicyError, allocate
 
 FloatArray = npt.NDArray[np.float64]
@@ -195,11 +194,10 @@ def optimize_completion(sc: Scenario, policy: str, totals: FloatArray) -> FloatA
         b = np.array(rhs + eq_lo)
         c = np.zeros(k + 1)
         c[-1] = -1.0
-        res = linprog(c, A_ub=A, b_ub=b, bounds=(0.0, None), method="highs",
-                      options=HIGHS_OPTIONS)
-        if res.status != 0:
+        res = solve_lp(c, A, b)
+        if not res.optimal:
             raise SolverError(f"Algorithm 6/8 LP for job {view.user_names[n]}: {res.message}")
-        x = np.asarray(res.x)[:k]
+        x = res.x[:k]
         fixed[cols[user[cols] == n]] = x[user[cols] == n]
         done[n] = True
     out = np.zeros((N, m))

@@ -45,13 +45,13 @@ import dataclasses
 import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
-from scipy.optimize import linprog
 
 from psdsf_dist.errors import SolverError
 from psdsf_dist.model.scenario import Mode, Scenario
 from psdsf_dist.policies.drfh import global_dominant_share
 from psdsf_dist.policies.feasibility import LinearModel, group_model
-from psdsf_dist.policies.progressive import HIGHS_OPTIONS, Filling, progressive_fill
+from psdsf_dist.policies.lp import solve_lp
+from psdsf_dist.policies.progressive import Filling, progressive_fill
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -111,11 +111,10 @@ def static_share_tasks(scenario: Scenario) -> FloatArray:
         blocks.append(block)
         rhs.append(b)
     A = sp.block_diag(blocks, format="csr")
-    res = linprog(-np.ones(A.shape[1]), A_ub=A, b_ub=np.concatenate(rhs), bounds=(0.0, None),
-                  method="highs", options=HIGHS_OPTIONS)
-    if res.status != 0:
+    res = solve_lp(-np.ones(A.shape[1]), A, np.concatenate(rhs))
+    if not res.optimal:
         raise SolverError(f"static-share LP failed: {res.message}")
-    z = np.asarray(res.x)
+    z = res.x
     start = 0
     for n, block in zip(users, blocks, strict=True):
         width = block.shape[1]

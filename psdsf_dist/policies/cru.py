@@ -40,7 +40,6 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
-from scipy.optimize import linprog
 
 from psdsf_dist.errors import SolverError
 from psdsf_dist.model.scenario import Mode, Scenario
@@ -51,7 +50,7 @@ from psdsf_dist.policies.bundles import (
     uniform_split_tasks,
 )
 from psdsf_dist.policies.feasibility import LinearModel, task_model
-from psdsf_dist.policies.progressive import HIGHS_OPTIONS
+from psdsf_dist.policies.lp import solve_lp
 from psdsf_dist.policies.tsf_er import monopoly_tasks
 
 FloatArray = npt.NDArray[np.float64]
@@ -193,9 +192,8 @@ def _solve(
         parts.append(-sp.diags(1.0 / caps[n_b]) @ T[n_b])
         rhs.append(-np.ones(len(n_b)))
     c = -np.asarray(T.T @ np.where(eta > 0, norm, 0.0)).ravel()  # max sum x / eta
-    res = linprog(c, A_ub=sp.vstack(parts, format="csr"), b_ub=np.concatenate(rhs),
-                  bounds=(0.0, None), method="highs", options=HIGHS_OPTIONS)
-    if res.status != 0:
+    res = solve_lp(c, sp.vstack(parts, format="csr"), np.concatenate(rhs))
+    if not res.optimal:
         raise SolverError(f"cautious relative utilitarian LP failed: {res.message}")
     return np.asarray(np.clip(res.x, 0.0, None), dtype=float)
 

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
-from scipy.optimize import linprog
 
 from psdsf_dist.errors import SolverError
 from psdsf_dist.model.scenario import Mode, Scenario
+from psdsf_dist.policies.lp import solve_lp
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -240,7 +240,7 @@ def fit_to_groups(scenario: Scenario, n: int, per_server: FloatArray) -> float:
                    sp.csr_matrix((np.ones(V), (gi, np.arange(V))), shape=(len(gs), V))],
                   format="csr")
     b = np.concatenate([t, groups.tasks[gs]])
-    res = linprog(-np.ones(V), A_ub=A, b_ub=b, bounds=(0.0, None), method="highs")
-    if res.status != 0:  # a transportation problem from 0 is always feasible and bounded
+    res = solve_lp(-np.ones(V), A, b)
+    if not res.optimal:  # a transportation problem from 0 is always feasible and bounded
         raise SolverError(f"task-group fit LP failed: {res.message}")
-    return float(-res.fun)
+    return float(-res.objective)

@@ -52,13 +52,12 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
-from scipy.optimize import linprog
 
 from psdsf_dist.core.eisenberg_gale import log_program_settings
 from psdsf_dist.errors import SolverError
 from psdsf_dist.model.scenario import Mode, Scenario
 from psdsf_dist.policies.feasibility import task_model
-from psdsf_dist.policies.progressive import HIGHS_OPTIONS
+from psdsf_dist.policies.lp import solve_lp
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -298,9 +297,8 @@ def _multipliers(program: _Program, zhat: FloatArray) -> tuple[FloatArray, Float
     if M.shape[1] == 0:
         return None
     runs = zhat > 0
-    res = linprog(np.ones(M.shape[1]), A_ub=-M[~runs], b_ub=-bang[~runs], A_eq=M[runs],
-                  b_eq=bang[runs], bounds=(0.0, None), method="highs", options=HIGHS_OPTIONS)
-    if res.status != 0:
+    res = solve_lp(np.ones(M.shape[1]), -M[~runs], -bang[~runs], M[runs], bang[runs])
+    if not res.optimal:
         return None
     row_price = np.zeros(len(program.b))
     row_price[full] = res.x[: len(full)]

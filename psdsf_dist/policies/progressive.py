@@ -10,7 +10,7 @@ Where the duals are degenerate (all zero) a per-user LP settles it.  A user reac
 ``max_tasks`` is frozen at its cap.  At most N rounds; the result is leximin, hence Pareto optimal
 within the feasible set.
 
-LPs are solved with ``scipy.optimize.linprog(method="highs")``.
+LPs are solved by :func:`psdsf_dist.policies.lp.solve_lp`.
 """
 
 from __future__ import annotations
@@ -20,18 +20,15 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
-from scipy.optimize import linprog
 
 from psdsf_dist.errors import SolverError
 from psdsf_dist.policies.feasibility import LinearModel
+from psdsf_dist.policies.lp import solve_lp
 
 FloatArray = npt.NDArray[np.float64]
 
 DUAL_TOL = 1e-7  # multipliers sum to 1, so this is relative
 LEVEL_RTOL = 1e-9  # slack given to frozen users' lower bounds against round-off
-# HiGHS defaults to 1e-7 feasibility tolerances; rows here are scaled to 1, so tighter ones keep
-# a frozen user from being handed ~1e-7 of its neighbours' share.
-HIGHS_OPTIONS = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
 
 
 @dataclass(frozen=True)
@@ -134,13 +131,12 @@ def _max_level(
     c = np.zeros(P + 1)
     c[-1] = -1.0
     t_max = float(np.min(caps[active] / scale[active]))
-    bounds = [(0.0, None)] * P + [(0.0, t_max if np.isfinite(t_max) else None)]
-    res = linprog(c, A_ub=A, b_ub=b, bounds=bounds, method="highs",
-                  options=HIGHS_OPTIONS)
-    if res.status != 0:
+    upper = np.append(np.full(P, np.inf), t_max)
+    res = solve_lp(c, A, b, upper=upper)
+    if not res.optimal:
         raise SolverError(f"progressive filling LP failed: {res.message}")
-    z = np.asarray(res.x[:P])
-    duals = np.asarray(res.ineqlin.marginals[: len(active)])
+    z = res.x[:P]
+    duals = res.ineq_duals[: len(active)]
     return float(res.x[-1]), z, duals
 
 
@@ -165,9 +161,8 @@ def _blocked_by_lp(
     blocked = np.zeros(len(active), dtype=bool)
     for j, n in enumerate(active.tolist()):
         c = -np.asarray(T[n].todense()).ravel() / max(val[n], 1e-300)
-        res = linprog(c, A_ub=A, b_ub=b, bounds=(0.0, None), method="highs",
-                  options=HIGHS_OPTIONS)
-        if res.status != 0:
+        res = solve_lp(c, A, b)
+        if not res.optimal:
             raise SolverError(f"progressive filling LP failed: {res.message}")
-        blocked[j] = -res.fun <= 1.0 + 1e-7
+        blocked[j] = -res.objective <= 1.0 + 1e-7
     return blocked

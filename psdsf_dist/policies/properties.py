@@ -62,7 +62,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
-from scipy.optimize import Bounds, LinearConstraint, linprog, milp
+from scipy.optimize import Bounds, LinearConstraint, milp
 
 from psdsf_dist.errors import PsdsfError
 from psdsf_dist.model.defaults import DEFAULT_MODE, DEFAULT_SEED
@@ -78,7 +78,7 @@ from psdsf_dist.policies.feasibility import (
     pooled_model,
     task_model,
 )
-from psdsf_dist.policies.progressive import HIGHS_OPTIONS
+from psdsf_dist.policies.lp import solve_lp
 from psdsf_dist.policies.whole_tasks import FillState, whole_caps
 
 FloatArray = npt.NDArray[np.float64]
@@ -416,11 +416,10 @@ def pareto_optimality(
         A_parts.append(T[finite])
         b_parts.append(scenario.max_tasks[finite])
     c = -np.asarray((sp.diags(1.0 / ref) @ T).sum(axis=0)).ravel()
-    res = linprog(c, A_ub=sp.vstack(A_parts, format="csr"), b_ub=np.concatenate(b_parts),
-                  bounds=(0.0, None), method="highs", options=HIGHS_OPTIONS)
-    if res.status == 2:
+    res = solve_lp(c, sp.vstack(A_parts, format="csr"), np.concatenate(b_parts))
+    if res.status == "infeasible":
         return PropertyCheck(key, name, False, "the allocation itself is infeasible")
-    if res.status != 0:
+    if not res.optimal:
         return PropertyCheck(key, name, None, f"LP failed: {res.message}")
     better = np.asarray(T @ res.x)
     gain = (better - x) / ref
@@ -556,11 +555,10 @@ def _max_min_check(
             A_parts.append(T[finite])
             b_parts.append(scenario.max_tasks[finite])
         c = -np.asarray(G[n].todense()).ravel() / norm
-        res = linprog(c, A_ub=sp.vstack(A_parts, format="csr"), b_ub=np.concatenate(b_parts),
-                      bounds=(0.0, None), method="highs", options=HIGHS_OPTIONS)
-        if res.status != 0:
+        res = solve_lp(c, sp.vstack(A_parts, format="csr"), np.concatenate(b_parts))
+        if not res.optimal:
             return PropertyCheck(key, name, None, f"LP failed: {res.message}")
-        best = -res.fun * norm
+        best = -res.objective * norm
         if (best - held[n]) / norm > RTOL:
             return PropertyCheck(
                 key, name, False,

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import scipy.sparse as sp
 
 from psdsf_dist.errors import SolverError
 from psdsf_dist.jobs.simulator import DEFAULT_SAMPLES, JobRun
@@ -165,33 +166,46 @@ def optimize_completion(sc: Scenario, policy: str, totals: FloatArray) -> FloatA
         cols = np.flatnonzero(free)
         k = len(cols)
         mine = np.flatnonzero(groups.user == n)
-        # variables: a over cols, then y
-        rows: list[FloatArray] = []
-        rhs: list[float] = []
         used = np.bincount(site[~free], weights=fixed[~free], minlength=m)
-        for j in range(m):  # capacity
-            rows.append(np.append((site[cols] == j).astype(float), 0.0))
-            rhs.append(cap[j] - used[j])
-        for g in np.unique(g_of[cols]):  # each group within its tasks
-            rows.append(np.append((g_of[cols] == g).astype(float), 0.0))
-            rhs.append(float(groups.tasks[g]))
-        for g in mine:  # the target: d[g] y - (slots of g) <= 0
-            rows.append(np.append(-(g_of[cols] == g).astype(float), float(groups.tasks[g])))
-            rhs.append(0.0)
-        eq_rows: list[FloatArray] = []
-        eq_lo: list[float] = []
-        for u in np.unique(user[cols]):  # totals kept (two inequalities, within round-off)
-            row = np.append((user[cols] == u).astype(float), 0.0)
-            rows.append(row)
-            rhs.append(float(totals[u]))
-            eq_rows.append(-row)
-            eq_lo.append(-float(totals[u]) * (1.0 - TOTAL_TOL))
-            for s in np.flatnonzero(floors[u] > 0).tolist():
-                eq_rows.append(-np.append(((user[cols] == u) & (site[cols] == s))
-                                          .astype(float), 0.0))
-                eq_lo.append(-float(floors[u, s]) * (1.0 - TOTAL_TOL))
-        A = np.array(rows + eq_rows)
-        b = np.array(rhs + eq_lo)
+        gc, uc, site_c = g_of[cols], user[cols], site[cols]
+        gs, us = np.unique(gc), np.unique(uc)
+        pos = np.arange(k)
+        # rows over the variables a (cols), then y: capacity per site, each group within its
+        # tasks, the target's groups (d[g] y - slots of g <= 0), every job's total at most
+        # its AMF total; then, per job, its total at least that (within round-off) followed
+        # by its sharing-incentive floors
+        fl_u, fl_s = np.nonzero(floors[us] > 0)
+        fl_u = us[fl_u]
+        fl_key = fl_u * m + fl_s
+        fl_hit = np.isin(uc * m + site_c, fl_key)
+        ub_rows = m + len(gs) + len(mine) + len(us)
+        # the lower-bound block: job u's total row, then its floors (ascending site)
+        lo_of_u = np.searchsorted(us, fl_u) + np.arange(len(fl_u)) + 1
+        tot_row = np.arange(len(us)) + np.searchsorted(fl_u, us)
+        entries_r = [site_c, m + np.searchsorted(gs, gc), m + len(gs) + len(mine)
+                     + np.searchsorted(us, uc), ub_rows + tot_row[np.searchsorted(us, uc)]]
+        entries_c = [pos, pos, pos, pos]
+        entries_v = [np.ones(k), np.ones(k), np.ones(k), -np.ones(k)]
+        target = np.flatnonzero(np.isin(gc, mine))
+        entries_r.append(m + len(gs) + np.searchsorted(mine, gc[target]))
+        entries_c.append(target)
+        entries_v.append(-np.ones(len(target)))
+        entries_r.append(m + len(gs) + np.arange(len(mine)))
+        entries_c.append(np.full(len(mine), k))
+        entries_v.append(groups.tasks[mine].astype(float))
+        hit = np.flatnonzero(fl_hit)
+        entries_r.append(ub_rows + lo_of_u[np.searchsorted(fl_key, uc[hit] * m + site_c[hit])])
+        entries_c.append(hit)
+        entries_v.append(-np.ones(len(hit)))
+        n_rows = ub_rows + len(us) + len(fl_u)
+        A = sp.csr_array((np.concatenate(entries_v),
+                          (np.concatenate(entries_r), np.concatenate(entries_c))),
+                         shape=(n_rows, k + 1))
+        lower = np.empty(len(us) + len(fl_u))
+        lower[tot_row] = -totals[us] * (1.0 - TOTAL_TOL)
+        lower[lo_of_u] = -floors[fl_u, fl_s] * (1.0 - TOTAL_TOL)
+        b = np.concatenate([cap - used, groups.tasks[gs].astype(float), np.zeros(len(mine)),
+                            totals[us], lower])
         c = np.zeros(k + 1)
         c[-1] = -1.0
         res = solve_lp(c, A, b)

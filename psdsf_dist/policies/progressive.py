@@ -26,6 +26,7 @@ from psdsf_dist.policies.feasibility import LinearModel
 from psdsf_dist.policies.lp import solve_lp
 
 FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.intp]
 
 DUAL_TOL = 1e-7  # multipliers sum to 1, so this is relative
 LEVEL_RTOL = 1e-9  # slack given to frozen users' lower bounds against round-off
@@ -76,32 +77,50 @@ def progressive_fill(model: LinearModel, scale: FloatArray, caps: FloatArray) ->
     return Filling(z, totals, levels, lp_solves)
 
 
+Triplets = tuple[IntArray, IntArray, FloatArray]
+"""Sparse rows as (row, column, value) arrays: LPs are assembled from them in one step."""
+
+
+def _rows_of(M: sp.csr_matrix, rows: IntArray, factor: FloatArray, first: int) -> Triplets:
+    """Rows ``rows`` of ``M``, row ``rows[r]`` times ``factor[r]``, numbered from ``first``
+    (what ``diags(factor) @ M[rows]`` holds, without building either matrix)."""
+    starts = M.indptr[rows]
+    lengths = M.indptr[rows + 1] - starts
+    before = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    at = np.repeat(starts - before, lengths) + np.arange(int(lengths.sum()))
+    return (np.repeat(first + np.arange(len(rows)), lengths), M.indices[at],
+            M.data[at] * np.repeat(factor, lengths))
+
+
 def _bounds_rows(
     model: LinearModel,
     caps: FloatArray,
     frozen: npt.NDArray[np.bool_],
     value: FloatArray,
-) -> tuple[sp.csr_matrix, FloatArray]:
-    """Frozen users keep (about) their value; every user stays within its cap."""
+    first: int,
+) -> tuple[list[Triplets], FloatArray]:
+    """Frozen users keep (about) their value; every user stays within its cap.  The rows are
+    numbered from ``first``."""
     T = model.totals
-    rows = []
-    rhs = []
+    rows: list[Triplets] = []
+    rhs = [np.zeros(0)]
     fz = np.flatnonzero(frozen & (value > 0))
-    if len(fz):
-        norm = value[fz]
-        rows.append(-sp.diags(1.0 / norm) @ T[fz])
-        rhs.append(-np.ones(len(fz)) * (1.0 - LEVEL_RTOL))
     capped = np.flatnonzero(np.isfinite(caps) & (caps > 0))
-    if len(capped):
-        rows.append(sp.diags(1.0 / caps[capped]) @ T[capped])
-        rhs.append(np.ones(len(capped)))
-    zero = np.flatnonzero(frozen & (value <= 0))
-    if len(zero):  # users that get nothing
-        rows.append(T[zero])
-        rhs.append(np.zeros(len(zero)))
-    if not rows:
-        return sp.csr_matrix((0, model.num_variables)), np.zeros(0)
-    return sp.vstack(rows, format="csr"), np.concatenate(rhs)
+    zero = np.flatnonzero(frozen & (value <= 0))  # users that get nothing
+    for users, factor, b in ((fz, -(1.0 / value[fz]), -np.ones(len(fz)) * (1.0 - LEVEL_RTOL)),
+                             (capped, 1.0 / caps[capped], np.ones(len(capped))),
+                             (zero, np.ones(len(zero)), np.zeros(len(zero)))):
+        if len(users):
+            rows.append(_rows_of(T, users, factor, first))
+            rhs.append(b)
+            first += len(users)
+    return rows, np.concatenate(rhs)
+
+
+def _matrix(parts: list[Triplets], shape: tuple[int, int]) -> sp.csr_array:
+    r, c, v = (np.concatenate([p[k] for p in parts]) if parts else np.zeros(0, dtype=int)
+               for k in range(3))
+    return sp.csr_array((v, (r, c)), shape=shape)
 
 
 def _max_level(
@@ -114,20 +133,13 @@ def _max_level(
 ) -> tuple[float, FloatArray, FloatArray]:
     """max t s.t. x[n] >= t * scale[n] for active n; returns (t, z, duals of those rows)."""
     P = model.num_variables
-    T = model.totals
-    extra_A, extra_b = _bounds_rows(model, caps, frozen, value)
-    level_rows = sp.hstack(
-        [-sp.diags(1.0 / scale[active]) @ T[active], sp.csr_matrix(np.ones((len(active), 1)))]
-    )
-    A = sp.vstack(
-        [
-            level_rows,
-            sp.hstack([model.A, sp.csr_matrix((model.A.shape[0], 1))]),
-            sp.hstack([extra_A, sp.csr_matrix((extra_A.shape[0], 1))]),
-        ],
-        format="csr",
-    )
-    b = np.concatenate([np.zeros(len(active)), model.b, extra_b])
+    n_a, n_A = len(active), model.A.shape[0]
+    level = _rows_of(model.totals, active, -(1.0 / scale[active]), 0)
+    t_col = (np.arange(n_a), np.full(n_a, P), np.ones(n_a))
+    whole = _rows_of(model.A, np.arange(n_A), np.ones(n_A), n_a)
+    extra, extra_b = _bounds_rows(model, caps, frozen, value, n_a + n_A)
+    A = _matrix([level, t_col, whole, *extra], (n_a + n_A + len(extra_b), P + 1))
+    b = np.concatenate([np.zeros(n_a), model.b, extra_b])
     c = np.zeros(P + 1)
     c[-1] = -1.0
     t_max = float(np.min(caps[active] / scale[active]))
@@ -155,8 +167,10 @@ def _blocked_by_lp(
     val = value.copy()
     val[active] = level * scale[active]
     floor[active] = True
-    extra_A, extra_b = _bounds_rows(model, caps, floor, val)
-    A = sp.vstack([model.A, extra_A], format="csr")
+    P, n_A = model.num_variables, model.A.shape[0]
+    extra, extra_b = _bounds_rows(model, caps, floor, val, n_A)
+    A = _matrix([_rows_of(model.A, np.arange(n_A), np.ones(n_A), 0), *extra],
+                (n_A + len(extra_b), P))
     b = np.concatenate([model.b, extra_b])
     blocked = np.zeros(len(active), dtype=bool)
     for j, n in enumerate(active.tolist()):

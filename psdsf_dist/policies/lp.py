@@ -15,6 +15,12 @@ The model is handed to HiGHS as one column-wise sparse matrix.  The binding's lo
 cost time on every call, and prints HiGHS's banner on standard output before its options can
 be set; its methods are the same and typed.
 
+Presolve: a program presolve finds infeasible or unbounded is solved again without it, and
+that verdict stands.  HiGHS's presolve can declare a feasible program infeasible at tight
+tolerances (a 52-row progressive-filling LP of a SIG-AMF job simulation, solved by HiGHS 1.12
+and by 1.16 without presolve, was declared infeasible by 1.16's presolve; the test keeps it);
+only programs that do not reach an optimum pay for the second solve.
+
 Tolerances: HiGHS's feasibility tolerances default to 1e-7; rows here are scaled to about 1,
 and tighter ones (:data:`FEASIBILITY_TOL`) keep, e.g., a frozen user of a progressive filling
 from being handed ~1e-7 of its neighbours' share.
@@ -104,6 +110,11 @@ def solve_lp(c: FloatArray, A_ub: Matrix | None = None, b_ub: FloatArray | None 
     h.passModel(lp)
     h.run()
     model_status = h.getModelStatus()
+    if model_status != HighsModelStatus.kOptimal:  # presolve's verdict is checked without it
+        h.setOptionValue("presolve", "off")
+        h.clearSolver()
+        h.run()
+        model_status = h.getModelStatus()
     status = _STATUS.get(model_status, "failed")
     if status != "optimal":
         return LpResult(status, h.modelStatusToString(model_status), np.zeros(n), np.nan,

@@ -3,6 +3,8 @@ same solver behind another wrapper), duals checked by strong duality, and no out
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -71,3 +73,15 @@ def test_solving_writes_nothing(capfd: pytest.CaptureFixture[str]) -> None:
     solve_lp(np.array([-1.0]), np.array([[1.0]]), np.array([1.0]))
     out, err = capfd.readouterr()
     assert out == "" and err == ""
+
+
+def test_a_program_presolve_calls_infeasible_is_solved_without_it() -> None:
+    """A progressive-filling LP of a SIG-AMF job simulation (Facebook trace, Zipf 2): feasible
+    (scipy's HiGHS solves it), yet declared infeasible by HiGHS 1.16's presolve."""
+    data = np.load(Path(__file__).parent / "data" / "presolve_infeasible_lp.npz")
+    A = sp.csr_array((data["data"], data["indices"], data["indptr"]),
+                     shape=tuple(data["shape"]))
+    res = solve_lp(data["c"], A, data["b"], upper=data["upper"])
+    assert res.optimal
+    assert res.objective == pytest.approx(-0.15, abs=1e-8)
+    assert (A @ res.x <= data["b"] + 1e-8).all()

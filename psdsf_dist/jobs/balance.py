@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
 SiteLists = tuple[tuple[int, ...], ...]
 """The sites of every group, ascending."""
 
@@ -45,27 +46,60 @@ def caps(K: int | IntArray, slots: IntArray, loads: IntArray, L: int) -> IntArra
     return np.asarray(np.maximum(k * slots // L - loads, 0), dtype=np.int64)
 
 
+SiteUse = list[tuple[int, int, int]]
+"""(site, tasks there, its slots) for every site an allocation uses."""
+
+
+def site_use(x_sites: IntArray, slots: IntArray) -> SiteUse:
+    """The sites an allocation with ``x_sites[j]`` tasks at site j uses."""
+    return [(j, int(x_sites[j]), int(slots[j])) for j in np.flatnonzero(x_sites).tolist()]
+
+
+def use_level(use: SiteUse, loads: list[int], L: int) -> int:
+    """The level of an allocation (0 if it uses no site): the most rounds, on the grid 1/L,
+    any of its sites needs for its load and the allocation's tasks there, rounded up.  Plain
+    integers: it is evaluated millions of times a simulation on a few sites."""
+    return max((-(-(loads[j] + x) * L // u) for j, x, u in use), default=0)
+
+
 def level(x_sites: IntArray, slots: IntArray, loads: IntArray, L: int) -> int:
     """The level of an allocation with ``x_sites[j]`` tasks at site j (0 if it has none)."""
-    used = x_sites > 0
-    if not used.any():
-        return 0
-    need = -((-(loads[used] + x_sites[used]) * L) // slots[used])  # ceil
-    return int(need.max())
+    return use_level(site_use(x_sites, slots), loads.tolist(), L)
 
 
 @lru_cache(maxsize=4096)
-def _hall(sites_of_groups: tuple[tuple[int, ...], ...]) -> tuple[IntArray, IntArray, IntArray]:
-    """For groups with the given site lists: the sites N they can use, and for every subset
-    B of N (rows) its membership over N and which groups lie inside it."""
-    N = sorted({j for g in sites_of_groups for j in g})
+def _hall(lists: tuple[tuple[int, ...], ...]) -> tuple[IntArray, FloatArray, FloatArray]:
+    """For groups with the given distinct site lists: the sites N they can use and the
+    subsets B of N that Hall's condition must check — their membership over N (rows, as
+    floats for a BLAS product; the entries are 0/1) and which groups lie inside each.
+
+    Only *closed, connected* subsets are kept: B equal to the union of the site lists of the
+    groups inside it, and not split into two parts with no group inside B straddling them.
+    That is exact: a B that is not closed shrinks to that union with the same tasks inside
+    and no more room; a split B holds the tasks and the room of its two parts added, so it
+    holds whenever both do.  For two consecutive sites of a ring of 10 that leaves the 91 arcs
+    of the 1,023 non-empty subsets."""
+    N = sorted({j for g in lists for j in g})
     pos = {j: i for i, j in enumerate(N)}
-    n = len(N)
-    masks = np.arange(1 << n, dtype=np.int64)
-    member = ((masks[:, None] >> np.arange(n)) & 1).astype(np.int64)  # (S, n)
-    gmask = np.array([sum(1 << pos[j] for j in g) for g in sites_of_groups], dtype=np.int64)
-    inside = ((masks[:, None] & gmask[None, :]) == gmask[None, :]).astype(np.int64)  # (S, G)
-    return np.array(N, dtype=np.int64), member, inside
+    gmask = [sum(1 << pos[j] for j in g) for g in lists]
+    keep: list[int] = []
+    for B in range(1, 1 << len(N)):
+        inside = [gm for gm in gmask if gm & B == gm]
+        reached = inside[0] if inside else 0
+        grown = True
+        while grown:  # the sites joined to the first group by groups inside B
+            grown = False
+            for gm in inside:
+                if gm & reached and gm | reached != reached:
+                    reached |= gm
+                    grown = True
+        if reached == B:
+            keep.append(B)
+    masks = np.array(keep, dtype=np.int64)
+    member = ((masks[:, None] >> np.arange(len(N))) & 1).astype(float)
+    gm_arr = np.array(gmask, dtype=np.int64)
+    inside_arr = ((masks[:, None] & gm_arr[None, :]) == gm_arr[None, :]).astype(float)
+    return np.array(N, dtype=np.int64), member, inside_arr
 
 
 def site_lists(group_sites: npt.NDArray[np.bool_]) -> SiteLists:
@@ -73,50 +107,86 @@ def site_lists(group_sites: npt.NDArray[np.bool_]) -> SiteLists:
     return tuple(tuple(int(j) for j in np.flatnonzero(row)) for row in group_sites)
 
 
+LEVEL_BATCH = 16
+"""Levels tried at once by :func:`min_level`'s search (one matrix product per batch)."""
+
+
 def min_level(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntArray,
               loads: IntArray, L: int, lower: int = 0) -> int:
     """The least level K at which the job's tasks (``demand[i]`` of group ``groups[i]``) fit;
-    ``lower`` is a known lower bound (e.g. the level found before the loads grew)."""
-    keep = demand > 0
-    demand, groups = demand[keep], groups[keep]
-    if demand.size == 0:
+    ``lower`` is a known lower bound (e.g. the level found before the loads grew).
+
+    Hall's condition over the closed connected subsets (:func:`_hall`) is checked for
+    :data:`LEVEL_BATCH` levels at once: first the levels just above the lower bound, where
+    the answer usually is, then levels spread evenly over what is left, so the search takes
+    one or two products instead of a bisection's many."""
+    per_list: dict[tuple[int, ...], int] = {}
+    for d, g in zip(demand.tolist(), groups.tolist(), strict=True):
+        if d > 0:
+            key = sites_of[g]
+            per_list[key] = per_list.get(key, 0) + d
+    if not per_list:
         return 0
-    lists = tuple(sites_of[g] for g in groups)
+    lists = tuple(sorted(per_list))
+    dem = tuple(per_list[k] for k in lists)
+    if not loads.any():  # a job's level on idle sites: the same at every plan
+        least = _idle_level(lists, dem, tuple(slots.tolist()), L)
+        if lower <= least:
+            return least
+    return _least_level(lists, np.array(dem, dtype=np.int64), slots, loads, L, max(lower, 1))
+
+
+@lru_cache(maxsize=1 << 16)
+def _idle_level(lists: tuple[tuple[int, ...], ...], dem: tuple[int, ...],
+                slots: tuple[int, ...], L: int) -> int:
+    """The least level of the tasks ``dem`` of groups with site lists ``lists`` on idle
+    sites (computed once per job state: every plan starts from idle sites)."""
+    slots_arr = np.array(slots, dtype=np.int64)
+    return _least_level(lists, np.array(dem, dtype=np.int64), slots_arr,
+                        np.zeros_like(slots_arr), L, 1)
+
+
+def _least_level(lists: tuple[tuple[int, ...], ...], dem: IntArray, slots: IntArray,
+                 loads: IntArray, L: int, lo: int) -> int:
+    """:func:`min_level` for groups with distinct site lists, searching from ``lo``."""
     # an upper bound: every group at its first site
     first = np.zeros_like(loads)
-    np.add.at(first, [lst[0] for lst in lists], demand)
+    np.add.at(first, [k[0] for k in lists], dem)
     hi = level(first, slots, loads, L)
-    lo = max(lower, 1)
-    if len({j for lst in lists for j in lst}) > MAX_HALL_SITES:
+    if lo >= hi:
+        return hi
+    sites = {j for k in lists for j in k}
+    if len(sites) > MAX_HALL_SITES:
+        g_idx = np.arange(len(lists), dtype=np.int64)
         while lo < hi:
             mid = (lo + hi) // 2
-            if _flow(demand, groups, sites_of, caps(mid, slots, loads, L))[0] == demand.sum():
+            if _flow(dem, g_idx, lists, caps(mid, slots, loads, L))[0] == dem.sum():
                 hi = mid
             else:
                 lo = mid + 1
         return hi
     N, member, inside = _hall(lists)
-    need = inside @ demand  # (S,) tasks that must go inside each subset
+    need = inside @ dem.astype(float)  # tasks that must go inside each subset
     sl, ld = slots[N], loads[N]
-
-    def feasible(K: int) -> bool:
-        return bool(((member @ caps(K, sl, ld, L)) >= need).all())
-
-    # levels grow little between calls with a known lower bound: gallop up, then bisect
-    if lo >= hi or feasible(lo):
-        return min(lo, hi)
-    lo += 1
-    step = 1
-    while lo + step < hi and not feasible(lo + step):
-        lo += step + 1
-        step *= 2
-    hi = min(hi, lo + step)
+    dense = True  # the first batch: the levels right above the lower bound
     while lo < hi:
-        mid = (lo + hi) // 2
-        if feasible(mid):
-            hi = mid
+        if dense or hi - lo <= LEVEL_BATCH:
+            cand = np.arange(lo, min(hi, lo + LEVEL_BATCH), dtype=np.int64)
         else:
-            lo = mid + 1
+            cand = np.unique(lo + (hi - lo) * np.arange(LEVEL_BATCH, dtype=np.int64)
+                             // LEVEL_BATCH)
+        dense = False
+        room = member @ caps(cand, sl, ld, L).T.astype(float)  # (subsets, levels)
+        ok = (room >= need[:, None]).all(axis=0)
+        if ok.any():
+            k = int(np.argmax(ok))
+            hi = int(cand[k])
+            if k:
+                lo = int(cand[k - 1]) + 1
+            else:
+                return hi  # cand[0] == lo: feasible at the bound itself
+        else:
+            lo = int(cand[-1]) + 1
     return hi
 
 

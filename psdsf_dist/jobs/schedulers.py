@@ -39,7 +39,16 @@ import numpy as np
 import numpy.typing as npt
 
 from psdsf_dist.errors import PsdsfError
-from psdsf_dist.jobs.balance import SiteLists, balance, greedy, level, min_level, site_lists
+from psdsf_dist.jobs.balance import (
+    SiteLists,
+    SiteUse,
+    balance,
+    greedy,
+    min_level,
+    site_lists,
+    site_use,
+    use_level,
+)
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -120,8 +129,9 @@ class PlanWork:
                                  "estimates", "estimates")
 
 
-Allocate = Callable[[int, IntArray, int, bool], tuple[int, IntArray | None]]
-"""(job index, loads, lower bound, allocation wanted) -> (level, allocation or None)."""
+Allocate = Callable[[int, IntArray, list[int], int, bool], tuple[int, IntArray | None]]
+"""(job index, loads (as an array and as a list), lower bound, allocation wanted) -> (level,
+allocation or None)."""
 
 
 def plan(scheduler: str, queues: list[Queue], sites: Sites, order: str = "swag",
@@ -168,13 +178,21 @@ def plan(scheduler: str, queues: list[Queue], sites: Sites, order: str = "swag",
         q = queues[i]
         return (q.demand.tobytes(), tuple(np.asarray(sites.lists[g]).tobytes() for g in q.groups))
 
-    def allocate(i: int, loads: IntArray, lower: int,
+    uses: dict[int, SiteUse] = {}
+
+    def use_of(i: int) -> SiteUse:
+        """The sites a placed job uses (fixed within a plan)."""
+        use = uses.get(i)
+        if use is None:
+            use = uses[i] = site_use(_placed(allocs[i]).sum(axis=0), sites.slots)
+        return use
+
+    def allocate(i: int, loads: IntArray, load_list: list[int], lower: int,
                  want: bool) -> tuple[int, IntArray | None]:
         spent.spend()
         q = queues[i]
         if i not in flexible:
-            a = _placed(allocs[i])
-            return level(a.sum(axis=0), sites.slots, loads, sites.L), a
+            return use_level(use_of(i), load_list, sites.L), allocs[i]
         if scheduler == "ata-greedy":
             return greedy(q.demand, q.groups, sites.lists, sites.slots, loads, sites.L)
         if not want:
@@ -218,6 +236,7 @@ def swag_order(live: list[int], allocate: Allocate, m: int,
     The heap then holds one job per kind — its lowest index not yet ordered — instead of every
     job, which keeps a trace of many identical jobs from costing n^2 re-estimates per plan."""
     loads = np.zeros(m, dtype=np.int64)
+    load_list = loads.tolist()
     version = 0
     kinds = list(live) if alike is None else list(alike)
     rest: dict[Hashable, deque[int]] = {}
@@ -228,7 +247,7 @@ def swag_order(live: list[int], allocate: Allocate, m: int,
     cache: dict[int, IntArray | None] = {}
     for queue in rest.values():
         i = queue.popleft()
-        K, x = allocate(i, loads, 0, False)
+        K, x = allocate(i, loads, load_list, 0, False)
         cache[i] = x
         heap.append((K, i, version))
     heapq.heapify(heap)
@@ -237,14 +256,14 @@ def swag_order(live: list[int], allocate: Allocate, m: int,
     while heap:
         K, i, v = heapq.heappop(heap)
         if v != version:
-            K, x = allocate(i, loads, K, False)
+            K, x = allocate(i, loads, load_list, K, False)
             cache[i] = x
             if heap and (K, i) > heap[0][:2]:
                 heapq.heappush(heap, (K, i, version))
                 continue
         x = cache.pop(i)
         if x is None:
-            x = _placed(allocate(i, loads, K, True)[1])
+            x = _placed(allocate(i, loads, load_list, K, True)[1])
         out.append(i)
         placed[i] = x
         following = rest[kind_of[i]]
@@ -253,5 +272,6 @@ def swag_order(live: list[int], allocate: Allocate, m: int,
         add = x.sum(axis=0)
         if add.any():
             loads = loads + add
+            load_list = loads.tolist()
             version += 1
     return out, placed

@@ -300,15 +300,31 @@ def greedy(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntAr
     ``(loads + x) / slots`` end as even as whole tasks allow (a remainder task goes to the
     site whose load after it is least, a tie to the site more loaded before, as Fig. 3.10).
     Returns (level, x)."""
-    m = len(slots)
-    x = np.zeros((len(groups), m), dtype=np.int64)
-    cur = [int(v) for v in loads]
-    u_all = [int(v) for v in slots]
-    for i in sorted(range(len(groups)), key=lambda i: (-int(demand[i]), i)):
-        n = int(demand[i])
+    K, takes = _water_fill(demand.tolist(), groups.tolist(), sites_of, slots.tolist(),
+                           loads.tolist(), L)
+    x = np.zeros((len(groups), len(slots)), dtype=np.int64)
+    for i, j, t in takes:
+        x[i, j] = t
+    return K, x
+
+
+def greedy_level(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntArray,
+                 loads: IntArray, L: int) -> int:
+    """The level of :func:`greedy`'s allocation, without building it."""
+    return _water_fill(demand.tolist(), groups.tolist(), sites_of, slots.tolist(),
+                       loads.tolist(), L)[0]
+
+
+def _water_fill(demand: list[int], groups: list[int], sites_of: SiteLists, u_all: list[int],
+                loads: list[int], L: int) -> tuple[int, list[tuple[int, int, int]]]:
+    """:func:`greedy` on plain lists: (level, (row, site, tasks) for every positive take)."""
+    cur = loads[:]
+    takes: list[tuple[int, int, int]] = []
+    for i in sorted(range(len(groups)), key=lambda i: (-demand[i], i)):
+        n = demand[i]
         if n == 0:
             continue
-        S = sites_of[int(groups[i])]
+        S = sites_of[groups[i]]
         u = [float(u_all[j]) for j in S]
         c = [float(cur[j]) for j in S]
         # continuous water level lam: sum max(0, lam u - c) = n, over sites sorted by c/u
@@ -328,6 +344,8 @@ def greedy(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntAr
             k = min(range(len(S)), key=lambda k: ((c[k] + take[k] + 1) / u[k], -c[k] / u[k], k))
             take[k] += 1
         for k, j in enumerate(S):
-            x[i, j] = take[k]
-            cur[j] += take[k]
-    return level(x.sum(axis=0), slots, loads, L), x
+            if take[k]:
+                takes.append((i, j, take[k]))
+                cur[j] += take[k]
+    used = {j for _, j, _ in takes}
+    return max((-(-cur[j] * L // u_all[j]) for j in used), default=0), takes

@@ -44,6 +44,7 @@ from psdsf_dist.jobs.balance import (
     SiteUse,
     balance,
     greedy,
+    greedy_level,
     min_level,
     site_lists,
     site_use,
@@ -194,6 +195,9 @@ def plan(scheduler: str, queues: list[Queue], sites: Sites, order: str = "swag",
         if i not in flexible:
             return use_level(use_of(i), load_list, sites.L), allocs[i]
         if scheduler == "ata-greedy":
+            if not want:  # the allocation is made again, on the same loads, if chosen
+                return greedy_level(q.demand, q.groups, sites.lists, sites.slots, loads,
+                                    sites.L), None
             return greedy(q.demand, q.groups, sites.lists, sites.slots, loads, sites.L)
         if not want:
             return min_level(q.demand, q.groups, sites.lists, sites.slots, loads, sites.L,

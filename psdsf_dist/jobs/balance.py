@@ -133,7 +133,7 @@ def min_level(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: In
         least = _idle_level(lists, dem, tuple(slots.tolist()), L)
         if lower <= least:
             return least
-    return _least_level(lists, np.array(dem, dtype=np.int64), slots, loads, L, max(lower, 1))
+    return _least_level(lists, dem, slots, loads, L, max(lower, 1))
 
 
 @lru_cache(maxsize=1 << 16)
@@ -142,32 +142,40 @@ def _idle_level(lists: tuple[tuple[int, ...], ...], dem: tuple[int, ...],
     """The least level of the tasks ``dem`` of groups with site lists ``lists`` on idle
     sites (computed once per job state: every plan starts from idle sites)."""
     slots_arr = np.array(slots, dtype=np.int64)
-    return _least_level(lists, np.array(dem, dtype=np.int64), slots_arr,
-                        np.zeros_like(slots_arr), L, 1)
+    return _least_level(lists, dem, slots_arr, np.zeros_like(slots_arr), L, 1)
 
 
-def _least_level(lists: tuple[tuple[int, ...], ...], dem: IntArray, slots: IntArray,
+@lru_cache(maxsize=1 << 16)
+def _need(lists: tuple[tuple[int, ...], ...], dem: tuple[int, ...]) -> FloatArray:
+    """The tasks that must go inside each subset :func:`_hall` keeps."""
+    return np.asarray(_hall(lists)[2] @ np.array(dem, dtype=float))
+
+
+def _least_level(lists: tuple[tuple[int, ...], ...], dem: tuple[int, ...], slots: IntArray,
                  loads: IntArray, L: int, lo: int) -> int:
     """:func:`min_level` for groups with distinct site lists, searching from ``lo``."""
     # an upper bound: every group at its first site
-    first = np.zeros_like(loads)
-    np.add.at(first, [k[0] for k in lists], dem)
-    hi = level(first, slots, loads, L)
+    ld_list, sl_list = loads.tolist(), slots.tolist()
+    first: dict[int, int] = {}
+    for lst, d in zip(lists, dem, strict=True):
+        first[lst[0]] = first.get(lst[0], 0) + d
+    hi = int(max(-(-(ld_list[j] + t) * L // sl_list[j]) for j, t in first.items()))
     if lo >= hi:
         return hi
     sites = {j for k in lists for j in k}
     if len(sites) > MAX_HALL_SITES:
         g_idx = np.arange(len(lists), dtype=np.int64)
+        dem_arr = np.array(dem, dtype=np.int64)
         while lo < hi:
             mid = (lo + hi) // 2
-            if _flow(dem, g_idx, lists, caps(mid, slots, loads, L))[0] == dem.sum():
+            if _flow(dem_arr, g_idx, lists, caps(mid, slots, loads, L))[0] == sum(dem):
                 hi = mid
             else:
                 lo = mid + 1
         return hi
-    N, member, inside = _hall(lists)
-    need = inside @ dem.astype(float)  # tasks that must go inside each subset
-    sl, ld = slots[N], loads[N]
+    N, member, _ = _hall(lists)
+    need = _need(lists, dem)
+    sl, ld = slots[N][:, None], loads[N][:, None]
     dense = True  # the first batch: the levels right above the lower bound
     while lo < hi:
         if dense or hi - lo <= LEVEL_BATCH:
@@ -176,7 +184,7 @@ def _least_level(lists: tuple[tuple[int, ...], ...], dem: IntArray, slots: IntAr
             cand = np.unique(lo + (hi - lo) * np.arange(LEVEL_BATCH, dtype=np.int64)
                              // LEVEL_BATCH)
         dense = False
-        room = member @ caps(cand, sl, ld, L).T.astype(float)  # (subsets, levels)
+        room = member @ np.maximum(cand * sl // L - ld, 0).astype(float)  # (subsets, levels)
         ok = (room >= need[:, None]).all(axis=0)
         if ok.any():
             k = int(np.argmax(ok))

@@ -294,8 +294,10 @@ def balance(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntA
     K = min_level(demand, groups, sites_of, slots, loads, L, lower)
     # of the many flows reaching K, take one near the water-filled allocation: the sites
     # below level K are then filled evenly rather than up to K in index order
-    value, x = _flow(demand, groups, sites_of, caps(K, slots, loads, L),
-                     greedy(demand, groups, sites_of, slots, loads, L)[1])
+    K_greedy, start = greedy(demand, groups, sites_of, slots, loads, L)
+    if K_greedy <= K:  # within every site's room at K and complete: the flow keeps it as is
+        return K, start
+    value, x = _flow(demand, groups, sites_of, caps(K, slots, loads, L), start)
     if value != int(demand.sum()):  # Hall and max-flow disagree: a bug, never bad input
         raise AssertionError(f"level {K} admits {value} of {int(demand.sum())} tasks")
     return K, x

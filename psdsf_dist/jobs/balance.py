@@ -146,9 +146,15 @@ def _idle_level(lists: tuple[tuple[int, ...], ...], dem: tuple[int, ...],
 
 
 @lru_cache(maxsize=1 << 16)
-def _need(lists: tuple[tuple[int, ...], ...], dem: tuple[int, ...]) -> FloatArray:
-    """The tasks that must go inside each subset :func:`_hall` keeps."""
-    return np.asarray(_hall(lists)[2] @ np.array(dem, dtype=float))
+def _subsets(lists: tuple[tuple[int, ...], ...], dem: tuple[int, ...]
+             ) -> tuple[IntArray, FloatArray, FloatArray] | None:
+    """For the tasks ``dem`` of groups with site lists ``lists``: the sites N, the subsets'
+    membership (:func:`_hall`) and the tasks that must go inside each subset; None when the
+    groups reach more than :data:`MAX_HALL_SITES` sites (then a max-flow decides)."""
+    if len({j for k in lists for j in k}) > MAX_HALL_SITES:
+        return None
+    N, member, inside = _hall(lists)
+    return N, member, np.asarray(inside @ np.array(dem, dtype=float))
 
 
 def _least_level(lists: tuple[tuple[int, ...], ...], dem: tuple[int, ...], slots: IntArray,
@@ -162,8 +168,8 @@ def _least_level(lists: tuple[tuple[int, ...], ...], dem: tuple[int, ...], slots
     hi = int(max(-(-(ld_list[j] + t) * L // sl_list[j]) for j, t in first.items()))
     if lo >= hi:
         return hi
-    sites = {j for k in lists for j in k}
-    if len(sites) > MAX_HALL_SITES:
+    prepared = _subsets(lists, dem)
+    if prepared is None:
         g_idx = np.arange(len(lists), dtype=np.int64)
         dem_arr = np.array(dem, dtype=np.int64)
         while lo < hi:
@@ -173,8 +179,7 @@ def _least_level(lists: tuple[tuple[int, ...], ...], dem: tuple[int, ...], slots
             else:
                 lo = mid + 1
         return hi
-    N, member, _ = _hall(lists)
-    need = _need(lists, dem)
+    N, member, need = prepared
     sl, ld = slots[N][:, None], loads[N][:, None]
     dense = True  # the first batch: the levels right above the lower bound
     while lo < hi:

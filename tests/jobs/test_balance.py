@@ -3,6 +3,8 @@ task (checked against scipy's max-flow), and the allocations stay within the gro
 
 from __future__ import annotations
 
+from unittest import mock
+
 import numpy as np
 import numpy.typing as npt
 from hypothesis import given, settings
@@ -10,6 +12,7 @@ from hypothesis import strategies as st
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import maximum_flow
 
+import psdsf_dist.jobs.balance as balance_module
 from psdsf_dist.jobs.balance import (
     _flow,
     balance,
@@ -84,6 +87,24 @@ def test_flow_value_matches_scipy(inst: tuple, raw_caps: list[int]) -> None:  # 
     assert value == scipy_flow(demand, [list(lists[g]) for g in groups], site_caps)
     assert (x >= 0).all() and (x.sum(axis=0) <= site_caps).all()
     assert (x.sum(axis=1) <= demand).all() and int(x.sum()) == value
+
+
+@settings(max_examples=80, deadline=None)
+@given(instances(), st.integers(0, 3))
+def test_least_level_by_max_flow_when_a_job_reaches_many_sites(
+        inst: tuple, lower: int) -> None:  # type: ignore[type-arg]
+    """Past MAX_HALL_SITES the least level is found by bisection on the max-flow: the same
+    level as Hall's condition over the closed connected subsets."""
+    demand, groups, lists, slots, loads = inst
+    L = grid(slots)
+    by_hall = min_level(demand, groups, lists, slots, loads, L, lower)
+    with mock.patch.object(balance_module, "MAX_HALL_SITES", 0):
+        balance_module._subsets.cache_clear()
+        balance_module._idle_level.cache_clear()
+        by_flow = min_level(demand, groups, lists, slots, loads, L, lower)
+    balance_module._subsets.cache_clear()
+    balance_module._idle_level.cache_clear()
+    assert by_flow == by_hall
 
 
 @settings(max_examples=80, deadline=None)

@@ -63,7 +63,8 @@ at once on stale totals.
 ``class``
     With few classes of identical servers, the classes act in ordered slots of the period and
     each member takes ``1/k`` of its class's best response (pooled capacity, the class's
-    totals); otherwise ``split`` itself (:class:`ClassRule`).
+    totals), with a plateau exit for a user leaving the class while the others refill it;
+    otherwise ``split`` itself (:class:`ClassRule`).
 
 **Caps under staleness.**  Per-server capacities hold by construction; a user's global cap
 ``max_tasks`` is shared by every server, and servers acting at once on stale totals would each
@@ -473,12 +474,105 @@ def class_view(view: ServerView) -> ServerView:
 
 
 @dataclass(frozen=True)
+class SlotState:
+    """What a member remembers between two of its class's slots, per user, in class units
+    (the slotted step's swap exit; see :class:`ClassRule`)."""
+
+    last_totals: FloatArray
+    """The class's totals at its last slot, before its move (NaN: none yet)."""
+    last_change: FloatArray
+    """The class's own change at its last slot."""
+    streak: FloatArray
+    """Slots in a row in which the class lowered the user and the total did not follow."""
+    drained: FloatArray
+    """What those slots took off the user in this class."""
+    base: FloatArray
+    """The user's total when the streak began."""
+    fired: FloatArray
+    """Slots in a row the swap exit fired in this streak."""
+
+    @classmethod
+    def start(cls, num_users: int) -> SlotState:
+        zero = np.zeros(num_users)
+        return cls(np.full(num_users, np.nan), zero, zero, zero, zero, zero)
+
+    def resized(self, num_users: int) -> SlotState:
+        n = num_users
+        return SlotState(_fit(self.last_totals, n, math.nan), _fit(self.last_change, n, 0.0),
+                         _fit(self.streak, n, 0.0), _fit(self.drained, n, 0.0),
+                         _fit(self.base, n, 0.0), _fit(self.fired, n, 0.0))
+
+
+@dataclass(frozen=True)
+class ClassState:
+    """The class rule's state: ``split``'s (the step without a slot) and the slotted step's."""
+
+    split: RuleState
+    slot: SlotState
+
+    def resized(self, num_users: int) -> ClassState:
+        return ClassState(self.split.resized(num_users), self.slot.resized(num_users))
+
+
+SWAP_SHARE = 0.01
+"""Slotted swap exit: a streak counts once it has drained at least this share of the user's
+total (the slow geometric tails near a fixed point drain less)."""
+SWAP_STEP = 0.008
+"""Slotted swap exit: the extrapolation adds at most this share of the user's total to one
+slot's cut (a cut the other classes refill only in the next period shows in the totals)."""
+
+
+def swap_exit(slot: SlotState, totals: FloatArray, own: FloatArray, plain: FloatArray,
+              eligible: BoolArray) -> tuple[FloatArray, SlotState]:
+    """The slotted step's plateau exit: how much higher than ``totals`` the class values each
+    user (0: not at all), and the state for the next slot.
+
+    ``totals`` the class's totals now (its own column ``own`` included), ``plain`` the plain
+    best response's column.  A user counts as leaving the class on a plateau when, for
+    ``EXIT_AFTER`` slots in a row, the class lowered it by a measurable amount and the total
+    followed by less than ``THRESHOLD`` of the cut, both at each slot and over the streak
+    (``|total - total at the start| <= THRESHOLD x drained``): the other classes refill what
+    it sheds, as in a swap of the user to another class at the rate of the level gap.  The
+    streak must have drained at least ``SWAP_SHARE`` of the total and still be steady (the
+    latest cut at least 1/``STEADY`` of the streak's mean), and only one user of the column
+    may qualify (``MAX_EXITS``; several at once are the class re-levelling).  If the plain
+    step lowers it again, the user is valued at a total higher by what the streak drained,
+    doubled every further slot it fires, at most ``SWAP_STEP`` of the total."""
+    d_own = slot.last_change
+    d_tot = totals - slot.last_totals
+    measurable = np.isfinite(d_tot) & (np.abs(d_own) > SECANT_MIN_CHANGE
+                                       * np.maximum(totals, 1e-300))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(measurable, d_tot / np.where(measurable, d_own, 1.0), 1.0)
+    lowered = measurable & (d_own < 0) & (ratio < THRESHOLD)
+    going = lowered & (slot.streak > 0)
+    streak = np.where(lowered, np.where(going, slot.streak, 0.0) + 1.0, 0.0)
+    drained = np.where(lowered, np.where(going, slot.drained, 0.0) - d_own, 0.0)
+    base = np.where(going, slot.base, np.where(lowered, slot.last_totals, 0.0))
+    fired = np.where(going, slot.fired, 0.0)
+    boosted = (
+        (streak >= EXIT_AFTER)
+        & (-d_own * streak * STEADY >= drained)
+        & (np.abs(totals - base) <= THRESHOLD * drained)
+        & (drained >= SWAP_SHARE * totals)
+        & (plain < own)
+        & eligible
+    )
+    if np.count_nonzero(boosted) > MAX_EXITS:
+        boosted[:] = False
+    boost = np.minimum(drained * np.exp2(np.minimum(fired, 30.0)), SWAP_STEP * totals)
+    boost = np.where(boosted, boost, 0.0)
+    fired = np.where(boosted, fired + 1.0, 0.0)
+    return boost, SlotState(totals, np.zeros_like(totals), streak, drained, base, fired)
+
+
+@dataclass(frozen=True)
 class ClassRule:
     """Identical servers act as one, in their class's slot; otherwise ``split``.
 
     When the driver tells a member that its class acts in its own slot of the period
     (``view.klass`` set: :func:`~psdsf_dist.protocol.classes.slot_of`, the classes in turn),
-    the member of a class of ``k`` (:mod:`psdsf_dist.protocol.classes`) computes the plain best
+    the member of a class of ``k`` (:mod:`psdsf_dist.protocol.classes`) computes the best
     response of its class — the water-fill on the class's pooled capacity (``k`` times its
     own) against the class's current totals — and keeps ``1/k`` of it.  The class's column is
     taken as ``k`` times the member's own (the class-constant state the rule keeps), and the
@@ -489,45 +583,71 @@ class ClassRule:
     best response is right for.  A server alone in its class is a class of one: the same
     step, its own capacities.
 
+    *Swap exit.*  A user swapping from this class to another moves at the rate of the gap
+    between the two classes' water levels: each slot this class cuts it to its level, the
+    other refills it to its own, and the user's total hardly moves (Google mix K = 1,000 seed
+    0: 0.65 tasks a sweep for 16 sweeps, the total 4 % high throughout;
+    ``docs/class_rule.md``).  The plain step then gets a price-taker's extrapolation, as
+    ``split``'s plateau exit: a user the class has lowered for several slots while the total
+    stood still is valued at a higher total (:func:`swap_exit`), so the class sheds it faster.
+    The values are a water-fill's inputs, so the column stays feasible; nothing moves at a
+    fixed point, so no streak starts there and the step is the plain best response.
+
     Without a slot (``view.klass`` None: more classes than slots, gossip too slow for slots,
     or a driver that runs every server at once) the rule *is* ``split``, step for step: the
-    same call with the same inputs and state, so wherever the classes do not act in turn the
-    class rule behaves exactly as the default rule did.  (Running ``split`` once per class,
-    with the movers counted in classes, was measured and dropped:
-    ``experiments/notes/rule_variants.md``.)  The slotted step keeps no state, so the ``split``
-    state carries over unchanged when a server's slot comes or goes with the membership.
+    same call with the same inputs and ``split`` state (:attr:`ClassState.split`), so
+    wherever the classes do not act in turn the class rule behaves exactly as the default
+    rule did.  (Running ``split`` once per class, with the movers counted in classes, was
+    measured and dropped: ``experiments/notes/rule_variants.md``.)  The slotted step keeps
+    only its swap-exit streaks (:attr:`ClassState.slot`, started afresh by every step
+    without a slot), so the ``split`` state carries over unchanged when a server's slot comes
+    or goes with the membership.
 
     *Feasible at any staleness.*  Whatever the inputs — stale totals, a wrong member count, a
-    member that disagrees with the others — the water-fill returns a column feasible for the
-    merged server, i.e. within ``k`` times the member's capacities and only on users eligible
-    on it (the same users as on the member); ``1/k`` of it is within the member's own
-    capacities.  The final projection on the member's view only guards round-off.
+    member that disagrees with the others, any streak state — the water-fill returns a column
+    feasible for the merged server, i.e. within ``k`` times the member's capacities and only
+    on users eligible on it (the same users as on the member); ``1/k`` of it is within the
+    member's own capacities.  The final projection on the member's view only guards
+    round-off.
 
     *Fixed points.*  A class-constant allocation is PS-DSF iff the merged one is (every
     virtual dominant share on the merged server is the members' scaled by ``1/k``: the
     per-server condition is the same).  The best response is inert exactly at a PS-DSF best
     response of the merged server at the true totals, and ``split`` exactly at a PS-DSF
-    allocation: the fixed points are the PS-DSF allocations (slotted: those in which identical
-    servers hold identical columns — every PS-DSF allocation's totals have one).
+    allocation.  The swap exit fires only after a measurable cut of the class's own, so at a
+    resting allocation the slotted step is the plain best response: the fixed points are the
+    PS-DSF allocations (slotted: those in which identical servers hold identical columns —
+    every PS-DSF allocation's totals have one).
     """
 
     inner: UpdateRule = field(default_factory=SplitGain)
     name: str = "class"
 
-    def initial_state(self, num_users: int) -> RuleState:
-        return self.inner.initial_state(num_users)
+    def initial_state(self, num_users: int) -> ClassState:
+        return ClassState(self.inner.initial_state(num_users), SlotState.start(num_users))
 
     def update(
         self, state: RuleState, view: ServerView, totals: FloatArray, column: FloatArray
     ) -> tuple[FloatArray, RuleState]:
+        if not isinstance(state, ClassState):
+            raise TypeError(f"class needs a ClassState, got {type(state).__name__}")
         kn = view.klass
         if kn is None:
-            return self.inner.update(state, view, totals, column)
+            new, inner = self.inner.update(state.split, view, totals, column)
+            return new, ClassState(inner, SlotState.start(view.num_users))
         k = max(kn.size, 1)  # a server its own table counts as absent is still itself
         col = feasible_column(view, column)
+        merged = class_view(view)
+        own = k * col
         outside = np.maximum(np.where(np.isfinite(totals), totals, 0.0) - kn.column_sum, 0.0)
-        new = best_response(class_view(view), outside + k * col, k * col)
-        return feasible_column(view, np.asarray(new, dtype=float) / k), state
+        tot = outside + own
+        new = best_response(merged, tot, own)
+        boost, slot = swap_exit(state.slot, tot, own, new, view.gamma > 0)
+        if np.any(boost > 0):
+            new = best_response(merged, tot + boost, own)
+        new = np.asarray(new, dtype=float)
+        slot = replace(slot, last_change=new - own)
+        return feasible_column(view, new / k), ClassState(state.split, slot)
 
 
 def uses_classes(rule: UpdateRule) -> bool:

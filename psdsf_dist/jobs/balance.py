@@ -165,7 +165,7 @@ def _least_level(lists: tuple[tuple[int, ...], ...], dem: tuple[int, ...], slots
     first: dict[int, int] = {}
     for lst, d in zip(lists, dem, strict=True):
         first[lst[0]] = first.get(lst[0], 0) + d
-    hi = int(max(-(-(ld_list[j] + t) * L // sl_list[j]) for j, t in first.items()))
+    hi = use_level([(j, t, sl_list[j]) for j, t in first.items()], ld_list, L)
     if lo >= hi:
         return hi
     prepared = _subsets(lists, dem)
@@ -363,4 +363,4 @@ def _water_fill(demand: list[int], groups: list[int], sites_of: SiteLists, u_all
                 takes.append((i, j, take[k]))
                 cur[j] += take[k]
     used = {j for _, j, _ in takes}
-    return max((-(-cur[j] * L // u_all[j]) for j in used), default=0), takes
+    return use_level([(j, cur[j] - loads[j], u_all[j]) for j in used], loads, L), takes

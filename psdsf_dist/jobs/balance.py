@@ -18,7 +18,9 @@ vectorised over subsets; the allocation at the least K is then read off a maximu
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 from functools import lru_cache
+from typing import Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -32,6 +34,48 @@ MAX_GRID = 1 << 20
 """Above this lcm of the slot counts, levels are measured on the grid 1/max(slots)."""
 MAX_HALL_SITES = 16
 """A job able to use more sites than this is checked by max-flow instead of Hall's condition."""
+
+
+MEMO_SIZE = 1 << 18
+"""Job estimates a :class:`Memo` keeps before it starts afresh (some 100 MB at most)."""
+
+V = TypeVar("V")
+
+
+class Memo(dict[Hashable, V], Generic[V]):
+    """Job estimates remembered under everything they depend on: a plan weighs each waiting
+    job on the loads of the jobs ordered before it, and the next plan, one arrival or
+    completion later, mostly weighs the same jobs on the same loads again (most estimates of
+    a Facebook run are repeats).  Bounded: past :data:`MEMO_SIZE` entries it is emptied, which
+    costs only recomputation."""
+
+    def put(self, key: Hashable, value: V) -> V:
+        if len(self) >= MEMO_SIZE:
+            self.clear()
+        self[key] = value
+        return value
+
+
+_LEAST: Memo[int] = Memo()
+_BALANCED: Memo[tuple[int, IntArray]] = Memo()
+_FILLED: Memo[tuple[int, list[tuple[int, int, int]]]] = Memo()
+
+
+@lru_cache(maxsize=1 << 14)
+def _union(lists: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
+    """The sites any of the lists names, ascending: the only sites whose slots and loads a
+    job's estimate reads."""
+    return tuple(sorted({j for g in lists for j in g}))
+
+
+def _rows_key(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntArray,
+              loads: IntArray, L: int) -> tuple[Hashable, ...]:
+    """What a job's allocation depends on: its rows (tasks and site list each, in order), the
+    grid, the slots, and the loads of the sites its rows name."""
+    rows = tuple(sites_of[g] for g in groups.tolist())
+    ld = loads.tolist()
+    return (tuple(demand.tolist()), rows, L, slots.tobytes(),
+            tuple(ld[j] for j in _union(rows)))
 
 
 def grid(slots: IntArray) -> int:
@@ -114,12 +158,16 @@ LEVEL_BATCH = 16
 def min_level(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntArray,
               loads: IntArray, L: int, lower: int = 0) -> int:
     """The least level K at which the job's tasks (``demand[i]`` of group ``groups[i]``) fit;
-    ``lower`` is a known lower bound (e.g. the level found before the loads grew).
+    ``lower`` is a known lower bound (e.g. the level found before the loads grew): it must not
+    exceed the least level, and it only shortens the search.
 
     Hall's condition over the closed connected subsets (:func:`_hall`) is checked for
     :data:`LEVEL_BATCH` levels at once: first the levels just above the lower bound, where
     the answer usually is, then levels spread evenly over what is left, so the search takes
-    one or two products instead of a bisection's many."""
+    one or two products instead of a bisection's many.  The least level depends on nothing
+    but the tasks per site list and the slots and loads of the sites those lists name, so it
+    is remembered under exactly that (:class:`Memo`): successive plans weigh the same waiting
+    jobs on the same partial loads again and again."""
     per_list: dict[tuple[int, ...], int] = {}
     for d, g in zip(demand.tolist(), groups.tolist(), strict=True):
         if d > 0:
@@ -129,20 +177,12 @@ def min_level(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: In
         return 0
     lists = tuple(sorted(per_list))
     dem = tuple(per_list[k] for k in lists)
-    if not loads.any():  # a job's level on idle sites: the same at every plan
-        least = _idle_level(lists, dem, tuple(slots.tolist()), L)
-        if lower <= least:
-            return least
-    return _least_level(lists, dem, slots, loads, L, max(lower, 1))
-
-
-@lru_cache(maxsize=1 << 16)
-def _idle_level(lists: tuple[tuple[int, ...], ...], dem: tuple[int, ...],
-                slots: tuple[int, ...], L: int) -> int:
-    """The least level of the tasks ``dem`` of groups with site lists ``lists`` on idle
-    sites (computed once per job state: every plan starts from idle sites)."""
-    slots_arr = np.array(slots, dtype=np.int64)
-    return _least_level(lists, dem, slots_arr, np.zeros_like(slots_arr), L, 1)
+    ld = loads.tolist()
+    memo_key = (lists, dem, L, slots.tobytes(), tuple(ld[j] for j in _union(lists)))
+    least = _LEAST.get(memo_key)
+    if least is None:
+        least = _LEAST.put(memo_key, _least_level(lists, dem, slots, loads, L, max(lower, 1)))
+    return least
 
 
 @lru_cache(maxsize=1 << 16)
@@ -291,14 +331,18 @@ def balance(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntA
     """The least level and an allocation reaching it: (K, x) with x (len(groups), m), rows
     summing to ``demand``, read off a maximum flow at level K (augmented from the greedy
     water-filling, so that sites below level K share the tasks evenly)."""
-    K = min_level(demand, groups, sites_of, slots, loads, L, lower)
-    # of the many flows reaching K, take one near the water-filled allocation: the sites
-    # below level K are then filled evenly rather than up to K in index order
-    value, x = _flow(demand, groups, sites_of, caps(K, slots, loads, L),
-                     greedy(demand, groups, sites_of, slots, loads, L)[1])
-    if value != int(demand.sum()):  # Hall and max-flow disagree: a bug, never bad input
-        raise AssertionError(f"level {K} admits {value} of {int(demand.sum())} tasks")
-    return K, x
+    key = _rows_key(demand, groups, sites_of, slots, loads, L)
+    done = _BALANCED.get(key)
+    if done is None:
+        K = min_level(demand, groups, sites_of, slots, loads, L, lower)
+        # of the many flows reaching K, take one near the water-filled allocation: the sites
+        # below level K are then filled evenly rather than up to K in index order
+        value, x = _flow(demand, groups, sites_of, caps(K, slots, loads, L),
+                         greedy(demand, groups, sites_of, slots, loads, L)[1])
+        if value != int(demand.sum()):  # Hall and max-flow disagree: a bug, never bad input
+            raise AssertionError(f"level {K} admits {value} of {int(demand.sum())} tasks")
+        done = _BALANCED.put(key, (K, x))
+    return done[0], done[1].copy()
 
 
 def greedy(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntArray,
@@ -308,8 +352,7 @@ def greedy(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntAr
     ``(loads + x) / slots`` end as even as whole tasks allow (a remainder task goes to the
     site whose load after it is least, a tie to the site more loaded before, as Fig. 3.10).
     Returns (level, x)."""
-    K, takes = _water_fill(demand.tolist(), groups.tolist(), sites_of, slots.tolist(),
-                           loads.tolist(), L)
+    K, takes = _filled(demand, groups, sites_of, slots, loads, L)
     x = np.zeros((len(groups), len(slots)), dtype=np.int64)
     for i, j, t in takes:
         x[i, j] = t
@@ -319,8 +362,18 @@ def greedy(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntAr
 def greedy_level(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntArray,
                  loads: IntArray, L: int) -> int:
     """The level of :func:`greedy`'s allocation, without building it."""
-    return _water_fill(demand.tolist(), groups.tolist(), sites_of, slots.tolist(),
-                       loads.tolist(), L)[0]
+    return _filled(demand, groups, sites_of, slots, loads, L)[0]
+
+
+def _filled(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntArray,
+            loads: IntArray, L: int) -> tuple[int, list[tuple[int, int, int]]]:
+    """:func:`_water_fill`, remembered (:class:`Memo`; the takes are not to be changed)."""
+    key = _rows_key(demand, groups, sites_of, slots, loads, L)
+    done = _FILLED.get(key)
+    if done is None:
+        done = _FILLED.put(key, _water_fill(demand.tolist(), groups.tolist(), sites_of,
+                                            slots.tolist(), loads.tolist(), L))
+    return done
 
 
 def _water_fill(demand: list[int], groups: list[int], sites_of: SiteLists, u_all: list[int],

@@ -10,11 +10,13 @@ from hypothesis import strategies as st
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import maximum_flow
 
+from psdsf_dist.jobs import balance as balance_module
 from psdsf_dist.jobs.balance import (
     _flow,
     balance,
     caps,
     greedy,
+    greedy_level,
     grid,
     level,
     min_level,
@@ -106,3 +108,48 @@ def test_greedy_water_fills_one_group_evenly() -> None:
     K, x = greedy(np.array([7]), np.array([0]), lists, one, np.array([1, 3, 6]), 1)
     assert x.tolist() == [[4, 3, 0]]
     assert K == 6
+
+
+def forget() -> None:
+    for memo in (balance_module._LEAST, balance_module._BALANCED, balance_module._FILLED):
+        memo.clear()
+
+
+@settings(max_examples=150, deadline=None)
+@given(instances(), st.lists(st.integers(0, 20), min_size=7, max_size=7),
+       st.lists(st.booleans(), min_size=7, max_size=7), st.integers(1, 3))
+def test_remembered_estimates_are_the_ones_computed_afresh(
+        inst: tuple, other: list[int], keep: list[bool], more: int) -> None:  # type: ignore[type-arg]
+    """The memos key an estimate by all it depends on: after estimating the job on one set of
+    loads (and with other slots), estimates on loads that agree only on some sites, or on
+    the same loads, are those computed with empty memos."""
+    demand, groups, lists, slots, loads = inst
+    m = len(slots)
+    loads2 = np.where(keep[:m], loads, np.array(other[:m], dtype=np.int64))
+    slots2 = slots + more
+
+    def estimates(s: IntArray, ld: IntArray) -> tuple[object, ...]:
+        L = grid(s)
+        K, x = balance(demand, groups, lists, s, ld, L)
+        Kg, xg = greedy(demand, groups, lists, s, ld, L)
+        return (min_level(demand, groups, lists, s, ld, L), K, x.tolist(),
+                greedy_level(demand, groups, lists, s, ld, L), Kg, xg.tolist())
+
+    fresh = []
+    for s, ld in ((slots, loads), (slots, loads2), (slots2, loads2)):
+        forget()
+        fresh.append(estimates(s, ld))
+    forget()
+    for _ in range(2):
+        assert [estimates(s, ld) for s, ld in ((slots, loads), (slots, loads2),
+                                                (slots2, loads2))] == fresh
+
+
+def test_remembered_allocations_are_copies() -> None:
+    lists = ((0, 1),)
+    one = np.ones(2, dtype=np.int64)
+    args = (np.array([3]), np.array([0]), lists, one, np.zeros(2, dtype=np.int64), 1)
+    for fn in (balance, greedy):
+        _, x = fn(*args)
+        x[:] = 99
+        assert fn(*args)[1].sum() == 3

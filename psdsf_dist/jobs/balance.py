@@ -392,23 +392,28 @@ def _water_fill(demand: list[int], groups: list[int], sites_of: SiteLists, u_all
         if n == 0:
             continue
         S = sites_of[groups[i]]
+        if len(S) == 1:  # what the filling below ends with for one site, whatever the floats
+            takes.append((i, S[0], n))
+            cur[S[0]] += n
+            continue
         u = [float(u_all[j]) for j in S]
         c = [float(cur[j]) for j in S]
+        ratio = [ck / uk for ck, uk in zip(c, u, strict=True)]
         # continuous water level lam: sum max(0, lam u - c) = n, over sites sorted by c/u
-        o = sorted(range(len(S)), key=lambda k: c[k] / u[k])
+        o = sorted(range(len(S)), key=ratio.__getitem__)
         lam, uu, cc = 0.0, 0.0, 0.0
         for r, k in enumerate(o):
             uu += u[k]
             cc += c[k]
             lam = (n + cc) / uu
-            if r + 1 == len(o) or lam <= c[o[r + 1]] / u[o[r + 1]]:
+            if r + 1 == len(o) or lam <= ratio[o[r + 1]]:
                 break
-        take = [max(int(lam * u[k] - c[k] + 1e-9), 0) for k in range(len(S))]
+        take = [max(int(lam * uk - ck + 1e-9), 0) for ck, uk in zip(c, u, strict=True)]
         while sum(take) > n:  # float slack: undo from the most loaded
             k = max(range(len(S)), key=lambda k: ((c[k] + take[k]) / u[k] if take[k] else -1))
             take[k] -= 1
         for _ in range(n - sum(take)):  # Fig. 3.10: a tie goes to the more loaded
-            k = min(range(len(S)), key=lambda k: ((c[k] + take[k] + 1) / u[k], -c[k] / u[k], k))
+            k = min(range(len(S)), key=lambda k: ((c[k] + take[k] + 1) / u[k], -ratio[k], k))
             take[k] += 1
         for k, j in enumerate(S):
             if take[k]:

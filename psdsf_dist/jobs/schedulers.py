@@ -188,7 +188,7 @@ def plan(scheduler: str, queues: list[Queue], sites: Sites, order: str = "swag",
         if i not in flexible:
             return ("placed", *use_of(i))
         q = queues[i]
-        return (q.demand.tobytes(), tuple(np.asarray(sites.lists[g]).tobytes() for g in q.groups))
+        return (q.demand.tobytes(), tuple(sites.lists[g] for g in q.groups.tolist()))
 
     def allocate(i: int, loads: IntArray, load_list: list[int], lower: int,
                  want: bool) -> tuple[int, IntArray | None]:

@@ -13,6 +13,7 @@ from scipy.sparse.csgraph import maximum_flow
 from psdsf_dist.jobs import balance as balance_module
 from psdsf_dist.jobs.balance import (
     _flow,
+    _water_fill,
     balance,
     caps,
     greedy,
@@ -153,3 +154,52 @@ def test_remembered_allocations_are_copies() -> None:
         _, x = fn(*args)
         x[:] = 99
         assert fn(*args)[1].sum() == 3
+
+
+def reference_water_fill(demand: list[int], groups: list[int],
+                         sites_of: tuple[tuple[int, ...], ...], u_all: list[int],
+                         loads: list[int], L: int) -> tuple[int, list[tuple[int, int, int]]]:
+    """Fig. 3.10 written plainly (one site or many alike, ratios divided where used)."""
+    cur = loads[:]
+    takes: list[tuple[int, int, int]] = []
+    for i in sorted(range(len(groups)), key=lambda i: (-demand[i], i)):
+        n = demand[i]
+        if n == 0:
+            continue
+        S = sites_of[groups[i]]
+        u = [float(u_all[j]) for j in S]
+        c = [float(cur[j]) for j in S]
+        o = sorted(range(len(S)), key=lambda k: c[k] / u[k])
+        lam, uu, cc = 0.0, 0.0, 0.0
+        for r, k in enumerate(o):
+            uu += u[k]
+            cc += c[k]
+            lam = (n + cc) / uu
+            if r + 1 == len(o) or lam <= c[o[r + 1]] / u[o[r + 1]]:
+                break
+        take = [max(int(lam * u[k] - c[k] + 1e-9), 0) for k in range(len(S))]
+        while sum(take) > n:
+            k = max(range(len(S)), key=lambda k: ((c[k] + take[k]) / u[k] if take[k] else -1))
+            take[k] -= 1
+        for _ in range(n - sum(take)):
+            k = min(range(len(S)), key=lambda k: ((c[k] + take[k] + 1) / u[k], -c[k] / u[k], k))
+            take[k] += 1
+        for k, j in enumerate(S):
+            if take[k]:
+                takes.append((i, j, take[k]))
+                cur[j] += take[k]
+    used = {j for _, j, _ in takes}
+    return max((-(-cur[j] * L // u_all[j]) for j in used), default=0), takes
+
+
+@settings(max_examples=300, deadline=None)
+@given(instances(), st.sampled_from([0, 10**6, 10**12, 10**15]), st.integers(1, 7))
+def test_water_fill_is_fig_3_10_written_plainly(inst: tuple, shift: int,  # type: ignore[type-arg]
+                                                  top: int) -> None:
+    """The water-filling's shortcuts (one site, ratios divided once) give the same takes as
+    the plain Fig. 3.10, also at loads large enough for its float slack to show."""
+    demand, groups, lists, slots, loads = inst
+    slots = np.minimum(slots * top, 7)
+    args = (demand.tolist(), groups.tolist(), lists, slots.tolist(), (loads + shift).tolist(),
+            grid(slots))
+    assert _water_fill(*args) == reference_water_fill(*args)

@@ -245,20 +245,23 @@ def _least_level(lists: tuple[tuple[int, ...], ...], dem: tuple[int, ...], slots
 
 
 def _flow(demand: IntArray, groups: IntArray, sites_of: SiteLists,
-          site_caps: IntArray, start: IntArray | None = None) -> tuple[int, IntArray]:
-    """Max-flow of the job's network with the given site capacities: (value, (G, m) flows).
+          site_caps: IntArray, start: list[tuple[int, int, int]] | None = None
+          ) -> tuple[int, IntArray]:
+    """Max-flow of the job's network with the given site capacities: (value, (G, m) flows),
+    started from the (row, site, tasks) takes ``start`` if given.
 
     The network has at most a few dozen nodes, so a plain Edmonds-Karp in Python (shortest
     augmenting paths, started from a greedy flow) beats building a sparse matrix per call;
     tests check its value against ``scipy.sparse.csgraph.maximum_flow``."""
     G, m = len(groups), len(site_caps)
-    dem = [int(d) for d in demand]
-    room = [int(c) for c in site_caps]
-    adj = [list(sites_of[g]) for g in groups]
+    dem = demand.tolist()
+    room = site_caps.tolist()
+    adj = [sites_of[g] for g in groups.tolist()]
     x = [[0] * m for _ in range(G)]
     left = dem[:]
     if start is not None:  # a given start, cut down to the capacities
-        x = [[int(v) for v in row] for row in start]
+        for i, j, t in start:
+            x[i][j] = t
         for j in range(m):
             over = sum(x[i][j] for i in range(G)) - room[j]
             for i in reversed(range(G)):
@@ -344,7 +347,7 @@ def balance(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntA
         # of the many flows reaching K, take one near the water-filled allocation: the sites
         # below level K are then filled evenly rather than up to K in index order
         value, x = _flow(demand, groups, sites_of, caps(K, slots, loads, L),
-                         greedy(demand, groups, sites_of, slots, loads, L)[1])
+                         _filled(demand, groups, sites_of, slots, loads, L)[1])
         if value != int(demand.sum()):  # Hall and max-flow disagree: a bug, never bad input
             raise AssertionError(f"level {K} admits {value} of {int(demand.sum())} tasks")
         done = _BALANCED.put(key, (K, x))

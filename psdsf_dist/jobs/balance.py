@@ -221,6 +221,9 @@ def _least_level(lists: tuple[tuple[int, ...], ...], dem: tuple[int, ...], slots
         return hi
     N, member, _ = _hall(lists)
     need = _need(lists, dem)
+    u = sl_list[int(N[0])]
+    if L % u == 0 and all(sl_list[j] == u for j in N.tolist()):
+        return _equal_slots_level(member, need, loads[N], L // u)
     sl, ld = slots[N][:, None], loads[N][:, None]
     dense = True  # the first batch: the levels right above the lower bound
     while lo < hi:
@@ -242,6 +245,21 @@ def _least_level(lists: tuple[tuple[int, ...], ...], dem: tuple[int, ...], slots
         else:
             lo = int(cand[-1]) + 1
     return hi
+
+
+def _equal_slots_level(member: FloatArray, need: FloatArray, loads: IntArray, r: int) -> int:
+    """The least level when every site of N has the same slots u and L = r u: a site then
+    takes ``max(floor(K / r) - load, 0)`` tasks, so subset B holds its need n_B from the
+    least W = floor(K / r) with sum over B of max(W - load, 0) >= n_B on, which is
+    min over t of ceil((n_B + S_t) / t), S_t the sum of B's t least loads (any t sites give
+    at least t W - S_t; the sites below W give exactly that).  The least level is r times the
+    largest such W over the subsets, computed for all subsets at once."""
+    order = np.argsort(loads, kind="stable")
+    inside = member[:, order].astype(np.int64)  # subsets x sites by increasing load
+    t = inside.cumsum(axis=1)
+    total = (inside * loads[order]).cumsum(axis=1) + need.astype(np.int64)[:, None]
+    w = np.where(t > 0, -(-total // np.maximum(t, 1)), np.iinfo(np.int64).max)
+    return r * int(w.min(axis=1).max())
 
 
 def _flow(demand: IntArray, groups: IntArray, sites_of: SiteLists,

@@ -12,7 +12,9 @@ flow network source -> group g (capacity |T_g|) -> its sites (|T_g|) -> sink (ca
 binary search (Algorithms 1-4).  Feasibility at a given K is decided by Hall's condition on the
 sites the job can use (every subset B of them must offer at least the tasks of the groups whose
 sites lie inside B), which is the max-flow/min-cut condition of this bipartite network and is
-vectorised over subsets; the allocation at the least K is then read off a maximum flow.
+vectorised over subsets (in closed form when those sites have equal slots); the allocation at
+the least K is then read off a maximum flow.  Estimates are remembered (:class:`Memo`) under
+exactly what they read, since successive plans repeat most of them.
 """
 
 from __future__ import annotations

@@ -405,6 +405,33 @@ def _filled(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntA
     return done
 
 
+def _fill_two(n: int, c0: float, u0: float, c1: float, u1: float) -> tuple[int, int]:
+    """:func:`_water_fill`'s takes for a group of two sites (loads c, slots u), the same
+    float operations in the same order without its lists (most groups have two sites)."""
+    r0, r1 = c0 / u0, c1 / u1
+    if r1 < r0:  # the less loaded first (a tie keeps site order, as the stable sort)
+        lam = (n + c1) / u1
+        if lam > r0:
+            lam = (n + (c1 + c0)) / (u1 + u0)
+    else:
+        lam = (n + c0) / u0
+        if lam > r1:
+            lam = (n + (c0 + c1)) / (u0 + u1)
+    t0 = max(int(lam * u0 - c0 + 1e-9), 0)
+    t1 = max(int(lam * u1 - c1 + 1e-9), 0)
+    while t0 + t1 > n:  # float slack: undo from the most loaded (a tie: the first)
+        if (((c1 + t1) / u1 if t1 else -1) > ((c0 + t0) / u0 if t0 else -1)):
+            t1 -= 1
+        else:
+            t0 -= 1
+    for _ in range(n - t0 - t1):  # Fig. 3.10: a tie goes to the more loaded
+        if ((c1 + t1 + 1) / u1, -r1, 1) < ((c0 + t0 + 1) / u0, -r0, 0):
+            t1 += 1
+        else:
+            t0 += 1
+    return t0, t1
+
+
 def _water_fill(demand: list[int], groups: list[int], sites_of: SiteLists, u_all: list[int],
                 loads: list[int], L: int) -> tuple[int, list[tuple[int, int, int]]]:
     """:func:`greedy` on plain lists: (level, (row, site, tasks) for every positive take)."""
@@ -418,6 +445,17 @@ def _water_fill(demand: list[int], groups: list[int], sites_of: SiteLists, u_all
         if len(S) == 1:  # what the filling below ends with for one site, whatever the floats
             takes.append((i, S[0], n))
             cur[S[0]] += n
+            continue
+        if len(S) == 2:
+            j0, j1 = S
+            t0, t1 = _fill_two(n, float(cur[j0]), float(u_all[j0]), float(cur[j1]),
+                               float(u_all[j1]))
+            if t0:
+                takes.append((i, j0, t0))
+                cur[j0] += t0
+            if t1:
+                takes.append((i, j1, t1))
+                cur[j1] += t1
             continue
         u = [float(u_all[j]) for j in S]
         c = [float(cur[j]) for j in S]

@@ -12,13 +12,17 @@ flow network source -> group g (capacity |T_g|) -> its sites (|T_g|) -> sink (ca
 binary search (Algorithms 1-4).  Feasibility at a given K is decided by Hall's condition on the
 sites the job can use (every subset B of them must offer at least the tasks of the groups whose
 sites lie inside B), which is the max-flow/min-cut condition of this bipartite network and is
-vectorised over subsets; the allocation at the least K is then read off a maximum flow.
+vectorised over subsets (in closed form when those sites have equal slots); the allocation at
+the least K is then read off a maximum flow.  Estimates are remembered (:class:`Memo`) under
+exactly what they read, since successive plans repeat most of them.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 from functools import lru_cache
+from typing import Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -32,6 +36,48 @@ MAX_GRID = 1 << 20
 """Above this lcm of the slot counts, levels are measured on the grid 1/max(slots)."""
 MAX_HALL_SITES = 16
 """A job able to use more sites than this is checked by max-flow instead of Hall's condition."""
+
+
+MEMO_SIZE = 1 << 18
+"""Job estimates a :class:`Memo` keeps before it starts afresh (some 100 MB at most)."""
+
+V = TypeVar("V")
+
+
+class Memo(dict[Hashable, V], Generic[V]):
+    """Job estimates remembered under everything they depend on: a plan weighs each waiting
+    job on the loads of the jobs ordered before it, and the next plan, one arrival or
+    completion later, mostly weighs the same jobs on the same loads again (most estimates of
+    a Facebook run are repeats).  Bounded: past :data:`MEMO_SIZE` entries it is emptied, which
+    costs only recomputation."""
+
+    def put(self, key: Hashable, value: V) -> V:
+        if len(self) >= MEMO_SIZE:
+            self.clear()
+        self[key] = value
+        return value
+
+
+_LEAST: Memo[int] = Memo()
+_BALANCED: Memo[tuple[int, IntArray]] = Memo()
+_FILLED: Memo[tuple[int, list[tuple[int, int, int]]]] = Memo()
+
+
+@lru_cache(maxsize=1 << 14)
+def _union(lists: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
+    """The sites any of the lists names, ascending: the only sites whose slots and loads a
+    job's estimate reads."""
+    return tuple(sorted({j for g in lists for j in g}))
+
+
+def _rows_key(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntArray,
+              loads: IntArray, L: int) -> tuple[Hashable, ...]:
+    """What a job's allocation depends on: its rows (tasks and site list each, in order), the
+    grid, the slots, and the loads of the sites its rows name."""
+    rows = tuple(sites_of[g] for g in groups.tolist())
+    ld = loads.tolist()
+    return (tuple(demand.tolist()), rows, L, slots.tobytes(),
+            tuple(ld[j] for j in _union(rows)))
 
 
 def grid(slots: IntArray) -> int:
@@ -58,8 +104,14 @@ def site_use(x_sites: IntArray, slots: IntArray) -> SiteUse:
 def use_level(use: SiteUse, loads: list[int], L: int) -> int:
     """The level of an allocation (0 if it uses no site): the most rounds, on the grid 1/L,
     any of its sites needs for its load and the allocation's tasks there, rounded up.  Plain
-    integers: it is evaluated millions of times a simulation on a few sites."""
-    return max((-(-(loads[j] + x) * L // u) for j, x, u in use), default=0)
+    integers and a plain loop (a third of a generator's time): it is evaluated millions of
+    times a simulation on a few sites."""
+    best = 0
+    for j, x, u in use:
+        k = -(-(loads[j] + x) * L // u)
+        if k > best:
+            best = k
+    return best
 
 
 def level(x_sites: IntArray, slots: IntArray, loads: IntArray, L: int) -> int:
@@ -114,12 +166,16 @@ LEVEL_BATCH = 16
 def min_level(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntArray,
               loads: IntArray, L: int, lower: int = 0) -> int:
     """The least level K at which the job's tasks (``demand[i]`` of group ``groups[i]``) fit;
-    ``lower`` is a known lower bound (e.g. the level found before the loads grew).
+    ``lower`` is a known lower bound (e.g. the level found before the loads grew): it must not
+    exceed the least level, and it only shortens the search.
 
     Hall's condition over the closed connected subsets (:func:`_hall`) is checked for
     :data:`LEVEL_BATCH` levels at once: first the levels just above the lower bound, where
     the answer usually is, then levels spread evenly over what is left, so the search takes
-    one or two products instead of a bisection's many."""
+    one or two products instead of a bisection's many.  The least level depends on nothing
+    but the tasks per site list and the slots and loads of the sites those lists name, so it
+    is remembered under exactly that (:class:`Memo`): successive plans weigh the same waiting
+    jobs on the same partial loads again and again."""
     per_list: dict[tuple[int, ...], int] = {}
     for d, g in zip(demand.tolist(), groups.tolist(), strict=True):
         if d > 0:
@@ -129,20 +185,12 @@ def min_level(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: In
         return 0
     lists = tuple(sorted(per_list))
     dem = tuple(per_list[k] for k in lists)
-    if not loads.any():  # a job's level on idle sites: the same at every plan
-        least = _idle_level(lists, dem, tuple(slots.tolist()), L)
-        if lower <= least:
-            return least
-    return _least_level(lists, dem, slots, loads, L, max(lower, 1))
-
-
-@lru_cache(maxsize=1 << 16)
-def _idle_level(lists: tuple[tuple[int, ...], ...], dem: tuple[int, ...],
-                slots: tuple[int, ...], L: int) -> int:
-    """The least level of the tasks ``dem`` of groups with site lists ``lists`` on idle
-    sites (computed once per job state: every plan starts from idle sites)."""
-    slots_arr = np.array(slots, dtype=np.int64)
-    return _least_level(lists, dem, slots_arr, np.zeros_like(slots_arr), L, 1)
+    ld = loads.tolist()
+    memo_key = (lists, dem, L, slots.tobytes(), tuple(ld[j] for j in _union(lists)))
+    least = _LEAST.get(memo_key)
+    if least is None:
+        least = _LEAST.put(memo_key, _least_level(lists, dem, slots, loads, L, max(lower, 1)))
+    return least
 
 
 @lru_cache(maxsize=1 << 16)
@@ -151,7 +199,7 @@ def _subsets(lists: tuple[tuple[int, ...], ...], dem: tuple[int, ...]
     """For the tasks ``dem`` of groups with site lists ``lists``: the sites N, the subsets'
     membership (:func:`_hall`) and the tasks that must go inside each subset; None when the
     groups reach more than :data:`MAX_HALL_SITES` sites (then a max-flow decides)."""
-    if len({j for k in lists for j in k}) > MAX_HALL_SITES:
+    if len(_union(lists)) > MAX_HALL_SITES:
         return None
     N, member, inside = _hall(lists)
     return N, member, np.asarray(inside @ np.array(dem, dtype=float))
@@ -180,6 +228,9 @@ def _least_level(lists: tuple[tuple[int, ...], ...], dem: tuple[int, ...], slots
                 lo = mid + 1
         return hi
     N, member, need = prepared
+    u = sl_list[int(N[0])]
+    if L % u == 0 and all(sl_list[j] == u for j in N.tolist()):
+        return _equal_slots_level(member, need, loads[N], L // u)
     sl, ld = slots[N][:, None], loads[N][:, None]
     dense = True  # the first batch: the levels right above the lower bound
     while lo < hi:
@@ -203,21 +254,39 @@ def _least_level(lists: tuple[tuple[int, ...], ...], dem: tuple[int, ...], slots
     return hi
 
 
+def _equal_slots_level(member: FloatArray, need: FloatArray, loads: IntArray, r: int) -> int:
+    """The least level when every site of N has the same slots u and L = r u: a site then
+    takes ``max(floor(K / r) - load, 0)`` tasks, so subset B holds its need n_B from the
+    least W = floor(K / r) with sum over B of max(W - load, 0) >= n_B on, which is
+    min over t of ceil((n_B + S_t) / t), S_t the sum of B's t least loads (any t sites give
+    at least t W - S_t; the sites below W give exactly that).  The least level is r times the
+    largest such W over the subsets, computed for all subsets at once."""
+    order = np.argsort(loads, kind="stable")
+    inside = member[:, order].astype(np.int64)  # subsets x sites by increasing load
+    t = inside.cumsum(axis=1)
+    total = (inside * loads[order]).cumsum(axis=1) + need.astype(np.int64)[:, None]
+    w = np.where(t > 0, -(-total // np.maximum(t, 1)), np.iinfo(np.int64).max)
+    return r * int(w.min(axis=1).max())
+
+
 def _flow(demand: IntArray, groups: IntArray, sites_of: SiteLists,
-          site_caps: IntArray, start: IntArray | None = None) -> tuple[int, IntArray]:
-    """Max-flow of the job's network with the given site capacities: (value, (G, m) flows).
+          site_caps: IntArray, start: list[tuple[int, int, int]] | None = None
+          ) -> tuple[int, IntArray]:
+    """Max-flow of the job's network with the given site capacities: (value, (G, m) flows),
+    started from the (row, site, tasks) takes ``start`` if given.
 
     The network has at most a few dozen nodes, so a plain Edmonds-Karp in Python (shortest
     augmenting paths, started from a greedy flow) beats building a sparse matrix per call;
     tests check its value against ``scipy.sparse.csgraph.maximum_flow``."""
     G, m = len(groups), len(site_caps)
-    dem = [int(d) for d in demand]
-    room = [int(c) for c in site_caps]
-    adj = [list(sites_of[g]) for g in groups]
+    dem = demand.tolist()
+    room = site_caps.tolist()
+    adj = [sites_of[g] for g in groups.tolist()]
     x = [[0] * m for _ in range(G)]
     left = dem[:]
     if start is not None:  # a given start, cut down to the capacities
-        x = [[int(v) for v in row] for row in start]
+        for i, j, t in start:
+            x[i][j] = t
         for j in range(m):
             over = sum(x[i][j] for i in range(G)) - room[j]
             for i in reversed(range(G)):
@@ -296,16 +365,21 @@ def balance(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntA
     """The least level and an allocation reaching it: (K, x) with x (len(groups), m), rows
     summing to ``demand``, read off a maximum flow at level K (augmented from the greedy
     water-filling, so that sites below level K share the tasks evenly)."""
-    K = min_level(demand, groups, sites_of, slots, loads, L, lower)
-    # of the many flows reaching K, take one near the water-filled allocation: the sites
-    # below level K are then filled evenly rather than up to K in index order
-    K_greedy, start = greedy(demand, groups, sites_of, slots, loads, L)
-    if K_greedy <= K:  # within every site's room at K and complete: the flow keeps it as is
-        return K, start
-    value, x = _flow(demand, groups, sites_of, caps(K, slots, loads, L), start)
-    if value != int(demand.sum()):  # Hall and max-flow disagree: a bug, never bad input
-        raise AssertionError(f"level {K} admits {value} of {int(demand.sum())} tasks")
-    return K, x
+    key = _rows_key(demand, groups, sites_of, slots, loads, L)
+    done = _BALANCED.get(key)
+    if done is None:
+        K = min_level(demand, groups, sites_of, slots, loads, L, lower)
+        # of the many flows reaching K, take one near the water-filled allocation: the sites
+        # below level K are then filled evenly rather than up to K in index order
+        K_filled, takes = _filled(demand, groups, sites_of, slots, loads, L)
+        if K_filled <= K:  # within every site's room at K and complete: the flow keeps it
+            x = _takes_array(takes, len(groups), len(slots))
+        else:
+            value, x = _flow(demand, groups, sites_of, caps(K, slots, loads, L), takes)
+            if value != int(demand.sum()):  # Hall and max-flow disagree: a bug, never bad input
+                raise AssertionError(f"level {K} admits {value} of {int(demand.sum())} tasks")
+        done = _BALANCED.put(key, (K, x))
+    return done[0], done[1].copy()
 
 
 def greedy(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntArray,
@@ -315,19 +389,60 @@ def greedy(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntAr
     ``(loads + x) / slots`` end as even as whole tasks allow (a remainder task goes to the
     site whose load after it is least, a tie to the site more loaded before, as Fig. 3.10).
     Returns (level, x)."""
-    K, takes = _water_fill(demand.tolist(), groups.tolist(), sites_of, slots.tolist(),
-                           loads.tolist(), L)
-    x = np.zeros((len(groups), len(slots)), dtype=np.int64)
+    K, takes = _filled(demand, groups, sites_of, slots, loads, L)
+    return K, _takes_array(takes, len(groups), len(slots))
+
+
+def _takes_array(takes: list[tuple[int, int, int]], G: int, m: int) -> IntArray:
+    """The (G, m) allocation of the (row, site, tasks) takes."""
+    x = np.zeros((G, m), dtype=np.int64)
     for i, j, t in takes:
         x[i, j] = t
-    return K, x
+    return x
 
 
 def greedy_level(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntArray,
                  loads: IntArray, L: int) -> int:
     """The level of :func:`greedy`'s allocation, without building it."""
-    return _water_fill(demand.tolist(), groups.tolist(), sites_of, slots.tolist(),
-                       loads.tolist(), L)[0]
+    return _filled(demand, groups, sites_of, slots, loads, L)[0]
+
+
+def _filled(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntArray,
+            loads: IntArray, L: int) -> tuple[int, list[tuple[int, int, int]]]:
+    """:func:`_water_fill`, remembered (:class:`Memo`; the takes are not to be changed)."""
+    key = _rows_key(demand, groups, sites_of, slots, loads, L)
+    done = _FILLED.get(key)
+    if done is None:
+        done = _FILLED.put(key, _water_fill(demand.tolist(), groups.tolist(), sites_of,
+                                            slots.tolist(), loads.tolist(), L))
+    return done
+
+
+def _fill_two(n: int, c0: float, u0: float, c1: float, u1: float) -> tuple[int, int]:
+    """:func:`_water_fill`'s takes for a group of two sites (loads c, slots u), the same
+    float operations in the same order without its lists (most groups have two sites)."""
+    r0, r1 = c0 / u0, c1 / u1
+    if r1 < r0:  # the less loaded first (a tie keeps site order, as the stable sort)
+        lam = (n + c1) / u1
+        if lam > r0:
+            lam = (n + (c1 + c0)) / (u1 + u0)
+    else:
+        lam = (n + c0) / u0
+        if lam > r1:
+            lam = (n + (c0 + c1)) / (u0 + u1)
+    t0 = max(int(lam * u0 - c0 + 1e-9), 0)
+    t1 = max(int(lam * u1 - c1 + 1e-9), 0)
+    while t0 + t1 > n:  # float slack: undo from the most loaded (a tie: the first)
+        if (((c1 + t1) / u1 if t1 else -1) > ((c0 + t0) / u0 if t0 else -1)):
+            t1 -= 1
+        else:
+            t0 -= 1
+    for _ in range(n - t0 - t1):  # Fig. 3.10: a tie goes to the more loaded
+        if ((c1 + t1 + 1) / u1, -r1, 1) < ((c0 + t0 + 1) / u0, -r0, 0):
+            t1 += 1
+        else:
+            t0 += 1
+    return t0, t1
 
 
 def _water_fill(demand: list[int], groups: list[int], sites_of: SiteLists, u_all: list[int],
@@ -340,23 +455,39 @@ def _water_fill(demand: list[int], groups: list[int], sites_of: SiteLists, u_all
         if n == 0:
             continue
         S = sites_of[groups[i]]
+        if len(S) == 1:  # what the filling below ends with for one site, whatever the floats
+            takes.append((i, S[0], n))
+            cur[S[0]] += n
+            continue
+        if len(S) == 2:
+            j0, j1 = S
+            t0, t1 = _fill_two(n, float(cur[j0]), float(u_all[j0]), float(cur[j1]),
+                               float(u_all[j1]))
+            if t0:
+                takes.append((i, j0, t0))
+                cur[j0] += t0
+            if t1:
+                takes.append((i, j1, t1))
+                cur[j1] += t1
+            continue
         u = [float(u_all[j]) for j in S]
         c = [float(cur[j]) for j in S]
+        ratio = [ck / uk for ck, uk in zip(c, u, strict=True)]
         # continuous water level lam: sum max(0, lam u - c) = n, over sites sorted by c/u
-        o = sorted(range(len(S)), key=lambda k: c[k] / u[k])
+        o = sorted(range(len(S)), key=ratio.__getitem__)
         lam, uu, cc = 0.0, 0.0, 0.0
         for r, k in enumerate(o):
             uu += u[k]
             cc += c[k]
             lam = (n + cc) / uu
-            if r + 1 == len(o) or lam <= c[o[r + 1]] / u[o[r + 1]]:
+            if r + 1 == len(o) or lam <= ratio[o[r + 1]]:
                 break
-        take = [max(int(lam * u[k] - c[k] + 1e-9), 0) for k in range(len(S))]
+        take = [max(int(lam * uk - ck + 1e-9), 0) for ck, uk in zip(c, u, strict=True)]
         while sum(take) > n:  # float slack: undo from the most loaded
             k = max(range(len(S)), key=lambda k: ((c[k] + take[k]) / u[k] if take[k] else -1))
             take[k] -= 1
         for _ in range(n - sum(take)):  # Fig. 3.10: a tie goes to the more loaded
-            k = min(range(len(S)), key=lambda k: ((c[k] + take[k] + 1) / u[k], -c[k] / u[k], k))
+            k = min(range(len(S)), key=lambda k: ((c[k] + take[k] + 1) / u[k], -ratio[k], k))
             take[k] += 1
         for k, j in enumerate(S):
             if take[k]:

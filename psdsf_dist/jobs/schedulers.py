@@ -171,14 +171,6 @@ def plan(scheduler: str, queues: list[Queue], sites: Sites, order: str = "swag",
     if scheduler not in FIXED and order != "swag":
         raise ValueError(f"{scheduler} orders the jobs itself (order must be 'swag')")
 
-    def kind(i: int) -> tuple[Hashable, ...]:
-        """Jobs of one kind (the same demand on groups of the same sites) get the same
-        estimate and allocation on the same loads (:func:`swag_order`)."""
-        if i not in flexible:
-            return ("placed", i)
-        q = queues[i]
-        return (q.demand.tobytes(), tuple(np.asarray(sites.lists[g]).tobytes() for g in q.groups))
-
     uses: dict[int, SiteUse] = {}
 
     def use_of(i: int) -> SiteUse:
@@ -187,6 +179,16 @@ def plan(scheduler: str, queues: list[Queue], sites: Sites, order: str = "swag",
         if use is None:
             use = uses[i] = site_use(_placed(allocs[i]).sum(axis=0), sites.slots)
         return use
+
+    def kind(i: int) -> tuple[Hashable, ...]:
+        """Jobs of one kind get the same estimate on the same loads and add the same tasks
+        to every site (:func:`swag_order`): flexible jobs with the same demand on groups of
+        the same sites, placed jobs with the same tasks at every site (e.g. every one-task
+        job placed at a site)."""
+        if i not in flexible:
+            return ("placed", *use_of(i))
+        q = queues[i]
+        return (q.demand.tobytes(), tuple(sites.lists[g] for g in q.groups.tolist()))
 
     def allocate(i: int, loads: IntArray, load_list: list[int], lower: int,
                  want: bool) -> tuple[int, IntArray | None]:

@@ -115,6 +115,9 @@ def simulate_jobs(w: Workload, scheduler: str, *, order: str = "swag",
     alloc: dict[int, list[list[int]]] = {}  # per job: unstarted tasks per row and site
     drawn: dict[int, list[int]] = {}  # per job: tasks of each row started so far
     at_site: dict[int, list[int]] = {}  # per job: unstarted tasks placed at each site
+    # per job: the arrays of its unstarted tasks and placement the scheduler saw last, kept
+    # until a task of the job starts (most waiting jobs start none between two plans)
+    queue: dict[int, Queue] = {}
     site_jobs: list[deque[int]] = [deque() for _ in range(m)]
     heap: list[tuple[float, int, int, int]] = []
     seq = 0
@@ -126,13 +129,20 @@ def simulate_jobs(w: Workload, scheduler: str, *, order: str = "swag",
         nonlocal plans, plan_seconds, active
         t0 = time.perf_counter()
         active = [i for i in active if sum(demand[i])]
-        qs = [Queue(groups[i], np.array(demand[i], dtype=np.int64),
-                    np.array(alloc[i], dtype=np.int64) if i in alloc else None)
-              for i in active]
+        qs = []
+        for i in active:
+            q = queue.get(i)
+            if q is None:
+                q = queue[i] = Queue(groups[i], np.array(demand[i], dtype=np.int64),
+                                     np.array(alloc[i], dtype=np.int64) if i in alloc
+                                     else None)
+            qs.append(q)
         chosen, allocs = plan(scheduler, qs, sites, order, spent)
-        for i, a in zip(active, allocs, strict=True):
-            alloc[i] = a.tolist()
-            at_site[i] = a.sum(axis=0).tolist()
+        for i, q, a in zip(active, qs, allocs, strict=True):
+            if a is not q.alloc:  # placed anew (a job kept where it was is returned as is)
+                alloc[i] = a.tolist()
+                at_site[i] = a.sum(axis=0).tolist()
+                queue[i] = Queue(q.groups, q.demand, a)
         ordered = [active[k] for k in chosen]
         for j in range(m):
             site_jobs[j] = deque(i for i in ordered if at_site[i][j] > 0)
@@ -158,6 +168,7 @@ def simulate_jobs(w: Workload, scheduler: str, *, order: str = "swag",
                         busy_seconds[j] += d
                         seq += 1
                     got[k] += take
+                    queue.pop(i, None)
                     a[k][j] -= take
                     dem[k] -= take
                     at_site[i][j] -= take
@@ -185,7 +196,7 @@ def simulate_jobs(w: Workload, scheduler: str, *, order: str = "swag",
             if left[i] == 0:
                 finish[i] = t_end
                 done_job = True
-                for d in (groups, demand, alloc, drawn, at_site):
+                for d in (groups, demand, alloc, drawn, at_site, queue):
                     d.pop(i, None)
         if done_job:
             active = [i for i in active if i in groups]

@@ -12,12 +12,14 @@ from hypothesis import strategies as st
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import maximum_flow
 
-import psdsf_dist.jobs.balance as balance_module
+from psdsf_dist.jobs import balance as balance_module
 from psdsf_dist.jobs.balance import (
     _flow,
+    _water_fill,
     balance,
     caps,
     greedy,
+    greedy_level,
     grid,
     level,
     min_level,
@@ -100,10 +102,10 @@ def test_least_level_by_max_flow_when_a_job_reaches_many_sites(
     by_hall = min_level(demand, groups, lists, slots, loads, L, lower)
     with mock.patch.object(balance_module, "MAX_HALL_SITES", 0):
         balance_module._subsets.cache_clear()
-        balance_module._idle_level.cache_clear()
+        forget()
         by_flow = min_level(demand, groups, lists, slots, loads, L, lower)
     balance_module._subsets.cache_clear()
-    balance_module._idle_level.cache_clear()
+    forget()
     assert by_flow == by_hall
 
 
@@ -127,3 +129,97 @@ def test_greedy_water_fills_one_group_evenly() -> None:
     K, x = greedy(np.array([7]), np.array([0]), lists, one, np.array([1, 3, 6]), 1)
     assert x.tolist() == [[4, 3, 0]]
     assert K == 6
+
+
+def forget() -> None:
+    for memo in (balance_module._LEAST, balance_module._BALANCED, balance_module._FILLED):
+        memo.clear()
+
+
+@settings(max_examples=150, deadline=None)
+@given(instances(), st.lists(st.integers(0, 20), min_size=7, max_size=7),
+       st.lists(st.booleans(), min_size=7, max_size=7), st.integers(1, 3))
+def test_remembered_estimates_are_the_ones_computed_afresh(
+        inst: tuple, other: list[int], keep: list[bool], more: int) -> None:  # type: ignore[type-arg]
+    """The memos key an estimate by all it depends on: after estimating the job on one set of
+    loads (and with other slots), estimates on loads that agree only on some sites, or on
+    the same loads, are those computed with empty memos."""
+    demand, groups, lists, slots, loads = inst
+    m = len(slots)
+    loads2 = np.where(keep[:m], loads, np.array(other[:m], dtype=np.int64))
+    slots2 = slots + more
+
+    def estimates(s: IntArray, ld: IntArray) -> tuple[object, ...]:
+        L = grid(s)
+        K, x = balance(demand, groups, lists, s, ld, L)
+        Kg, xg = greedy(demand, groups, lists, s, ld, L)
+        return (min_level(demand, groups, lists, s, ld, L), K, x.tolist(),
+                greedy_level(demand, groups, lists, s, ld, L), Kg, xg.tolist())
+
+    fresh = []
+    for s, ld in ((slots, loads), (slots, loads2), (slots2, loads2)):
+        forget()
+        fresh.append(estimates(s, ld))
+    forget()
+    for _ in range(2):
+        assert [estimates(s, ld) for s, ld in ((slots, loads), (slots, loads2),
+                                                (slots2, loads2))] == fresh
+
+
+def test_remembered_allocations_are_copies() -> None:
+    lists = ((0, 1),)
+    one = np.ones(2, dtype=np.int64)
+    args = (np.array([3]), np.array([0]), lists, one, np.zeros(2, dtype=np.int64), 1)
+    for fn in (balance, greedy):
+        _, x = fn(*args)
+        x[:] = 99
+        assert fn(*args)[1].sum() == 3
+
+
+def reference_water_fill(demand: list[int], groups: list[int],
+                         sites_of: tuple[tuple[int, ...], ...], u_all: list[int],
+                         loads: list[int], L: int) -> tuple[int, list[tuple[int, int, int]]]:
+    """Fig. 3.10 written plainly (one site or many alike, ratios divided where used)."""
+    cur = loads[:]
+    takes: list[tuple[int, int, int]] = []
+    for i in sorted(range(len(groups)), key=lambda i: (-demand[i], i)):
+        n = demand[i]
+        if n == 0:
+            continue
+        S = sites_of[groups[i]]
+        u = [float(u_all[j]) for j in S]
+        c = [float(cur[j]) for j in S]
+        o = sorted(range(len(S)), key=lambda k: c[k] / u[k])
+        lam, uu, cc = 0.0, 0.0, 0.0
+        for r, k in enumerate(o):
+            uu += u[k]
+            cc += c[k]
+            lam = (n + cc) / uu
+            if r + 1 == len(o) or lam <= c[o[r + 1]] / u[o[r + 1]]:
+                break
+        take = [max(int(lam * u[k] - c[k] + 1e-9), 0) for k in range(len(S))]
+        while sum(take) > n:
+            k = max(range(len(S)), key=lambda k: ((c[k] + take[k]) / u[k] if take[k] else -1))
+            take[k] -= 1
+        for _ in range(n - sum(take)):
+            k = min(range(len(S)), key=lambda k: ((c[k] + take[k] + 1) / u[k], -c[k] / u[k], k))
+            take[k] += 1
+        for k, j in enumerate(S):
+            if take[k]:
+                takes.append((i, j, take[k]))
+                cur[j] += take[k]
+    used = {j for _, j, _ in takes}
+    return max((-(-cur[j] * L // u_all[j]) for j in used), default=0), takes
+
+
+@settings(max_examples=300, deadline=None)
+@given(instances(), st.sampled_from([0, 10**6, 10**12, 10**15]), st.integers(1, 7))
+def test_water_fill_is_fig_3_10_written_plainly(inst: tuple, shift: int,  # type: ignore[type-arg]
+                                                  top: int) -> None:
+    """The water-filling's shortcuts (one site, ratios divided once) give the same takes as
+    the plain Fig. 3.10, also at loads large enough for its float slack to show."""
+    demand, groups, lists, slots, loads = inst
+    slots = np.minimum(slots * top, 7)
+    args = (demand.tolist(), groups.tolist(), lists, slots.tolist(), (loads + shift).tolist(),
+            grid(slots))
+    assert _water_fill(*args) == reference_water_fill(*args)

@@ -168,3 +168,29 @@ def test_plan_work_counts_estimates_and_refuses_past_its_limits() -> None:
     with pytest.raises(PlanLimitError, match=f"more than {made - 1} job estimates") as err:
         plan("ata", qs, sites, work=PlanWork(max_estimates=made - 1))
     assert err.value.limit == "estimates"
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data(), st.integers(2, 4), st.integers(1, 2))
+def test_placed_jobs_alike_are_ordered_as_if_each_were_estimated_alone(
+        data: st.DataObject, m: int, slots: int) -> None:
+    """Placed jobs with the same tasks at every site share one estimate per loads (one heap
+    entry); the order is still SWAG's: the least (level, index) on the loads so far."""
+    sites = make_sites(m, 2, slots)
+    base = data.draw(queues(m))
+    copies = data.draw(st.lists(st.integers(0, len(base) - 1), min_size=1, max_size=8))
+    qs = base + [Queue(base[k].groups.copy(), base[k].demand.copy()) for k in copies]
+    qs = [qs[i] for i in data.draw(st.permutations(range(len(qs))))]
+    for s in FIXED:
+        fresh = [Queue(q.groups, q.demand.copy()) for q in qs]
+        order, allocs = plan(s, fresh, sites)
+        loads = np.zeros(m, dtype=np.int64)
+        left = [i for i, q in enumerate(qs) if q.demand.sum() > 0]
+        eager = []
+        while left:
+            best = min(left, key=lambda i: (level(allocs[i].sum(axis=0), sites.slots, loads,
+                                                  sites.L), i))
+            loads = loads + allocs[best].sum(axis=0)
+            eager.append(best)
+            left.remove(best)
+        assert order == eager

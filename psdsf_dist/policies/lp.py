@@ -10,7 +10,9 @@ Why HiGHS directly rather than through ``scipy.optimize.linprog(method="highs")`
 the same solver: the policies solve many small LPs (a progressive filling is one LP per
 round, a job simulation thousands of fillings), and scipy's wrapper spends about 3 ms a call
 checking options and converting inputs around a solve that takes under 1 ms at these sizes.
-The model is handed to HiGHS as one column-wise sparse matrix.  The binding's low-level
+The model is handed to HiGHS as one row-wise sparse matrix, the form the callers build
+(HiGHS makes it column-wise itself; the solutions are the same bit for bit as from the
+column-wise copy scipy would make, which cost more than it saved).  The binding's low-level
 ``_Highs`` class is used because the public ``Highs`` class installs Python callbacks, which
 cost time on every call, and prints HiGHS's banner on standard output before its options can
 be set; its methods are the same and typed.
@@ -85,7 +87,7 @@ def solve_lp(c: FloatArray, A_ub: Matrix | None = None, b_ub: FloatArray | None 
     ub = _rows(A_ub, n)
     eq = _rows(A_eq, n)
     m_ub, m_eq = ub.shape[0], eq.shape[0]
-    A = sp.vstack([ub, eq], format="csc") if m_eq else ub.tocsc()
+    A = sp.vstack([ub, eq], format="csr") if m_eq else ub
     lp = HighsLp()
     lp.num_col_ = n
     lp.num_row_ = m_ub + m_eq
@@ -97,7 +99,7 @@ def solve_lp(c: FloatArray, A_ub: Matrix | None = None, b_ub: FloatArray | None 
     b_e = np.zeros(0) if b_eq is None else np.asarray(b_eq, dtype=float)
     lp.row_lower_ = np.concatenate([np.full(m_ub, -np.inf), b_e])
     lp.row_upper_ = np.concatenate([b_u, b_e])
-    lp.a_matrix_.format_ = MatrixFormat.kColwise
+    lp.a_matrix_.format_ = MatrixFormat.kRowwise
     lp.a_matrix_.num_col_ = n
     lp.a_matrix_.num_row_ = m_ub + m_eq
     lp.a_matrix_.start_ = A.indptr

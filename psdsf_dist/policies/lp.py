@@ -10,12 +10,13 @@ Why HiGHS directly rather than through ``scipy.optimize.linprog(method="highs")`
 the same solver: the policies solve many small LPs (a progressive filling is one LP per
 round, a job simulation thousands of fillings), and scipy's wrapper spends about 3 ms a call
 checking options and converting inputs around a solve that takes under 1 ms at these sizes.
-The model is handed to HiGHS as one row-wise sparse matrix, the form the callers build
-(HiGHS makes it column-wise itself; the solutions are the same bit for bit as from the
-column-wise copy scipy would make, which cost more than it saved).  The binding's low-level
-``_Highs`` class is used because the public ``Highs`` class installs Python callbacks, which
-cost time on every call, and prints HiGHS's banner on standard output before its options can
-be set; its methods are the same and typed.
+The model is handed to HiGHS as arrays (the binding's array form of ``passModel``, no
+``HighsLp`` object whose fields are copied one by one), its matrix row-wise, the form the
+callers build (HiGHS makes it column-wise itself; the solutions are the same bit for bit as
+from a column-wise copy), and to one HiGHS instance per thread (:func:`_solver`).  The
+binding's low-level ``_Highs`` class is used because the public ``Highs`` class installs
+Python callbacks, which cost time on every call, and prints HiGHS's banner on standard output
+before its options can be set; its methods are the same and typed.
 
 Presolve: a program presolve finds infeasible or unbounded is solved again without it, and
 that verdict stands.  HiGHS's presolve can declare a feasible program infeasible at tight
@@ -30,13 +31,14 @@ from being handed ~1e-7 of its neighbours' share.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
-from highspy import HighsLp, HighsModelStatus, MatrixFormat
+from highspy import HighsModelStatus
 from highspy._core import _Highs
 
 FloatArray = npt.NDArray[np.float64]
@@ -78,6 +80,27 @@ def _rows(A: Matrix | None, n: int) -> sp.csr_array:
     return sp.csr_array(A)
 
 
+_LOCAL = threading.local()
+_ROWWISE = 2
+"""HiGHS's code for a row-wise matrix (``MatrixFormat.kRowwise``)."""
+_MINIMIZE = 1
+
+
+def _solver() -> _Highs:
+    """This thread's HiGHS instance, its options set once: building one costs about as much
+    as handing it a model, and a model passed in replaces the last one with its solver state
+    (no basis carries over; 7,800 LPs of a job simulation came out bit for bit the same as
+    from a fresh instance each)."""
+    h: _Highs | None = getattr(_LOCAL, "highs", None)
+    if h is None:
+        h = _Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("primal_feasibility_tolerance", FEASIBILITY_TOL)
+        h.setOptionValue("dual_feasibility_tolerance", FEASIBILITY_TOL)
+        _LOCAL.highs = h
+    return h
+
+
 def solve_lp(c: FloatArray, A_ub: Matrix | None = None, b_ub: FloatArray | None = None,
              A_eq: Matrix | None = None, b_eq: FloatArray | None = None,
              upper: FloatArray | None = None) -> LpResult:
@@ -88,34 +111,22 @@ def solve_lp(c: FloatArray, A_ub: Matrix | None = None, b_ub: FloatArray | None 
     eq = _rows(A_eq, n)
     m_ub, m_eq = ub.shape[0], eq.shape[0]
     A = sp.vstack([ub, eq], format="csr") if m_eq else ub
-    lp = HighsLp()
-    lp.num_col_ = n
-    lp.num_row_ = m_ub + m_eq
-    lp.col_cost_ = np.asarray(c, dtype=float)
-    lp.col_lower_ = np.zeros(n)
-    lp.col_upper_ = (np.full(n, np.inf) if upper is None
-                     else np.asarray(upper, dtype=float))
     b_u = np.zeros(0) if b_ub is None else np.asarray(b_ub, dtype=float)
     b_e = np.zeros(0) if b_eq is None else np.asarray(b_eq, dtype=float)
-    lp.row_lower_ = np.concatenate([np.full(m_ub, -np.inf), b_e])
-    lp.row_upper_ = np.concatenate([b_u, b_e])
-    lp.a_matrix_.format_ = MatrixFormat.kRowwise
-    lp.a_matrix_.num_col_ = n
-    lp.a_matrix_.num_row_ = m_ub + m_eq
-    lp.a_matrix_.start_ = A.indptr
-    lp.a_matrix_.index_ = A.indices
-    lp.a_matrix_.value_ = A.data
-    h = _Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("primal_feasibility_tolerance", FEASIBILITY_TOL)
-    h.setOptionValue("dual_feasibility_tolerance", FEASIBILITY_TOL)
-    h.passModel(lp)
+    h = _solver()
+    h.passModel(n, m_ub + m_eq, A.nnz, _ROWWISE, _MINIMIZE, 0.0, np.asarray(c, dtype=float),
+                np.zeros(n), np.full(n, np.inf) if upper is None
+                else np.asarray(upper, dtype=float),
+                np.concatenate([np.full(m_ub, -np.inf), b_e]), np.concatenate([b_u, b_e]),
+                A.indptr.astype(np.int32), A.indices.astype(np.int32),
+                A.data.astype(float), np.zeros(n, dtype=np.int32))
     h.run()
     model_status = h.getModelStatus()
     if model_status != HighsModelStatus.kOptimal:  # presolve's verdict is checked without it
         h.setOptionValue("presolve", "off")
         h.clearSolver()
         h.run()
+        h.setOptionValue("presolve", "choose")
         model_status = h.getModelStatus()
     status = _STATUS.get(model_status, "failed")
     if status != "optimal":

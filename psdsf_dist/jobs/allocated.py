@@ -31,7 +31,7 @@ from __future__ import annotations
 import heapq
 import time
 from dataclasses import dataclass
-from typing import Any
+from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
@@ -40,7 +40,9 @@ import scipy.sparse as sp
 from psdsf_dist.errors import SolverError
 from psdsf_dist.jobs.simulator import DEFAULT_SAMPLES, JobRun
 from psdsf_dist.jobs.workload import Workload
+from psdsf_dist.model.entries import PlacementRule, UserSpec
 from psdsf_dist.model.scenario import Scenario
+from psdsf_dist.model.task_groups import GroupSpec
 from psdsf_dist.policies.amf import AMF_POLICIES, pair_floors, task_group_view
 from psdsf_dist.policies.lp import solve_lp
 from psdsf_dist.policies.registry import POLICIES, UnknownPolicyError, allocate
@@ -98,8 +100,10 @@ def job_scenario(names: list[str], running: IntArray, groups: list[list[tuple[li
                  slots: IntArray, site_names: tuple[str, ...]) -> Scenario:
     """The active jobs as users of one resource: ``running[i, j]`` tasks bound to site j and,
     per job, (sites, unstarted tasks) groups; placement the sites of its groups, backlog its
-    unfinished tasks."""
-    users: list[dict[str, Any]] = []
+    unfinished tasks.  The jobs join the sites' scenario (:func:`sites_scenario`) as users
+    join any scenario (:meth:`Scenario.with_users`): the arrays of the document listing them,
+    without reading the sites again at every solve."""
+    specs: list[UserSpec] = []
     for i, name in enumerate(names):
         grp: dict[tuple[int, ...], int] = {}
         for j in np.flatnonzero(running[i]).tolist():
@@ -108,17 +112,24 @@ def job_scenario(names: list[str], running: IntArray, groups: list[list[tuple[li
             if k:
                 grp[tuple(sites)] = grp.get(tuple(sites), 0) + k
         used = sorted({j for key in grp for j in key})
-        users.append({"name": name, "demand": {"slots": 1},
-                      "servers": [site_names[j] for j in used],
-                      "max_tasks": sum(grp.values()),
-                      "task_groups": [{"servers": [site_names[j] for j in key], "tasks": k}
-                                      for key, k in grp.items()]})
+        specs.append(UserSpec(
+            name, {"slots": 1.0}, max_tasks=float(sum(grp.values())),
+            placement=PlacementRule(tuple(site_names[j] for j in used)),
+            task_groups=tuple(GroupSpec(tuple(site_names[j] for j in key), float(k))
+                              for key, k in grp.items())))
+    return sites_scenario(tuple(int(u) for u in slots), site_names).with_users(specs)
+
+
+@lru_cache(maxsize=16)
+def sites_scenario(slots: tuple[int, ...], site_names: tuple[str, ...]) -> Scenario:
+    """The sites as servers of one resource, ``slots``, and no user yet (a document needs a
+    user: one is declared and left out)."""
     return Scenario.from_dict({
         "resources": ["slots"],
-        "servers": [{"name": s, "capacity": {"slots": int(u)}}
+        "servers": [{"name": s, "capacity": {"slots": u}}
                     for s, u in zip(site_names, slots, strict=True)],
-        "users": users,
-    })
+        "users": [{"name": "none", "demand": {"slots": 1}}],
+    }).only_users([])
 
 
 def allocation(policy: str, sc: Scenario, *, optimized: bool = False) -> FloatArray:

@@ -5,6 +5,8 @@ same run twice."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -12,6 +14,8 @@ from hypothesis import strategies as st
 
 from psdsf_dist.jobs.allocated import allocation, imf, job_scenario, simulate_allocated
 from psdsf_dist.jobs.workload import Workload, build_workload, load_csv
+from psdsf_dist.model.scenario import Scenario
+from psdsf_dist.model.task_groups import TaskGroups
 from psdsf_dist.policies.registry import UnknownPolicyError
 from tests.jobs.test_simulator import check_run, random_workload
 
@@ -124,3 +128,51 @@ def test_optimized_keeps_amf_totals_and_capacities(seed: int, jobs: int, sites: 
     assert (opt.sum(axis=0) <= slots + 1e-6).all() and (opt >= -1e-9).all()
     w = random_workload(seed, jobs, sites, available, 1.0, 2)
     check_run(w, simulate_allocated(w, policy, optimized=True).run)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10**6), st.integers(1, 6), st.integers(2, 4))
+def test_job_scenario_is_the_scenario_of_the_document_listing_the_jobs(
+        seed: int, jobs: int, sites: int) -> None:
+    """The jobs join the sites' scenario as users: every array and task group equal to the
+    ones the scenario document with the jobs as users builds."""
+    rng = np.random.default_rng(seed)
+    names = [f"j{i}" for i in range(jobs)]
+    site_names = tuple(f"S{j + 1}" for j in range(sites))
+    running = rng.integers(0, 3, (jobs, sites)) * (rng.random((jobs, sites)) < 0.4)
+    groups = [[(sorted(int(j) for j in rng.choice(sites, size=int(rng.integers(1, sites + 1)),
+                                                   replace=False)), int(rng.integers(0, 9)))
+               for _ in range(int(rng.integers(1, 3)))] for _ in range(jobs)]
+    for i in range(jobs):  # a job has something left
+        if not running[i].any() and not any(k for _, k in groups[i]):
+            groups[i][0] = (groups[i][0][0], 1)
+    slots = rng.integers(1, 5, sites)
+    users = []
+    for i, name in enumerate(names):
+        grp: dict[tuple[int, ...], int] = {}
+        for j in np.flatnonzero(running[i]).tolist():
+            grp[(j,)] = grp.get((j,), 0) + int(running[i, j])
+        for lst, k in groups[i]:
+            if k:
+                grp[tuple(lst)] = grp.get(tuple(lst), 0) + k
+        used = sorted({j for key in grp for j in key})
+        users.append({"name": name, "demand": {"slots": 1},
+                      "servers": [site_names[j] for j in used],
+                      "max_tasks": sum(grp.values()),
+                      "task_groups": [{"servers": [site_names[j] for j in key], "tasks": k}
+                                      for key, k in grp.items()]})
+    doc = Scenario.from_dict({
+        "resources": ["slots"],
+        "servers": [{"name": s, "capacity": {"slots": int(u)}}
+                    for s, u in zip(site_names, slots, strict=True)],
+        "users": users})
+    got = job_scenario(names, running.astype(np.int64), groups, slots, site_names)
+    for f in dataclasses.fields(Scenario):
+        a, b = getattr(got, f.name), getattr(doc, f.name)
+        if isinstance(a, np.ndarray):
+            np.testing.assert_array_equal(a, b, err_msg=f.name)
+        elif isinstance(a, TaskGroups):
+            for g in dataclasses.fields(TaskGroups):
+                np.testing.assert_array_equal(getattr(a, g.name), getattr(b, g.name))
+        else:
+            assert a == b, f.name

@@ -74,9 +74,12 @@ _STATUS: dict[HighsModelStatus, Status] = {
 }
 
 
-def _rows(A: Matrix | None, n: int) -> sp.csr_array:
+def _rows(A: Matrix | None, n: int) -> sp.csr_array | sp.csr_matrix:
+    """``A`` as a CSR matrix (itself if it is one: the builders make CSR)."""
     if A is None:
         return sp.csr_array((0, n))
+    if isinstance(A, (sp.csr_array, sp.csr_matrix)):
+        return A
     return sp.csr_array(A)
 
 
@@ -108,9 +111,13 @@ def solve_lp(c: FloatArray, A_ub: Matrix | None = None, b_ub: FloatArray | None 
     ``x <= upper`` (None: no such rows or bounds; ``upper`` may hold ``inf``)."""
     n = len(c)
     ub = _rows(A_ub, n)
-    eq = _rows(A_eq, n)
-    m_ub, m_eq = ub.shape[0], eq.shape[0]
-    A = sp.vstack([ub, eq], format="csr") if m_eq else ub
+    m_ub = ub.shape[0]
+    if A_eq is None:
+        A, m_eq = ub, 0
+    else:
+        eq = _rows(A_eq, n)
+        m_eq = eq.shape[0]
+        A = sp.vstack([ub, eq], format="csr") if m_eq else ub
     b_u = np.zeros(0) if b_ub is None else np.asarray(b_ub, dtype=float)
     b_e = np.zeros(0) if b_eq is None else np.asarray(b_eq, dtype=float)
     h = _solver()

@@ -151,9 +151,10 @@ def main(argv: list[str] | None = None) -> None:
     rows = read()
     began = time.perf_counter()
     if not args.report:
+        # seed by seed, so that a run stopped early leaves whole seeds to compare
         todo = [JobCell("facebook-pareto-per-job", FACEBOOK, None, z, s, UTILISATION, q)
-                for q in PROPOSED for z in zipfs for s in seeds_arg(args.seeds)
-                if (z, s, q) not in rows]  # ATA's runs first: the longest
+                for s in seeds_arg(args.seeds) for z in zipfs for q in PROPOSED
+                if (z, s, q) not in rows]
         for c, m, _ in run_parallel(run_cell, todo, args.workers):
             rows[(c.zipf, c.seed, c.scheduler)] = {
                 "zipf": f"{c.zipf:g}", "seed": str(c.seed), "scheduler": c.scheduler,

@@ -373,7 +373,7 @@ def balance(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntA
         K = min_level(demand, groups, sites_of, slots, loads, L, lower)
         # of the many flows reaching K, take one near the water-filled allocation: the sites
         # below level K are then filled evenly rather than up to K in index order
-        K_filled, takes = _filled(demand, groups, sites_of, slots, loads, L)
+        K_filled, takes = _fill_under(key, demand, groups, sites_of, slots, loads, L)
         if K_filled <= K:  # within every site's room at K and complete: the flow keeps it
             x = _takes_array(takes, len(groups), len(slots))
         else:
@@ -412,7 +412,14 @@ def greedy_level(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots:
 def _filled(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntArray,
             loads: IntArray, L: int) -> tuple[int, list[tuple[int, int, int]]]:
     """:func:`_water_fill`, remembered (:class:`Memo`; the takes are not to be changed)."""
-    key = _rows_key(demand, groups, sites_of, slots, loads, L)
+    return _fill_under(_rows_key(demand, groups, sites_of, slots, loads, L), demand, groups,
+                       sites_of, slots, loads, L)
+
+
+def _fill_under(key: Hashable, demand: IntArray, groups: IntArray, sites_of: SiteLists,
+                slots: IntArray, loads: IntArray, L: int
+                ) -> tuple[int, list[tuple[int, int, int]]]:
+    """:func:`_filled` with its memo key (:func:`_rows_key`) already made."""
     done = _FILLED.get(key)
     if done is None:
         done = _FILLED.put(key, _water_fill(demand.tolist(), groups.tolist(), sites_of,
@@ -496,4 +503,4 @@ def _water_fill(demand: list[int], groups: list[int], sites_of: SiteLists, u_all
                 takes.append((i, j, take[k]))
                 cur[j] += take[k]
     used = {j for _, j, _ in takes}
-    return use_level([(j, cur[j] - loads[j], u_all[j]) for j in used], loads, L), takes
+    return use_level([(j, 0, u_all[j]) for j in used], cur, L), takes

@@ -38,7 +38,7 @@ from typing import Literal, TypeAlias
 import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
-from highspy import HighsModelStatus
+from highspy import HighsModelStatus, MatrixFormat, ObjSense
 from highspy._core import _Highs
 
 FloatArray = npt.NDArray[np.float64]
@@ -84,9 +84,8 @@ def _rows(A: Matrix | None, n: int) -> sp.csr_array | sp.csr_matrix:
 
 
 _LOCAL = threading.local()
-_ROWWISE = 2
-"""HiGHS's code for a row-wise matrix (``MatrixFormat.kRowwise``)."""
-_MINIMIZE = 1
+_ROWWISE = int(MatrixFormat.kRowwise)
+_MINIMIZE = int(ObjSense.kMinimize)
 
 
 def _solver() -> _Highs:
@@ -131,10 +130,12 @@ def solve_lp(c: FloatArray, A_ub: Matrix | None = None, b_ub: FloatArray | None 
     model_status = h.getModelStatus()
     if model_status != HighsModelStatus.kOptimal:  # presolve's verdict is checked without it
         h.setOptionValue("presolve", "off")
-        h.clearSolver()
-        h.run()
-        h.setOptionValue("presolve", "choose")
-        model_status = h.getModelStatus()
+        try:
+            h.clearSolver()
+            h.run()
+            model_status = h.getModelStatus()
+        finally:  # the instance serves this thread's later LPs
+            h.setOptionValue("presolve", "choose")
     status = _STATUS.get(model_status, "failed")
     if status != "optimal":
         return LpResult(status, h.modelStatusToString(model_status), np.zeros(n), np.nan,

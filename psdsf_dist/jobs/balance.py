@@ -20,8 +20,10 @@ exactly what they read, since successive plans repeat most of them.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from functools import lru_cache
+from itertools import count
+from operator import itemgetter
 from typing import Generic, TypeVar
 
 import numpy as np
@@ -63,6 +65,21 @@ class Memo(dict[Hashable, V], Generic[V]):
 _LEAST: Memo[int] = Memo()
 _BALANCED: Memo[tuple[int, IntArray]] = Memo()
 _FILLED: Memo[tuple[int, list[tuple[int, int, int]]]] = Memo()
+_IDS: dict[Hashable, int] = {}
+_NEXT_ID = count()
+
+
+def _shape_id(shape: Hashable) -> int:
+    """A number standing for ``shape`` in memo keys (hashing it once per plan instead of at
+    every estimate).  Bounded like the memos: past :data:`MEMO_SIZE` shapes the table starts
+    afresh and numbers are never reused, so a memo entry under an old number is merely never
+    found again."""
+    found = _IDS.get(shape)
+    if found is None:
+        if len(_IDS) >= MEMO_SIZE:
+            _IDS.clear()
+        found = _IDS[shape] = next(_NEXT_ID)
+    return found
 
 
 @lru_cache(maxsize=1 << 14)
@@ -72,14 +89,53 @@ def _union(lists: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
     return tuple(sorted({j for g in lists for j in g}))
 
 
-def _rows_key(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntArray,
-              loads: IntArray, L: int) -> tuple[Hashable, ...]:
-    """What a job's allocation depends on: its rows (tasks and site list each, in order), the
-    grid, the slots, and the loads of the sites its rows name."""
-    rows = tuple(sites_of[g] for g in groups.tolist())
-    ld = loads.tolist()
-    return (tuple(demand.tolist()), rows, L, slots.tobytes(),
-            tuple(ld[j] for j in _union(rows)))
+def _reader(sites: tuple[int, ...]) -> Callable[[list[int]], Hashable]:
+    """Reads the loads of ``sites`` off a list of every site's load, as a hashable value."""
+    return itemgetter(*sites) if sites else (lambda loads: ())
+
+
+class JobRows:
+    """One job's unstarted tasks as its estimates read them, prepared once per plan (a plan
+    estimates each job on many loads): the rows (``demand[i]`` tasks of group ``groups[i]``)
+    as lists, each row's sites, and the two shapes the memos key by — the rows themselves
+    (for allocations) and the tasks per distinct site list (for the least level, which
+    depends on nothing else) — each with the slots and grid, numbered by :func:`_shape_id`,
+    and a reader of the loads of the sites each shape names."""
+
+    __slots__ = ("L", "_ratio", "dem", "demand", "demand_list", "group_list", "groups",
+                 "list_id", "list_loads", "lists", "row_id", "row_loads", "sites_of",
+                 "slot_list", "slots")
+
+    def __init__(self, demand: IntArray, groups: IntArray, sites_of: SiteLists,
+                 slots: IntArray, L: int) -> None:
+        self.demand, self.groups, self.sites_of, self.slots, self.L = (
+            demand, groups, sites_of, slots, L)
+        self.demand_list: list[int] = demand.tolist()
+        self.group_list: list[int] = groups.tolist()
+        self.slot_list: list[int] = slots.tolist()
+        rows = tuple(sites_of[g] for g in self.group_list)
+        where = (L, slots.tobytes())
+        self.row_id = _shape_id((tuple(self.demand_list), rows, where))
+        self.row_loads = _reader(_union(rows))
+        per_list: dict[tuple[int, ...], int] = {}
+        for d, lst in zip(self.demand_list, rows, strict=True):
+            if d > 0:
+                per_list[lst] = per_list.get(lst, 0) + d
+        self.lists = tuple(sorted(per_list))
+        self.dem = tuple(per_list[k] for k in self.lists)
+        self.list_id = _shape_id((self.lists, self.dem, where))
+        self.list_loads = _reader(_union(self.lists))
+        self._ratio = -1
+
+    def equal_slots(self) -> int:
+        """L / u when every site the lists name has the same slots u and u divides L (the
+        closed form :func:`_equal_slots_level` then applies), else 0."""
+        if self._ratio < 0:
+            sites = _union(self.lists)
+            u = self.slot_list[sites[0]]
+            same = self.L % u == 0 and all(self.slot_list[j] == u for j in sites)
+            self._ratio = self.L // u if same else 0
+        return self._ratio
 
 
 def grid(slots: IntArray) -> int:
@@ -122,10 +178,12 @@ def level(x_sites: IntArray, slots: IntArray, loads: IntArray, L: int) -> int:
 
 
 @lru_cache(maxsize=4096)
-def _hall(lists: tuple[tuple[int, ...], ...]) -> tuple[IntArray, FloatArray, FloatArray]:
+def _hall(lists: tuple[tuple[int, ...], ...]
+          ) -> tuple[IntArray, FloatArray, FloatArray, IntArray]:
     """For groups with the given distinct site lists: the sites N they can use and the
     subsets B of N that Hall's condition must check — their membership over N (rows, as
-    floats for a BLAS product; the entries are 0/1) and which groups lie inside each.
+    floats for a BLAS product; the entries are 0/1), which groups lie inside each, and the
+    membership again as integers (for the closed form of equal slots).
 
     Only *closed, connected* subsets are kept: B equal to the union of the site lists of the
     groups inside it, and not split into two parts with no group inside B straddling them.
@@ -153,7 +211,7 @@ def _hall(lists: tuple[tuple[int, ...], ...]) -> tuple[IntArray, FloatArray, Flo
     member = ((masks[:, None] >> np.arange(len(N))) & 1).astype(float)
     gm_arr = np.array(gmask, dtype=np.int64)
     inside_arr = ((masks[:, None] & gm_arr[None, :]) == gm_arr[None, :]).astype(float)
-    return np.array(N, dtype=np.int64), member, inside_arr
+    return np.array(N, dtype=np.int64), member, inside_arr, member.astype(np.int64)
 
 
 def site_lists(group_sites: npt.NDArray[np.bool_]) -> SiteLists:
@@ -178,40 +236,39 @@ def min_level(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: In
     but the tasks per site list and the slots and loads of the sites those lists name, so it
     is remembered under exactly that (:class:`Memo`): successive plans weigh the same waiting
     jobs on the same partial loads again and again."""
-    per_list: dict[tuple[int, ...], int] = {}
-    for d, g in zip(demand.tolist(), groups.tolist(), strict=True):
-        if d > 0:
-            key = sites_of[g]
-            per_list[key] = per_list.get(key, 0) + d
-    if not per_list:
+    return least_level(JobRows(demand, groups, sites_of, slots, L), loads, loads.tolist(),
+                       lower)
+
+
+def least_level(job: JobRows, loads: IntArray, load_list: list[int], lower: int = 0) -> int:
+    """:func:`min_level` of a prepared job, the loads given as an array and as a list."""
+    if not job.lists:
         return 0
-    lists = tuple(sorted(per_list))
-    dem = tuple(per_list[k] for k in lists)
-    ld = loads.tolist()
-    memo_key = (lists, dem, L, slots.tobytes(), tuple(ld[j] for j in _union(lists)))
-    least = _LEAST.get(memo_key)
+    key = (job.list_id, job.list_loads(load_list))
+    least = _LEAST.get(key)
     if least is None:
-        least = _LEAST.put(memo_key, _least_level(lists, dem, slots, loads, L, max(lower, 1)))
+        least = _LEAST.put(key, _least_level(job, loads, load_list, max(lower, 1)))
     return least
 
 
 @lru_cache(maxsize=1 << 16)
 def _subsets(lists: tuple[tuple[int, ...], ...], dem: tuple[int, ...]
-             ) -> tuple[IntArray, FloatArray, FloatArray] | None:
+             ) -> tuple[IntArray, FloatArray, FloatArray, IntArray, IntArray] | None:
     """For the tasks ``dem`` of groups with site lists ``lists``: the sites N, the subsets'
-    membership (:func:`_hall`) and the tasks that must go inside each subset; None when the
-    groups reach more than :data:`MAX_HALL_SITES` sites (then a max-flow decides)."""
+    membership (:func:`_hall`) and the tasks that must go inside each subset, then both
+    again as integers (the tasks as a column); None when the groups reach more than
+    :data:`MAX_HALL_SITES` sites (then a max-flow decides)."""
     if len(_union(lists)) > MAX_HALL_SITES:
         return None
-    N, member, inside = _hall(lists)
-    return N, member, np.asarray(inside @ np.array(dem, dtype=float))
+    N, member, inside, member_int = _hall(lists)
+    need = np.asarray(inside @ np.array(dem, dtype=float))
+    return N, member, need, member_int, need.astype(np.int64)[:, None]
 
 
-def _least_level(lists: tuple[tuple[int, ...], ...], dem: tuple[int, ...], slots: IntArray,
-                 loads: IntArray, L: int, lo: int) -> int:
-    """:func:`min_level` for groups with distinct site lists, searching from ``lo``."""
+def _least_level(job: JobRows, loads: IntArray, ld_list: list[int], lo: int) -> int:
+    """:func:`least_level` computed, searching from ``lo``."""
+    lists, dem, slots, sl_list, L = job.lists, job.dem, job.slots, job.slot_list, job.L
     # an upper bound: every group at its first site
-    ld_list, sl_list = loads.tolist(), slots.tolist()
     first: dict[int, int] = {}
     for lst, d in zip(lists, dem, strict=True):
         first[lst[0]] = first.get(lst[0], 0) + d
@@ -229,10 +286,10 @@ def _least_level(lists: tuple[tuple[int, ...], ...], dem: tuple[int, ...], slots
             else:
                 lo = mid + 1
         return hi
-    N, member, need = prepared
-    u = sl_list[int(N[0])]
-    if L % u == 0 and all(sl_list[j] == u for j in N.tolist()):
-        return _equal_slots_level(member, need, loads[N], L // u)
+    N, member, need, member_int, need_col = prepared
+    r = job.equal_slots()
+    if r:
+        return _equal_slots_level(member_int, need_col, loads[N], r)
     sl, ld = slots[N][:, None], loads[N][:, None]
     dense = True  # the first batch: the levels right above the lower bound
     while lo < hi:
@@ -256,19 +313,25 @@ def _least_level(lists: tuple[tuple[int, ...], ...], dem: tuple[int, ...], slots
     return hi
 
 
-def _equal_slots_level(member: FloatArray, need: FloatArray, loads: IntArray, r: int) -> int:
+def _equal_slots_level(member: IntArray, need: IntArray, loads: IntArray, r: int) -> int:
     """The least level when every site of N has the same slots u and L = r u: a site then
     takes ``max(floor(K / r) - load, 0)`` tasks, so subset B holds its need n_B from the
     least W = floor(K / r) with sum over B of max(W - load, 0) >= n_B on, which is
     min over t of ceil((n_B + S_t) / t), S_t the sum of B's t least loads (any t sites give
     at least t W - S_t; the sites below W give exactly that).  The least level is r times the
-    largest such W over the subsets, computed for all subsets at once."""
-    order = np.argsort(loads, kind="stable")
-    inside = member[:, order].astype(np.int64)  # subsets x sites by increasing load
+    largest such W over the subsets, computed for all subsets at once (``member`` the
+    subsets over N's sites, ``need`` their tasks as a column)."""
+    order = loads.argsort(kind="stable")
+    inside = member[:, order]  # subsets x sites by increasing load
     t = inside.cumsum(axis=1)
-    total = (inside * loads[order]).cumsum(axis=1) + need.astype(np.int64)[:, None]
-    w = np.where(t > 0, -(-total // np.maximum(t, 1)), np.iinfo(np.int64).max)
+    total = (inside * loads[order]).cumsum(axis=1)
+    total += need
+    w = -(-total // np.maximum(t, 1))
+    w[t == 0] = _NO_BOUND  # before B's first site: no bound
     return r * int(w.min(axis=1).max())
+
+
+_NO_BOUND = np.iinfo(np.int64).max
 
 
 def _flow(demand: IntArray, groups: IntArray, sites_of: SiteLists,
@@ -367,19 +430,28 @@ def balance(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntA
     """The least level and an allocation reaching it: (K, x) with x (len(groups), m), rows
     summing to ``demand``, read off a maximum flow at level K (augmented from the greedy
     water-filling, so that sites below level K share the tasks evenly)."""
-    key = _rows_key(demand, groups, sites_of, slots, loads, L)
+    return balanced(JobRows(demand, groups, sites_of, slots, L), loads, loads.tolist(), lower)
+
+
+def balanced(job: JobRows, loads: IntArray, load_list: list[int], lower: int = 0
+             ) -> tuple[int, IntArray]:
+    """:func:`balance` of a prepared job, the loads given as an array and as a list."""
+    key = (job.row_id, job.row_loads(load_list))
     done = _BALANCED.get(key)
     if done is None:
-        K = min_level(demand, groups, sites_of, slots, loads, L, lower)
+        K = least_level(job, loads, load_list, lower)
         # of the many flows reaching K, take one near the water-filled allocation: the sites
         # below level K are then filled evenly rather than up to K in index order
-        K_filled, takes = _fill_under(key, demand, groups, sites_of, slots, loads, L)
+        K_filled, takes = _fill_under(key, job, load_list)
+        G, m = len(job.group_list), len(job.slot_list)
         if K_filled <= K:  # within every site's room at K and complete: the flow keeps it
-            x = _takes_array(takes, len(groups), len(slots))
+            x = _takes_array(takes, G, m)
         else:
-            value, x = _flow(demand, groups, sites_of, caps(K, slots, loads, L), takes)
-            if value != int(demand.sum()):  # Hall and max-flow disagree: a bug, never bad input
-                raise AssertionError(f"level {K} admits {value} of {int(demand.sum())} tasks")
+            value, x = _flow(job.demand, job.groups, job.sites_of,
+                             caps(K, job.slots, loads, job.L), takes)
+            if value != sum(job.demand_list):  # Hall and max-flow disagree: a bug
+                raise AssertionError(f"level {K} admits {value} of {sum(job.demand_list)} "
+                                     "tasks")
         done = _BALANCED.put(key, (K, x))
     return done[0], done[1].copy()
 
@@ -391,8 +463,13 @@ def greedy(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntAr
     ``(loads + x) / slots`` end as even as whole tasks allow (a remainder task goes to the
     site whose load after it is least, a tie to the site more loaded before, as Fig. 3.10).
     Returns (level, x)."""
-    K, takes = _filled(demand, groups, sites_of, slots, loads, L)
-    return K, _takes_array(takes, len(groups), len(slots))
+    return filled(JobRows(demand, groups, sites_of, slots, L), loads.tolist())
+
+
+def filled(job: JobRows, load_list: list[int]) -> tuple[int, IntArray]:
+    """:func:`greedy` of a prepared job."""
+    K, takes = _filled(job, load_list)
+    return K, _takes_array(takes, len(job.group_list), len(job.slot_list))
 
 
 def _takes_array(takes: list[tuple[int, int, int]], G: int, m: int) -> IntArray:
@@ -406,24 +483,26 @@ def _takes_array(takes: list[tuple[int, int, int]], G: int, m: int) -> IntArray:
 def greedy_level(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntArray,
                  loads: IntArray, L: int) -> int:
     """The level of :func:`greedy`'s allocation, without building it."""
-    return _filled(demand, groups, sites_of, slots, loads, L)[0]
+    return filled_level(JobRows(demand, groups, sites_of, slots, L), loads.tolist())
 
 
-def _filled(demand: IntArray, groups: IntArray, sites_of: SiteLists, slots: IntArray,
-            loads: IntArray, L: int) -> tuple[int, list[tuple[int, int, int]]]:
+def filled_level(job: JobRows, load_list: list[int]) -> int:
+    """:func:`greedy_level` of a prepared job."""
+    return _filled(job, load_list)[0]
+
+
+def _filled(job: JobRows, load_list: list[int]) -> tuple[int, list[tuple[int, int, int]]]:
     """:func:`_water_fill`, remembered (:class:`Memo`; the takes are not to be changed)."""
-    return _fill_under(_rows_key(demand, groups, sites_of, slots, loads, L), demand, groups,
-                       sites_of, slots, loads, L)
+    return _fill_under((job.row_id, job.row_loads(load_list)), job, load_list)
 
 
-def _fill_under(key: Hashable, demand: IntArray, groups: IntArray, sites_of: SiteLists,
-                slots: IntArray, loads: IntArray, L: int
+def _fill_under(key: Hashable, job: JobRows, load_list: list[int]
                 ) -> tuple[int, list[tuple[int, int, int]]]:
-    """:func:`_filled` with its memo key (:func:`_rows_key`) already made."""
+    """:func:`_filled` with its memo key already made."""
     done = _FILLED.get(key)
     if done is None:
-        done = _FILLED.put(key, _water_fill(demand.tolist(), groups.tolist(), sites_of,
-                                            slots.tolist(), loads.tolist(), L))
+        done = _FILLED.put(key, _water_fill(job.demand_list, job.group_list, job.sites_of,
+                                            job.slot_list, load_list, job.L))
     return done
 
 
@@ -502,5 +581,9 @@ def _water_fill(demand: list[int], groups: list[int], sites_of: SiteLists, u_all
             if take[k]:
                 takes.append((i, j, take[k]))
                 cur[j] += take[k]
-    used = {j for _, j, _ in takes}
-    return use_level([(j, 0, u_all[j]) for j in used], cur, L), takes
+    best = 0  # the level: use_level of the sites taken, on the loads with the takes added
+    for j in {j for _, j, _ in takes}:
+        k = -(-cur[j] * L // u_all[j])
+        if k > best:
+            best = k
+    return best, takes

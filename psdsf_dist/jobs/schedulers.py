@@ -40,12 +40,14 @@ import numpy.typing as npt
 
 from psdsf_dist.errors import PsdsfError
 from psdsf_dist.jobs.balance import (
+    JobRows,
     SiteLists,
     SiteUse,
     balance,
-    greedy,
-    greedy_level,
-    min_level,
+    balanced,
+    filled,
+    filled_level,
+    least_level,
     site_lists,
     site_use,
     use_level,
@@ -190,21 +192,24 @@ def plan(scheduler: str, queues: list[Queue], sites: Sites, order: str = "swag",
         q = queues[i]
         return (q.demand.tobytes(), tuple(sites.lists[g] for g in q.groups.tolist()))
 
+    rows: dict[int, JobRows] = {}
+
     def allocate(i: int, loads: IntArray, load_list: list[int], lower: int,
                  want: bool) -> tuple[int, IntArray | None]:
         spent.spend()
-        q = queues[i]
         if i not in flexible:
             return use_level(use_of(i), load_list, sites.L), allocs[i]
+        job = rows.get(i)
+        if job is None:  # prepared once per plan: the plan estimates it on many loads
+            q = queues[i]
+            job = rows[i] = JobRows(q.demand, q.groups, sites.lists, sites.slots, sites.L)
         if scheduler == "ata-greedy":
             if not want:  # the allocation is made again, on the same loads, if chosen
-                return greedy_level(q.demand, q.groups, sites.lists, sites.slots, loads,
-                                    sites.L), None
-            return greedy(q.demand, q.groups, sites.lists, sites.slots, loads, sites.L)
+                return filled_level(job, load_list), None
+            return filled(job, load_list)
         if not want:
-            return min_level(q.demand, q.groups, sites.lists, sites.slots, loads, sites.L,
-                             lower), None
-        return balance(q.demand, q.groups, sites.lists, sites.slots, loads, sites.L, lower)
+            return least_level(job, loads, load_list, lower), None
+        return balanced(job, loads, load_list, lower)
 
     chosen, placed = swag_order(live, allocate, m, [kind(i) for i in live])
     for i, x in placed.items():

@@ -102,9 +102,9 @@ class JobRows:
     depends on nothing else) — each with the slots and grid, numbered by :func:`_shape_id`,
     and a reader of the loads of the sites each shape names."""
 
-    __slots__ = ("L", "_ratio", "dem", "demand", "demand_list", "group_list", "groups",
-                 "list_id", "list_loads", "lists", "row_id", "row_loads", "sites_of",
-                 "slot_list", "slots")
+    __slots__ = ("L", "_order", "_ratio", "dem", "demand", "demand_list", "group_list",
+                 "groups", "list_id", "list_loads", "lists", "row_id", "row_loads",
+                 "sites_of", "slot_list", "slots")
 
     def __init__(self, demand: IntArray, groups: IntArray, sites_of: SiteLists,
                  slots: IntArray, L: int) -> None:
@@ -126,6 +126,15 @@ class JobRows:
         self.list_id = _shape_id((self.lists, self.dem, where))
         self.list_loads = _reader(_union(self.lists))
         self._ratio = -1
+        self._order: list[int] | None = None
+
+    def fill_order(self) -> list[int]:
+        """The rows with tasks, largest first (ties by position): the water-fill's order."""
+        if self._order is None:
+            d = self.demand_list
+            self._order = [i for i in sorted(range(len(d)), key=lambda i: (-d[i], i))
+                           if d[i] > 0]
+        return self._order
 
     def equal_slots(self) -> int:
         """L / u when every site the lists name has the same slots u and u divides L (the
@@ -502,7 +511,8 @@ def _fill_under(key: Hashable, job: JobRows, load_list: list[int]
     done = _FILLED.get(key)
     if done is None:
         done = _FILLED.put(key, _water_fill(job.demand_list, job.group_list, job.sites_of,
-                                            job.slot_list, load_list, job.L))
+                                            job.slot_list, load_list, job.L,
+                                            job.fill_order()))
     return done
 
 
@@ -534,14 +544,17 @@ def _fill_two(n: int, c0: float, u0: float, c1: float, u1: float) -> tuple[int, 
 
 
 def _water_fill(demand: list[int], groups: list[int], sites_of: SiteLists, u_all: list[int],
-                loads: list[int], L: int) -> tuple[int, list[tuple[int, int, int]]]:
-    """:func:`greedy` on plain lists: (level, (row, site, tasks) for every positive take)."""
+                loads: list[int], L: int, order: list[int] | None = None
+                ) -> tuple[int, list[tuple[int, int, int]]]:
+    """:func:`greedy` on plain lists: (level, (row, site, tasks) for every positive take);
+    ``order``: the rows with tasks, largest first (:meth:`JobRows.fill_order`), if known."""
     cur = loads[:]
     takes: list[tuple[int, int, int]] = []
-    for i in sorted(range(len(groups)), key=lambda i: (-demand[i], i)):
+    if order is None:
+        order = [i for i in sorted(range(len(groups)), key=lambda i: (-demand[i], i))
+                 if demand[i] > 0]
+    for i in order:
         n = demand[i]
-        if n == 0:
-            continue
         S = sites_of[groups[i]]
         if len(S) == 1:  # what the filling below ends with for one site, whatever the floats
             takes.append((i, S[0], n))

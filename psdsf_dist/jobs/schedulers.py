@@ -33,7 +33,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -65,11 +65,24 @@ FIXED = ("swag", "btawj", "btaaj")
 @dataclass
 class Queue:
     """A job's unstarted tasks: ``demand[i]`` of group ``groups[i]``; ``alloc`` (len(groups),
-    m) their sites, or None before the job is placed."""
+    m) their sites, or None before the job is placed.  A queue remembers its rows as the
+    estimates read them (:class:`JobRows`) from one plan to the next, checked against its
+    demand and the sites."""
 
     groups: IntArray
     demand: IntArray
     alloc: IntArray | None = None
+    prepared: tuple[Sites, bytes, JobRows] | None = field(default=None, compare=False,
+                                                           repr=False)
+
+    def rows(self, sites: Sites) -> JobRows:
+        """Its rows as the estimates on ``sites`` read them, prepared once."""
+        key = self.demand.tobytes()
+        p = self.prepared
+        if p is None or p[0] is not sites or p[1] != key:
+            p = self.prepared = (sites, key, JobRows(self.demand, self.groups, sites.lists,
+                                                     sites.slots, sites.L))
+        return p[2]
 
 
 @dataclass(frozen=True)
@@ -192,17 +205,12 @@ def plan(scheduler: str, queues: list[Queue], sites: Sites, order: str = "swag",
         q = queues[i]
         return (q.demand.tobytes(), tuple(sites.lists[g] for g in q.groups.tolist()))
 
-    rows: dict[int, JobRows] = {}
-
     def allocate(i: int, loads: IntArray, load_list: list[int], lower: int,
                  want: bool) -> tuple[int, IntArray | None]:
         spent.spend()
         if i not in flexible:
             return use_level(use_of(i), load_list, sites.L), allocs[i]
-        job = rows.get(i)
-        if job is None:  # prepared once per plan: the plan estimates it on many loads
-            q = queues[i]
-            job = rows[i] = JobRows(q.demand, q.groups, sites.lists, sites.slots, sites.L)
+        job = queues[i].rows(sites)
         if scheduler == "ata-greedy":
             if not want:  # the allocation is made again, on the same loads, if chosen
                 return filled_level(job, load_list), None

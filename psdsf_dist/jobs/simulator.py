@@ -142,7 +142,7 @@ def simulate_jobs(w: Workload, scheduler: str, *, order: str = "swag",
             if a is not q.alloc:  # placed anew (a job kept where it was is returned as is)
                 alloc[i] = a.tolist()
                 at_site[i] = a.sum(axis=0).tolist()
-                queue[i] = Queue(q.groups, q.demand, a)
+                q.alloc = a
         ordered = [active[k] for k in chosen]
         for j in range(m):
             site_jobs[j] = deque(i for i in ordered if at_site[i][j] > 0)

@@ -65,24 +65,45 @@ FIXED = ("swag", "btawj", "btaaj")
 @dataclass
 class Queue:
     """A job's unstarted tasks: ``demand[i]`` of group ``groups[i]``; ``alloc`` (len(groups),
-    m) their sites, or None before the job is placed.  A queue remembers its rows as the
-    estimates read them (:class:`JobRows`) from one plan to the next, checked against its
-    demand and the sites."""
+    m) their sites, or None before the job is placed.
+
+    A queue remembers what the plans derive from its arrays (its tasks left, its rows as the
+    estimates read them, the sites its placement uses) from one plan to the next, as long
+    as the arrays are the same objects: they are never changed in place (the simulator
+    makes a new queue when a task of the job starts, and assigns a new ``alloc`` when it is
+    placed anew)."""
 
     groups: IntArray
     demand: IntArray
     alloc: IntArray | None = None
-    prepared: tuple[Sites, bytes, JobRows] | None = field(default=None, compare=False,
-                                                           repr=False)
+    _left: tuple[IntArray, int] | None = field(default=None, compare=False, repr=False)
+    _rows: tuple[IntArray, Sites, JobRows] | None = field(default=None, compare=False,
+                                                          repr=False)
+    _use: tuple[IntArray, Sites, SiteUse, tuple[Hashable, ...]] | None = field(
+        default=None, compare=False, repr=False)
+
+    def left(self) -> int:
+        """Its unstarted tasks."""
+        c = self._left
+        if c is None or c[0] is not self.demand:
+            c = self._left = (self.demand, int(self.demand.sum()))
+        return c[1]
 
     def rows(self, sites: Sites) -> JobRows:
-        """Its rows as the estimates on ``sites`` read them, prepared once."""
-        key = self.demand.tobytes()
-        p = self.prepared
-        if p is None or p[0] is not sites or p[1] != key:
-            p = self.prepared = (sites, key, JobRows(self.demand, self.groups, sites.lists,
-                                                     sites.slots, sites.L))
-        return p[2]
+        """Its rows as the estimates on ``sites`` read them."""
+        c = self._rows
+        if c is None or c[0] is not self.demand or c[1] is not sites:
+            c = self._rows = (self.demand, sites, JobRows(self.demand, self.groups,
+                                                          sites.lists, sites.slots, sites.L))
+        return c[2]
+
+    def use(self, sites: Sites) -> tuple[SiteUse, tuple[Hashable, ...]]:
+        """The sites its placement uses, and its kind as a placed job (:func:`plan`)."""
+        c = self._use
+        if c is None or c[0] is not self.alloc or c[1] is not sites:
+            use = site_use(_placed(self.alloc).sum(axis=0), sites.slots)
+            c = self._use = (_placed(self.alloc), sites, use, ("placed", *use))
+        return c[2], c[3]
 
 
 @dataclass(frozen=True)
@@ -162,14 +183,15 @@ def plan(scheduler: str, queues: list[Queue], sites: Sites, order: str = "swag",
         raise ValueError(f"unknown order {order!r} (expected one of {ORDERS})")
     m = len(sites.slots)
     spent = PlanWork() if work is None else work
-    live = [i for i, q in enumerate(queues) if int(q.demand.sum()) > 0]
+    live = [i for i, q in enumerate(queues) if q.left() > 0]
     spent.waiting(len(live))
     allocs: list[IntArray | None] = [q.alloc for q in queues]
     if scheduler in FIXED:
         loads = np.zeros(m, dtype=np.int64)
-        for a in allocs:
-            if a is not None:
-                loads += a.sum(axis=0)
+        for q in queues:
+            if q.alloc is not None:
+                for j, t, _ in q.use(sites)[0]:
+                    loads[j] += t
         for i, q in enumerate(queues):
             if allocs[i] is None:
                 spent.spend()
@@ -186,14 +208,18 @@ def plan(scheduler: str, queues: list[Queue], sites: Sites, order: str = "swag",
     if scheduler not in FIXED and order != "swag":
         raise ValueError(f"{scheduler} orders the jobs itself (order must be 'swag')")
 
-    uses: dict[int, SiteUse] = {}
+    uses: dict[int, tuple[SiteUse, tuple[Hashable, ...]]] = {}
 
-    def use_of(i: int) -> SiteUse:
-        """The sites a placed job uses (fixed within a plan)."""
-        use = uses.get(i)
-        if use is None:
-            use = uses[i] = site_use(_placed(allocs[i]).sum(axis=0), sites.slots)
-        return use
+    def use_of(i: int) -> tuple[SiteUse, tuple[Hashable, ...]]:
+        """The sites a placed job uses and its kind (fixed within a plan)."""
+        q = queues[i]
+        if allocs[i] is q.alloc:
+            return q.use(sites)
+        got = uses.get(i)
+        if got is None:
+            use = site_use(_placed(allocs[i]).sum(axis=0), sites.slots)
+            got = uses[i] = (use, ("placed", *use))
+        return got
 
     def kind(i: int) -> tuple[Hashable, ...]:
         """Jobs of one kind get the same estimate on the same loads and add the same tasks
@@ -201,7 +227,7 @@ def plan(scheduler: str, queues: list[Queue], sites: Sites, order: str = "swag",
         the same sites, placed jobs with the same tasks at every site (e.g. every one-task
         job placed at a site)."""
         if i not in flexible:
-            return ("placed", *use_of(i))
+            return use_of(i)[1]
         q = queues[i]
         return (q.demand.tobytes(), tuple(sites.lists[g] for g in q.groups.tolist()))
 
@@ -209,7 +235,7 @@ def plan(scheduler: str, queues: list[Queue], sites: Sites, order: str = "swag",
                  want: bool) -> tuple[int, IntArray | None]:
         spent.spend()
         if i not in flexible:
-            return use_level(use_of(i), load_list, sites.L), allocs[i]
+            return use_level(use_of(i)[0], load_list, sites.L), allocs[i]
         job = queues[i].rows(sites)
         if scheduler == "ata-greedy":
             if not want:  # the allocation is made again, on the same loads, if chosen

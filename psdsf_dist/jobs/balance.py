@@ -165,7 +165,8 @@ SiteUse = list[tuple[int, int, int]]
 
 def site_use(x_sites: IntArray, slots: IntArray) -> SiteUse:
     """The sites an allocation with ``x_sites[j]`` tasks at site j uses."""
-    return [(j, int(x_sites[j]), int(slots[j])) for j in np.flatnonzero(x_sites).tolist()]
+    u = slots.tolist()
+    return [(j, t, u[j]) for j, t in enumerate(x_sites.tolist()) if t]
 
 
 def use_level(use: SiteUse, loads: list[int], L: int) -> int:

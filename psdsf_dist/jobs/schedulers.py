@@ -169,6 +169,8 @@ class PlanWork:
 Allocate = Callable[[int, IntArray, list[int], int, bool], tuple[int, IntArray | None]]
 """(job index, loads (as an array and as a list), lower bound, allocation wanted) -> (level,
 allocation or None)."""
+Spread = Callable[[int, IntArray], SiteUse]
+"""(job index, its allocation) -> the sites the allocation uses."""
 
 
 def plan(scheduler: str, queues: list[Queue], sites: Sites, order: str = "swag",
@@ -245,7 +247,10 @@ def plan(scheduler: str, queues: list[Queue], sites: Sites, order: str = "swag",
             return least_level(job, loads, load_list, lower), None
         return balanced(job, loads, load_list, lower)
 
-    chosen, placed = swag_order(live, allocate, m, [kind(i) for i in live])
+    def spread(i: int, x: IntArray) -> SiteUse:
+        return site_use(x.sum(axis=0), sites.slots) if i in flexible else use_of(i)[0]
+
+    chosen, placed = swag_order(live, allocate, spread, m, [kind(i) for i in live])
     for i, x in placed.items():
         allocs[i] = x
     for i, q in enumerate(queues):  # a job with nothing left to start is placed nowhere
@@ -270,11 +275,12 @@ def _place(scheduler: str, q: Queue, sites: Sites, loads: IntArray) -> IntArray:
     return balance(q.demand, q.groups, sites.lists, sites.slots, base, sites.L)[1]
 
 
-def swag_order(live: list[int], allocate: Allocate, m: int,
+def swag_order(live: list[int], allocate: Allocate, spread: Spread, m: int,
                alike: Sequence[Hashable] | None = None) -> tuple[list[int], dict[int, IntArray]]:
     """SWAG's greedy order of the jobs ``live``: repeatedly the job of earliest estimated
     completion on top of the jobs already ordered (ties: lower index), evaluated lazily (see
     the module docstring).  Returns the order and each job's allocation when it was chosen.
+    ``spread(i, x)`` gives the sites job i's allocation x uses (the loads it adds).
 
     ``alike[k]`` (optional) names the kind of ``live[k]``: jobs of one kind get the same
     estimate on the same loads, so of them only the lowest index can be next (ties go to it).
@@ -314,9 +320,10 @@ def swag_order(live: list[int], allocate: Allocate, m: int,
         following = rest[kind_of[i]]
         if following:  # the next of its kind: estimated as it was, re-estimated when popped
             heapq.heappush(heap, (K, following.popleft(), -1))
-        add = x.sum(axis=0)
-        if add.any():
-            loads = loads + add
-            load_list = loads.tolist()
+        use = spread(i, x)
+        if use:  # the loads grow in place: no estimate keeps them
+            for j, t, _ in use:
+                loads[j] += t
+                load_list[j] += t
             version += 1
     return out, placed

@@ -35,7 +35,6 @@ from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
-import scipy.sparse as sp
 
 from psdsf_dist.errors import SolverError
 from psdsf_dist.jobs.simulator import DEFAULT_SAMPLES, JobRun
@@ -44,7 +43,7 @@ from psdsf_dist.model.entries import PlacementRule, UserSpec
 from psdsf_dist.model.scenario import Scenario
 from psdsf_dist.model.task_groups import GroupSpec
 from psdsf_dist.policies.amf import AMF_POLICIES, pair_floors, task_group_view
-from psdsf_dist.policies.lp import solve_lp
+from psdsf_dist.policies.lp import solve_lp, sparse_rows
 from psdsf_dist.policies.registry import POLICIES, UnknownPolicyError, allocate
 
 FloatArray = npt.NDArray[np.float64]
@@ -209,9 +208,8 @@ def optimize_completion(sc: Scenario, policy: str, totals: FloatArray) -> FloatA
         entries_c.append(hit)
         entries_v.append(-np.ones(len(hit)))
         n_rows = ub_rows + len(us) + len(fl_u)
-        A = sp.csr_array((np.concatenate(entries_v),
-                          (np.concatenate(entries_r), np.concatenate(entries_c))),
-                         shape=(n_rows, k + 1))
+        A = sparse_rows(np.concatenate(entries_r), np.concatenate(entries_c),
+                        np.concatenate(entries_v), n_rows)
         lower = np.empty(len(us) + len(fl_u))
         lower[tot_row] = -totals[us] * (1.0 - TOTAL_TOL)
         lower[lo_of_u] = -floors[fl_u, fl_s] * (1.0 - TOTAL_TOL)

@@ -42,7 +42,39 @@ from highspy import HighsModelStatus, MatrixFormat, ObjSense
 from highspy._core import _Highs
 
 FloatArray = npt.NDArray[np.float64]
-Matrix: TypeAlias = sp.spmatrix | sp.sparray | FloatArray
+Int32Array = npt.NDArray[np.int32]
+
+
+@dataclass(frozen=True)
+class SparseRows:
+    """A sparse matrix row by row (CSR arrays in HiGHS's index type): the form the LP
+    builders assemble and HiGHS takes, made by :func:`sparse_rows` without a scipy matrix,
+    whose construction and checks cost more than the solve itself at these sizes."""
+
+    indptr: Int32Array
+    indices: Int32Array
+    data: FloatArray
+    num_rows: int
+
+
+def sparse_rows(rows: npt.NDArray[np.integer], cols: npt.NDArray[np.integer],
+                values: FloatArray, num_rows: int) -> SparseRows:
+    """The matrix with ``values`` at (``rows``, ``cols``), duplicates summed (in the order
+    given), each row's columns ascending, explicit zeros kept: the arrays of scipy's
+    ``csr_array((values, (rows, cols)))``."""
+    order = np.lexsort((cols, rows))
+    r, c, v = rows[order], cols[order], np.asarray(values, dtype=float)[order]
+    if len(r) > 1:
+        same = (r[1:] == r[:-1]) & (c[1:] == c[:-1])
+        if same.any():
+            first = np.flatnonzero(np.concatenate(([True], ~same)))
+            r, c, v = r[first], c[first], np.add.reduceat(v, first)
+    indptr = np.zeros(num_rows + 1, dtype=np.int32)
+    np.cumsum(np.bincount(r, minlength=num_rows), out=indptr[1:])
+    return SparseRows(indptr, c.astype(np.int32), v, num_rows)
+
+
+Matrix: TypeAlias = sp.spmatrix | sp.sparray | FloatArray | SparseRows
 
 FEASIBILITY_TOL = 1e-10
 """Primal and dual feasibility tolerance of every LP (module docstring)."""
@@ -74,13 +106,16 @@ _STATUS: dict[HighsModelStatus, Status] = {
 }
 
 
-def _rows(A: Matrix | None, n: int) -> sp.csr_array | sp.csr_matrix:
-    """``A`` as a CSR matrix (itself if it is one: the builders make CSR)."""
+def _rows(A: Matrix | None) -> SparseRows:
+    """``A`` row by row (itself if it is already :class:`SparseRows`)."""
     if A is None:
-        return sp.csr_array((0, n))
-    if isinstance(A, (sp.csr_array, sp.csr_matrix)):
+        return SparseRows(np.zeros(1, dtype=np.int32), np.zeros(0, dtype=np.int32),
+                          np.zeros(0), 0)
+    if isinstance(A, SparseRows):
         return A
-    return sp.csr_array(A)
+    M = A if isinstance(A, (sp.csr_array, sp.csr_matrix)) else sp.csr_array(A)
+    return SparseRows(M.indptr.astype(np.int32), M.indices.astype(np.int32),
+                      M.data.astype(float), M.shape[0])
 
 
 _LOCAL = threading.local()
@@ -109,23 +144,23 @@ def solve_lp(c: FloatArray, A_ub: Matrix | None = None, b_ub: FloatArray | None 
     """Minimise ``c @ x`` over ``x >= 0`` with ``A_ub x <= b_ub``, ``A_eq x == b_eq`` and
     ``x <= upper`` (None: no such rows or bounds; ``upper`` may hold ``inf``)."""
     n = len(c)
-    ub = _rows(A_ub, n)
-    m_ub = ub.shape[0]
-    if A_eq is None:
-        A, m_eq = ub, 0
-    else:
-        eq = _rows(A_eq, n)
-        m_eq = eq.shape[0]
-        A = sp.vstack([ub, eq], format="csr") if m_eq else ub
+    ub = _rows(A_ub)
+    m_ub = ub.num_rows
+    eq = _rows(A_eq)
+    m_eq = eq.num_rows
+    A = ub if not m_eq else SparseRows(
+        np.concatenate([ub.indptr, eq.indptr[1:] + ub.indptr[-1]]),
+        np.concatenate([ub.indices, eq.indices]), np.concatenate([ub.data, eq.data]),
+        m_ub + m_eq)
     b_u = np.zeros(0) if b_ub is None else np.asarray(b_ub, dtype=float)
     b_e = np.zeros(0) if b_eq is None else np.asarray(b_eq, dtype=float)
     h = _solver()
-    h.passModel(n, m_ub + m_eq, A.nnz, _ROWWISE, _MINIMIZE, 0.0, np.asarray(c, dtype=float),
+    h.passModel(n, m_ub + m_eq, len(A.data), _ROWWISE, _MINIMIZE, 0.0,
+                np.asarray(c, dtype=float),
                 np.zeros(n), np.full(n, np.inf) if upper is None
                 else np.asarray(upper, dtype=float),
                 np.concatenate([np.full(m_ub, -np.inf), b_e]), np.concatenate([b_u, b_e]),
-                A.indptr.astype(np.int32), A.indices.astype(np.int32),
-                A.data.astype(float), np.zeros(n, dtype=np.int32))
+                A.indptr, A.indices, A.data, np.zeros(n, dtype=np.int32))
     h.run()
     model_status = h.getModelStatus()
     if model_status != HighsModelStatus.kOptimal:  # presolve's verdict is checked without it

@@ -23,7 +23,7 @@ import scipy.sparse as sp
 
 from psdsf_dist.errors import SolverError
 from psdsf_dist.policies.feasibility import LinearModel
-from psdsf_dist.policies.lp import solve_lp
+from psdsf_dist.policies.lp import SparseRows, solve_lp, sparse_rows
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
@@ -117,10 +117,10 @@ def _bounds_rows(
     return rows, np.concatenate(rhs)
 
 
-def _matrix(parts: list[Triplets], shape: tuple[int, int]) -> sp.csr_array:
+def _matrix(parts: list[Triplets], num_rows: int) -> SparseRows:
     r, c, v = (np.concatenate([p[k] for p in parts]) if parts else np.zeros(0, dtype=int)
                for k in range(3))
-    return sp.csr_array((v, (r, c)), shape=shape)
+    return sparse_rows(r, c, v, num_rows)
 
 
 def _max_level(
@@ -138,7 +138,7 @@ def _max_level(
     t_col = (np.arange(n_a), np.full(n_a, P), np.ones(n_a))
     whole = _rows_of(model.A, np.arange(n_A), np.ones(n_A), n_a)
     extra, extra_b = _bounds_rows(model, caps, frozen, value, n_a + n_A)
-    A = _matrix([level, t_col, whole, *extra], (n_a + n_A + len(extra_b), P + 1))
+    A = _matrix([level, t_col, whole, *extra], n_a + n_A + len(extra_b))
     b = np.concatenate([np.zeros(n_a), model.b, extra_b])
     c = np.zeros(P + 1)
     c[-1] = -1.0
@@ -167,10 +167,10 @@ def _blocked_by_lp(
     val = value.copy()
     val[active] = level * scale[active]
     floor[active] = True
-    P, n_A = model.num_variables, model.A.shape[0]
+    n_A = model.A.shape[0]
     extra, extra_b = _bounds_rows(model, caps, floor, val, n_A)
     A = _matrix([_rows_of(model.A, np.arange(n_A), np.ones(n_A), 0), *extra],
-                (n_A + len(extra_b), P))
+                n_A + len(extra_b))
     b = np.concatenate([model.b, extra_b])
     blocked = np.zeros(len(active), dtype=bool)
     for j, n in enumerate(active.tolist()):

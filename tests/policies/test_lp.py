@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linprog
 
-from psdsf_dist.policies.lp import solve_lp
+from psdsf_dist.policies.lp import solve_lp, sparse_rows
 
 
 @st.composite
@@ -50,6 +50,31 @@ def test_optimal_programs_match_linprog(p: tuple[np.ndarray, ...]) -> None:
     y = alone.ineq_duals
     assert len(y) == len(b) and (y <= 1e-9).all() and (A.T @ y <= c + 1e-8).all()
     assert b @ y == pytest.approx(alone.objective, abs=1e-8)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 6), st.integers(1, 6), st.integers(0, 30))
+def test_sparse_rows_hold_what_scipy_builds(seed: int, m: int, n: int, k: int) -> None:
+    """The LP builders' matrices: the CSR arrays of scipy's csr_array((v, (r, c))) for
+    triplets in any order, with repeated entries (summed, in another order than scipy's
+    when three or more repeat) and explicit zeros (kept); and a
+    program given as such rows solves as the same scipy matrix does."""
+    rng = np.random.default_rng(seed)
+    r, c = rng.integers(0, m, k), rng.integers(0, n, k)
+    v = rng.choice([0.0, 1.0, -2.5, 0.3], k)
+    got = sparse_rows(r, c, v, m)
+    ref = sp.csr_array((v, (r, c)), shape=(m, n))
+    assert got.indptr.tolist() == ref.indptr.tolist()
+    assert got.indices.tolist() == ref.indices.tolist()
+    assert got.data.tolist() == pytest.approx(ref.data.tolist(), rel=1e-12, abs=1e-12)
+    if len(set(zip(r.tolist(), c.tolist(), strict=True))) == k:  # no repeats: bit for bit
+        assert got.data.tolist() == ref.data.tolist()
+    A = np.abs(ref.toarray()) + np.eye(m, n) + (np.arange(n) < 1)[None, :]
+    cost = -rng.uniform(0.1, 1, n)
+    nz_r, nz_c = np.nonzero(A)
+    rows = sparse_rows(nz_r, nz_c, A[nz_r, nz_c], m)
+    assert solve_lp(cost, rows, np.ones(m)).x.tolist() == solve_lp(
+        cost, sp.csr_array(A), np.ones(m)).x.tolist()
 
 
 def test_upper_bounds_are_kept() -> None:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Hashable
 from functools import lru_cache
 from itertools import count
 from operator import itemgetter
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -102,9 +102,9 @@ class JobRows:
     depends on nothing else) — each with the slots and grid, numbered by :func:`_shape_id`,
     and a reader of the loads of the sites each shape names."""
 
-    __slots__ = ("L", "_order", "_ratio", "dem", "demand", "demand_list", "group_list",
-                 "groups", "list_id", "list_loads", "lists", "row_id", "row_loads",
-                 "sites_of", "slot_list", "slots")
+    __slots__ = ("L", "_order", "_ratio", "binding", "dem", "demand", "demand_list",
+                 "group_list", "groups", "list_id", "list_loads", "lists", "row_id",
+                 "row_loads", "sites_of", "slot_list", "slots")
 
     def __init__(self, demand: IntArray, groups: IntArray, sites_of: SiteLists,
                  slots: IntArray, L: int) -> None:
@@ -127,6 +127,8 @@ class JobRows:
         self.list_loads = _reader(_union(self.lists))
         self._ratio = -1
         self._order: list[int] | None = None
+        self.binding = -1
+        """The subset that set the least level last (:func:`_equal_slots_level`)."""
 
     def fill_order(self) -> list[int]:
         """The rows with tasks, largest first (ties by position): the water-fill's order."""
@@ -188,12 +190,10 @@ def level(x_sites: IntArray, slots: IntArray, loads: IntArray, L: int) -> int:
 
 
 @lru_cache(maxsize=4096)
-def _hall(lists: tuple[tuple[int, ...], ...]
-          ) -> tuple[IntArray, FloatArray, FloatArray, IntArray]:
+def _hall(lists: tuple[tuple[int, ...], ...]) -> tuple[IntArray, FloatArray, FloatArray]:
     """For groups with the given distinct site lists: the sites N they can use and the
     subsets B of N that Hall's condition must check — their membership over N (rows, as
-    floats for a BLAS product; the entries are 0/1), which groups lie inside each, and the
-    membership again as integers (for the closed form of equal slots).
+    floats for a BLAS product; the entries are 0/1) and which groups lie inside each.
 
     Only *closed, connected* subsets are kept: B equal to the union of the site lists of the
     groups inside it, and not split into two parts with no group inside B straddling them.
@@ -221,7 +221,7 @@ def _hall(lists: tuple[tuple[int, ...], ...]
     member = ((masks[:, None] >> np.arange(len(N))) & 1).astype(float)
     gm_arr = np.array(gmask, dtype=np.int64)
     inside_arr = ((masks[:, None] & gm_arr[None, :]) == gm_arr[None, :]).astype(float)
-    return np.array(N, dtype=np.int64), member, inside_arr, member.astype(np.int64)
+    return np.array(N, dtype=np.int64), member, inside_arr
 
 
 def site_lists(group_sites: npt.NDArray[np.bool_]) -> SiteLists:
@@ -261,18 +261,35 @@ def least_level(job: JobRows, loads: IntArray, load_list: list[int], lower: int 
     return least
 
 
+class Subsets(NamedTuple):
+    """Hall's condition for one job's tasks per site list (:func:`_subsets`)."""
+
+    N: IntArray
+    """The sites the job can use."""
+    member: FloatArray
+    """The subsets to check over N (0/1 rows, as floats for a BLAS product)."""
+    need: FloatArray
+    """The tasks that must go inside each subset."""
+    member_int: IntArray
+    need_int: IntArray
+    need_list: list[int]
+    sites: list[list[int]]
+    """Each subset's sites, as positions in N."""
+
+
 @lru_cache(maxsize=1 << 16)
-def _subsets(lists: tuple[tuple[int, ...], ...], dem: tuple[int, ...]
-             ) -> tuple[IntArray, FloatArray, FloatArray, IntArray, IntArray] | None:
-    """For the tasks ``dem`` of groups with site lists ``lists``: the sites N, the subsets'
-    membership (:func:`_hall`) and the tasks that must go inside each subset, then both
-    again as integers (the tasks as a column); None when the groups reach more than
+def _subsets(lists: tuple[tuple[int, ...], ...], dem: tuple[int, ...]) -> Subsets | None:
+    """For the tasks ``dem`` of groups with site lists ``lists``: the sites N, the subsets
+    (:func:`_hall`) and the tasks that must go inside each, also as integers and lists (the
+    closed form of equal slots); None when the groups reach more than
     :data:`MAX_HALL_SITES` sites (then a max-flow decides)."""
     if len(_union(lists)) > MAX_HALL_SITES:
         return None
-    N, member, inside, member_int = _hall(lists)
+    N, member, inside = _hall(lists)
     need = np.asarray(inside @ np.array(dem, dtype=float))
-    return N, member, need, member_int, need.astype(np.int64)[:, None]
+    need_int = need.astype(np.int64)
+    return Subsets(N, member, need, member.astype(np.int64), need_int, need_int.tolist(),
+                   [np.flatnonzero(row).tolist() for row in member])
 
 
 def _least_level(job: JobRows, loads: IntArray, ld_list: list[int], lo: int) -> int:
@@ -296,10 +313,11 @@ def _least_level(job: JobRows, loads: IntArray, ld_list: list[int], lo: int) -> 
             else:
                 lo = mid + 1
         return hi
-    N, member, need, member_int, need_col = prepared
+    N, member, need = prepared.N, prepared.member, prepared.need
     r = job.equal_slots()
     if r:
-        return _equal_slots_level(member_int, need_col, loads[N], r)
+        level, job.binding = _equal_slots_level(prepared, loads[N], r, job.binding)
+        return level
     sl, ld = slots[N][:, None], loads[N][:, None]
     dense = True  # the first batch: the levels right above the lower bound
     while lo < hi:
@@ -323,22 +341,49 @@ def _least_level(job: JobRows, loads: IntArray, ld_list: list[int], lo: int) -> 
     return hi
 
 
-def _equal_slots_level(member: IntArray, need: IntArray, loads: IntArray, r: int) -> int:
+def _equal_slots_level(h: Subsets, loads: IntArray, r: int, hint: int = -1
+                       ) -> tuple[int, int]:
     """The least level when every site of N has the same slots u and L = r u: a site then
     takes ``max(floor(K / r) - load, 0)`` tasks, so subset B holds its need n_B from the
     least W = floor(K / r) with sum over B of max(W - load, 0) >= n_B on, which is
     min over t of ceil((n_B + S_t) / t), S_t the sum of B's t least loads (any t sites give
     at least t W - S_t; the sites below W give exactly that).  The least level is r times the
-    largest such W over the subsets, computed for all subsets at once (``member`` the
-    subsets over N's sites, ``need`` their tasks as a column)."""
+    largest such W over the subsets, computed for all subsets at once (``loads``: N's).
+    Returns it and a subset reaching it.
+
+    ``hint``: a subset likely to reach it (the one that did on the job's last loads, most
+    often still the one): its W is a lower bound, and if every subset holds at that W (one
+    product), it is the answer."""
+    if hint >= 0:
+        ld = loads.tolist()
+        w_hint = _water_level(sorted([ld[k] for k in h.sites[hint]]), h.need_list[hint])
+        if (h.member_int @ np.maximum(w_hint - loads, 0) >= h.need_int).all():
+            return r * w_hint, hint
     order = loads.argsort(kind="stable")
-    inside = member[:, order]  # subsets x sites by increasing load
+    inside = h.member_int[:, order]  # subsets x sites by increasing load
     t = inside.cumsum(axis=1)
     total = (inside * loads[order]).cumsum(axis=1)
-    total += need
+    total += h.need_int[:, None]
     w = -(-total // np.maximum(t, 1))
     w[t == 0] = _NO_BOUND  # before B's first site: no bound
-    return r * int(w.min(axis=1).max())
+    per_subset = w.min(axis=1)
+    b = int(per_subset.argmax())
+    return r * int(per_subset[b]), b
+
+
+def _water_level(loads: list[int], n: int) -> int:
+    """The least W with sum of max(W - load, 0) >= n over ``loads`` (ascending):
+    min over t of ceil((n + S_t) / t) (:func:`_equal_slots_level`), stopping at the first
+    load already at the best W (it and the loads after it add no room below W)."""
+    best, total = -1, n
+    for t, load in enumerate(loads, 1):
+        if 0 <= best <= load:
+            break
+        total += load
+        w = -(-total // t)
+        if best < 0 or w < best:
+            best = w
+    return best
 
 
 _NO_BOUND = np.iinfo(np.int64).max

@@ -80,6 +80,36 @@ def test_least_level_is_the_least_k_the_network_carries(inst: tuple) -> None:  #
     assert min_level(demand, groups, lists, slots, loads, L, lower=K) == K
 
 
+@settings(max_examples=150, deadline=None)
+@given(instances(), st.lists(st.integers(0, 40), min_size=7, max_size=7))
+def test_equal_slots_level_is_the_same_from_any_hint(
+        inst: tuple, other: list[int]) -> None:  # type: ignore[type-arg]
+    """The closed form of equal slots, started from any subset as the likely binding one
+    (the job's last), gives the level it gives with no hint — on the job's loads and on
+    other loads — and the subset it names reaches that level."""
+    demand, groups, lists, _, loads = inst
+    per_list = _per_list(demand, groups, lists)
+    h = balance_module._subsets(*per_list) if per_list[0] else None
+    if h is None:  # no tasks, or a max-flow decides
+        return
+    for ld in (loads, np.array(other[:len(loads)], dtype=np.int64)):
+        plain, b = balance_module._equal_slots_level(h, ld[h.N], 2)
+        assert balance_module._equal_slots_level(h, ld[h.N], 2, b) == (plain, b)
+        for hint in range(len(h.need_list)):
+            assert balance_module._equal_slots_level(h, ld[h.N], 2, hint)[0] == plain
+
+
+def _per_list(demand: IntArray, groups: IntArray, lists: tuple[tuple[int, ...], ...]
+              ) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+    """The tasks per distinct site list, as the least level reads them."""
+    per: dict[tuple[int, ...], int] = {}
+    for d, g in zip(demand.tolist(), groups.tolist(), strict=True):
+        if d > 0:
+            per[lists[g]] = per.get(lists[g], 0) + d
+    keys = tuple(sorted(per))
+    return keys, tuple(per[k] for k in keys)
+
+
 @settings(max_examples=80, deadline=None)
 @given(instances(), st.lists(st.integers(0, 40), min_size=7, max_size=7))
 def test_flow_value_matches_scipy(inst: tuple, raw_caps: list[int]) -> None:  # type: ignore[type-arg]

@@ -574,15 +574,18 @@ def _fill_two(n: int, c0: float, u0: float, c1: float, u1: float) -> tuple[int, 
         lam = (n + c0) / u0
         if lam > r1:
             lam = (n + (c0 + c1)) / (u0 + u1)
-    t0 = max(int(lam * u0 - c0 + 1e-9), 0)
-    t1 = max(int(lam * u1 - c1 + 1e-9), 0)
+    a0 = lam * u0 - c0 + 1e-9  # max(int(a), 0), without the calls
+    t0 = int(a0) if a0 > 0 else 0
+    a1 = lam * u1 - c1 + 1e-9
+    t1 = int(a1) if a1 > 0 else 0
     while t0 + t1 > n:  # float slack: undo from the most loaded (a tie: the first)
         if (((c1 + t1) / u1 if t1 else -1) > ((c0 + t0) / u0 if t0 else -1)):
             t1 -= 1
         else:
             t0 -= 1
-    for _ in range(n - t0 - t1):  # Fig. 3.10: a tie goes to the more loaded
-        if ((c1 + t1 + 1) / u1, -r1, 1) < ((c0 + t0 + 1) / u0, -r0, 0):
+    for _ in range(n - t0 - t1):  # Fig. 3.10: a tie goes to the more loaded (then site 0)
+        a0, a1 = (c0 + t0 + 1) / u0, (c1 + t1 + 1) / u1
+        if a1 < a0 or (a1 == a0 and r1 > r0):
             t1 += 1
         else:
             t0 += 1

@@ -43,7 +43,8 @@ MAX_HALL_SITES = 16
 MEMO_SIZE = 1 << 18
 """Job estimates a :class:`Memo` keeps before it starts afresh.  Entries hold keys of a few
 dozen integers and, for allocations, small arrays: the report's heaviest whole-trace runs
-peak at about 1.5 GB per process, the memos included (``/usr/bin/time -v``)."""
+peak at about 1.8 GB per process, the memos and the queues' prepared rows included
+(``/usr/bin/time -v``)."""
 
 V = TypeVar("V")
 

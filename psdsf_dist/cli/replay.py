@@ -1,4 +1,7 @@
-"""``psdsf-dist replay``: run a job trace through the job simulator under one or more schedulers.
+"""``psdsf-dist replay``: run a job trace through the job simulator under one or more schedulers
+(Guan's chapter 3) or allocation policies (chapters 4-5: the slots shared by a policy
+recomputed at arrivals and sub-job completions,
+:func:`psdsf_dist.jobs.allocated.simulate_allocated`).
 
 The trace is a SWIM ``.tsv`` (the Facebook 2010 trace) or the project's ``.csv``
 (``docs/jobs.md``).  Tasks without sites are placed as in section 3.3 of Guan's thesis (Zipf
@@ -24,6 +27,7 @@ from psdsf_dist.cli.common import (
     int_in,
 )
 from psdsf_dist.errors import PsdsfError
+from psdsf_dist.jobs.allocated import JOB_POLICIES, RECOMPUTE, simulate_allocated
 from psdsf_dist.jobs.metrics import PERCENTILES, summary
 from psdsf_dist.jobs.schedulers import FIXED, ORDERS, SCHEDULERS, PlanLimitError, PlanWork
 from psdsf_dist.jobs.simulator import simulate_jobs
@@ -40,6 +44,7 @@ from psdsf_dist.jobs.workload import (
     load_trace,
 )
 from psdsf_dist.model.limits import LIMITS_ENV, current_limits
+from psdsf_dist.policies.amf import AMF_POLICIES
 
 MAX_SITES = 1_000
 """Sites (and available sites): the placement draws a jobs x sites matrix."""
@@ -49,11 +54,21 @@ MAX_UTILISATION = 100.0
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("replay", help="replay a job trace under job schedulers (Guan ch. 3)")
+    p = sub.add_parser("replay", help="replay a job trace under job schedulers (Guan ch. 3) "
+                                      "or allocation policies (ch. 4-5)")
     p.add_argument("trace", help="trace file: SWIM .tsv or .csv (docs/jobs.md)")
-    p.add_argument("--scheduler", nargs="+", choices=SCHEDULERS, default=["ata-greedy"],
-                   metavar="S", help=f"schedulers to run (default ata-greedy; any of "
-                                     f"{' '.join(SCHEDULERS)})")
+    p.add_argument("--scheduler", nargs="+", choices=SCHEDULERS, default=None,
+                   metavar="S", help=f"schedulers to run (default ata-greedy unless --policy "
+                                     f"is given; any of {' '.join(SCHEDULERS)})")
+    p.add_argument("--policy", nargs="+", choices=JOB_POLICIES, default=[], metavar="P",
+                   help="allocation policies to run instead (or as well, with --scheduler): "
+                        "imf or any registered policy, e.g. amf gamf")
+    p.add_argument("--recompute", choices=RECOMPUTE, default=RECOMPUTE[0],
+                   help="with --policy: recompute the allocation at arrivals and sub-job "
+                        "completions (default subjob) or also at every task end (task)")
+    p.add_argument("--optimized", action="store_true",
+                   help="with --policy: refine the AMF family's allocations by Algorithms 6 "
+                        "and 8 (same job totals, each job's completion minimised in turn)")
     p.add_argument("--order", choices=ORDERS, default="swag",
                    help="job order of swag, btawj, btaaj: SWAG's (default) or arrival order")
     p.add_argument("--sites", type=int_in(1, MAX_SITES), default=DEFAULT_SITES, metavar="M",
@@ -89,9 +104,16 @@ def _check(args: argparse.Namespace) -> None:
     shape, mean = args.pareto
     if not shape > 1:
         raise CommandError(f"--pareto: need SHAPE > 1 (a finite mean), got {shape:g} {mean:g}")
-    if args.order == "fifo" and any(s not in FIXED for s in args.scheduler):
+    if args.order == "fifo" and any(s not in FIXED for s in args.scheduler or ()):
         raise CommandError(f"--order fifo: only for {', '.join(FIXED)} (the others order the "
                            "jobs themselves)")
+    if not args.policy and (args.optimized or args.recompute != RECOMPUTE[0]):
+        raise CommandError(f"--{'optimized' if args.optimized else 'recompute'}: only with "
+                           "--policy")
+    plain = [p for p in args.policy if p not in AMF_POLICIES]
+    if args.optimized and plain:
+        raise CommandError(f"--optimized: only the AMF family ({', '.join(AMF_POLICIES)}) is "
+                           f"optimized, not {', '.join(plain)}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -107,14 +129,20 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:  # a trace that cannot be rescaled
         raise CommandError(f"{args.trace}: {err}") from None
     limits = current_limits()
+    schedulers = args.scheduler or ([] if args.policy else ["ata-greedy"])
+    if args.policy and w.num_jobs > limits.policy_jobs:
+        raise CommandError(f"{args.trace}: {w.num_jobs:,} jobs, more than the limit of "
+                           f"{limits.policy_jobs:,} for --policy (each arrival and sub-job "
+                           "completion solves the policy over the active jobs; raise it with "
+                           f"{LIMITS_ENV}=\"policy_jobs=N\")")
     waiting, at = w.least_waiting()
-    if waiting > limits.waiting_jobs:
+    if schedulers and waiting > limits.waiting_jobs:
         raise CommandError(f"{args.trace}: at least {waiting:,} jobs wait at once (t = {at:g} s) "
                            f"under any scheduler, more than the limit of {limits.waiting_jobs:,} "
                            f"(jobs arrive faster than {int(w.slots.sum()):,} slots can start "
                            f"them, and {_replan_hint('waiting_jobs')})")
     results = []
-    for s in dict.fromkeys(args.scheduler):
+    for s in dict.fromkeys(schedulers):
         try:
             run_ = simulate_jobs(w, s, order=args.order,
                                  work=PlanWork(limits.estimates, limits.waiting_jobs))
@@ -123,6 +151,17 @@ def run(args: argparse.Namespace) -> int:
         results.append(summary(run_, w))
         print(f"psdsf-dist: replay: {s}: {w.num_tasks} tasks in {run_.wall_seconds:.2f} s "
               f"({run_.events_per_second:,.0f} events/s)", file=sys.stderr)
+    for p in dict.fromkeys(args.policy):
+        try:
+            shared = simulate_allocated(w, p, recompute=args.recompute,
+                                        optimized=args.optimized)
+        except PsdsfError as err:
+            raise CommandError(f"{args.trace}: {p}: {err}") from None
+        label = f"{p} (optimized)" if args.optimized else p
+        results.append({**summary(shared.run, w), "scheduler": label,
+                        "solves": shared.solves})
+        print(f"psdsf-dist: replay: {label}: {w.num_tasks} tasks, {shared.solves} solves in "
+              f"{shared.run.wall_seconds:.2f} s", file=sys.stderr)
     if args.json:
         text = dumps({"trace": args.trace, "seed": args.seed, "zipf": args.zipf,
                       "available": args.available, "results": results})

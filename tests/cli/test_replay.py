@@ -1,4 +1,5 @@
-"""``psdsf-dist replay``: Table 3.1 from its CSV, and bad input as one line, exit 2."""
+"""``psdsf-dist replay``: Table 3.1 from its CSV, allocation policies, and bad input as one line,
+exit 2."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from psdsf_dist.cli.main import main
+from psdsf_dist.jobs.allocated import simulate_allocated
+from psdsf_dist.jobs.workload import build_workload, load_trace
 from tests.conftest import EXAMPLES
 
 TABLE_31 = str(EXAMPLES / "guan_table31.csv")
@@ -40,6 +43,37 @@ def test_a_run_of_one_instant_prints_valid_json(tmp_path: Path,
     assert doc["results"][0]["offered_utilisation"] is None
 
 
+def test_policies_share_the_slots_as_the_library_does(capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    """--policy runs the slots-shared simulator (chapters 4-5) beside any scheduler asked
+    for: each result is the library's run of the same workload, recompute mode and
+    optimisation."""
+    assert main(["replay", TABLE_31, "--slots", "1", "--scheduler", "ata", "--policy", "imf",
+                 "gamf", "--recompute", "task", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["scheduler"] for r in doc["results"]] == ["ata", "imf", "gamf"]
+    w = build_workload(load_trace(TABLE_31), slots=1)
+    for r in doc["results"][1:]:
+        run = simulate_allocated(w, r["scheduler"], recompute="task")
+        assert r["solves"] == run.solves and r["order"] == "task"
+        assert r["mean_response_s"] == pytest.approx(float(run.run.response.mean()))
+    assert main(["replay", TABLE_31, "--slots", "1", "--policy", "amf", "--optimized",
+                 "--json"]) == 0
+    (got,) = json.loads(capsys.readouterr().out)["results"]  # no scheduler by default then
+    assert got["scheduler"] == "amf (optimized)"
+    assert got["solves"] == simulate_allocated(w, "amf", optimized=True).solves
+
+
+def test_a_policy_replay_of_too_many_jobs_is_refused_at_once(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("PSDSF_LIMITS", "policy_jobs=2")
+    assert main(["replay", TABLE_31, "--policy", "amf"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "guan_table31.csv: 3 jobs, more than the limit of 2 for --policy" in err
+    assert 'PSDSF_LIMITS="policy_jobs=N"' in err and "\n" not in err
+    assert main(["replay", TABLE_31, "--slots", "1", "--scheduler", "ata"]) == 0  # not for these
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["missing.csv"], "missing.csv: no such file"),
     ([TABLE_31, "--zipf", "-1"], "--zipf: must be a number in [0, 100], got -1"),
@@ -53,6 +87,11 @@ def test_a_run_of_one_instant_prints_valid_json(tmp_path: Path,
     ([TABLE_31, "--pareto", "1", "2"], "--pareto: need SHAPE > 1"),
     ([TABLE_31, "--scheduler", "ata", "--order", "fifo"], "--order fifo: only for"),
     ([TABLE_31, "--scheduler", "nope"], "invalid choice"),
+    ([TABLE_31, "--policy", "nope"], "invalid choice"),
+    ([TABLE_31, "--policy", "amf", "drf", "--optimized"],
+     "--optimized: only the AMF family (amf, amf-si, gamf, gamf-si) is optimized, not drf"),
+    ([TABLE_31, "--optimized"], "--optimized: only with --policy"),
+    ([TABLE_31, "--recompute", "task"], "--recompute: only with --policy"),
 ])
 def test_bad_input_is_one_line_exit_2(argv: list[str], message: str,
                                       capsys: pytest.CaptureFixture[str]) -> None:

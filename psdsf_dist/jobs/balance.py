@@ -71,8 +71,8 @@ _NEXT_ID = count()
 
 
 def _shape_id(shape: Hashable) -> int:
-    """A number standing for ``shape`` in memo keys (hashing it once per plan instead of at
-    every estimate).  Bounded like the memos: past :data:`MEMO_SIZE` shapes the table starts
+    """A number standing for ``shape`` in memo keys (hashing it once per job state instead of
+    at every estimate).  Bounded like the memos: past :data:`MEMO_SIZE` shapes the table starts
     afresh and numbers are never reused, so a memo entry under an old number is merely never
     found again."""
     found = _IDS.get(shape)
@@ -96,12 +96,13 @@ def _reader(sites: tuple[int, ...]) -> Callable[[list[int]], Hashable]:
 
 
 class JobRows:
-    """One job's unstarted tasks as its estimates read them, prepared once per plan (a plan
-    estimates each job on many loads): the rows (``demand[i]`` tasks of group ``groups[i]``)
-    as lists, each row's sites, and the two shapes the memos key by — the rows themselves
-    (for allocations) and the tasks per distinct site list (for the least level, which
-    depends on nothing else) — each with the slots and grid, numbered by :func:`_shape_id`,
-    and a reader of the loads of the sites each shape names."""
+    """One job's unstarted tasks as its estimates read them, prepared once per job state (a
+    plan estimates each job on many loads, and a queue keeps its rows from plan to plan):
+    the rows (``demand[i]`` tasks of group ``groups[i]``) as lists, each row's sites, and the
+    two shapes the memos key by — the rows themselves (for allocations) and the tasks per
+    distinct site list (for the least level, which depends on nothing else) — each with the
+    slots and grid, numbered by :func:`_shape_id`, and a reader of the loads of the sites
+    each shape names."""
 
     __slots__ = ("L", "_order", "_ratio", "binding", "dem", "demand", "demand_list",
                  "group_list", "groups", "list_id", "list_loads", "lists", "row_id",

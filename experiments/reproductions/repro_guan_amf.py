@@ -235,9 +235,9 @@ def spread_text(rows: list[dict[str, Any]]) -> str:
             f"{100 * float(np.median(spread)):.1f} % (at most {100 * max(spread):.1f} %).  Our "
             "reading: tasks are whole and never preempted, so a policy only decides which job "
             "a freed slot goes to (the deployment rule), and its allocation differs from IMF's "
-            "only for jobs whose sub-jobs compete unevenly at several sites at once; the "
-            "thesis's runs over the whole traces may hold more such moments than our first "
-            f"{JOBS} jobs.")
+            "only for jobs whose sub-jobs compete unevenly at several sites at once.  Runs "
+            f"longer than these {JOBS} jobs are measured by `experiments/studies/"
+            "guan_amf_jobs.py` (`results/guan_amf_jobs.md`).")
 
 
 def _cdf(ax: Any, std: Any, **style: Any) -> None:

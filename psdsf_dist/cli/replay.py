@@ -58,16 +58,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                       "or allocation policies (ch. 4-5)")
     p.add_argument("trace", help="trace file: SWIM .tsv or .csv (docs/jobs.md)")
     p.add_argument("--scheduler", nargs="+", choices=SCHEDULERS, default=None,
-                   metavar="S", help=f"schedulers to run (default ata-greedy unless --policy "
+                   metavar="S", help=f"schedulers to run (default ata-greedy unless --job-policies "
                                      f"is given; any of {' '.join(SCHEDULERS)})")
-    p.add_argument("--policy", nargs="+", choices=JOB_POLICIES, default=[], metavar="P",
+    p.add_argument("--job-policies", nargs="+", choices=JOB_POLICIES, default=[], metavar="P",
                    help="allocation policies to run instead (or as well, with --scheduler): "
                         "imf or any registered policy, e.g. amf gamf")
     p.add_argument("--recompute", choices=RECOMPUTE, default=RECOMPUTE[0],
-                   help="with --policy: recompute the allocation at arrivals and sub-job "
+                   help="with --job-policies: recompute the allocation at arrivals and sub-job "
                         "completions (default subjob) or also at every task end (task)")
     p.add_argument("--optimized", action="store_true",
-                   help="with --policy: refine the AMF family's allocations by Algorithms 6 "
+                   help="with --job-policies: refine the AMF family's allocations by Algorithms 6 "
                         "and 8 (same job totals, each job's completion minimised in turn)")
     p.add_argument("--order", choices=ORDERS, default="swag",
                    help="job order of swag, btawj, btaaj: SWAG's (default) or arrival order")
@@ -107,10 +107,10 @@ def _check(args: argparse.Namespace) -> None:
     if args.order == "fifo" and any(s not in FIXED for s in args.scheduler or ()):
         raise CommandError(f"--order fifo: only for {', '.join(FIXED)} (the others order the "
                            "jobs themselves)")
-    if not args.policy and (args.optimized or args.recompute != RECOMPUTE[0]):
+    if not args.job_policies and (args.optimized or args.recompute != RECOMPUTE[0]):
         raise CommandError(f"--{'optimized' if args.optimized else 'recompute'}: only with "
-                           "--policy")
-    plain = [p for p in args.policy if p not in AMF_POLICIES]
+                           "--job-policies")
+    plain = [p for p in args.job_policies if p not in AMF_POLICIES]
     if args.optimized and plain:
         raise CommandError(f"--optimized: only the AMF family ({', '.join(AMF_POLICIES)}) is "
                            f"optimized, not {', '.join(plain)}")
@@ -129,10 +129,10 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:  # a trace that cannot be rescaled
         raise CommandError(f"{args.trace}: {err}") from None
     limits = current_limits()
-    schedulers = args.scheduler or ([] if args.policy else ["ata-greedy"])
-    if args.policy and w.num_jobs > limits.policy_jobs:
+    schedulers = args.scheduler or ([] if args.job_policies else ["ata-greedy"])
+    if args.job_policies and w.num_jobs > limits.policy_jobs:
         raise CommandError(f"{args.trace}: {w.num_jobs:,} jobs, more than the limit of "
-                           f"{limits.policy_jobs:,} for --policy (each arrival and sub-job "
+                           f"{limits.policy_jobs:,} for --job-policies (each arrival and sub-job "
                            "completion solves the policy over the active jobs; raise it with "
                            f"{LIMITS_ENV}=\"policy_jobs=N\")")
     waiting, at = w.least_waiting()
@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         results.append(summary(run_, w))
         print(f"psdsf-dist: replay: {s}: {w.num_tasks} tasks in {run_.wall_seconds:.2f} s "
               f"({run_.events_per_second:,.0f} events/s)", file=sys.stderr)
-    for p in dict.fromkeys(args.policy):
+    for p in dict.fromkeys(args.job_policies):
         try:
             shared = simulate_allocated(w, p, recompute=args.recompute,
                                         optimized=args.optimized)

@@ -80,9 +80,9 @@ class Limits:
     what bounds its planning time (the time per estimate and the Facebook 2010 trace's needs:
     ``docs/input-limits.md``)."""
     policy_jobs: int = 2_000
-    """Jobs of a trace ``replay --policy`` may take: each arrival and sub-job completion solves
-    the policy over the active jobs (linear programs for most policies; the time per job:
-    ``docs/input-limits.md``)."""
+    """Jobs of a trace ``replay --job-policies`` may take: each arrival and sub-job completion
+    solves the policy over the active jobs (linear programs for most policies; the time per
+    job: ``docs/input-limits.md``)."""
 
     def check(self, what: str, count: int, fld: str) -> None:
         """Refuse ``count`` of ``what`` beyond its limit, naming ``fld``."""

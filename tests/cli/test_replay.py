@@ -45,10 +45,10 @@ def test_a_run_of_one_instant_prints_valid_json(tmp_path: Path,
 
 def test_policies_share_the_slots_as_the_library_does(capsys: pytest.CaptureFixture[str]
                                                        ) -> None:
-    """--policy runs the slots-shared simulator (chapters 4-5) beside any scheduler asked
+    """--job-policies runs the slots-shared simulator (chapters 4-5) beside any scheduler asked
     for: each result is the library's run of the same workload, recompute mode and
     optimisation."""
-    assert main(["replay", TABLE_31, "--slots", "1", "--scheduler", "ata", "--policy", "imf",
+    assert main(["replay", TABLE_31, "--slots", "1", "--scheduler", "ata", "--job-policies", "imf",
                  "gamf", "--recompute", "task", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [r["scheduler"] for r in doc["results"]] == ["ata", "imf", "gamf"]
@@ -57,7 +57,7 @@ def test_policies_share_the_slots_as_the_library_does(capsys: pytest.CaptureFixt
         run = simulate_allocated(w, r["scheduler"], recompute="task")
         assert r["solves"] == run.solves and r["order"] == "task"
         assert r["mean_response_s"] == pytest.approx(float(run.run.response.mean()))
-    assert main(["replay", TABLE_31, "--slots", "1", "--policy", "amf", "--optimized",
+    assert main(["replay", TABLE_31, "--slots", "1", "--job-policies", "amf", "--optimized",
                  "--json"]) == 0
     (got,) = json.loads(capsys.readouterr().out)["results"]  # no scheduler by default then
     assert got["scheduler"] == "amf (optimized)"
@@ -67,9 +67,9 @@ def test_policies_share_the_slots_as_the_library_does(capsys: pytest.CaptureFixt
 def test_a_policy_replay_of_too_many_jobs_is_refused_at_once(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("PSDSF_LIMITS", "policy_jobs=2")
-    assert main(["replay", TABLE_31, "--policy", "amf"]) == 2
+    assert main(["replay", TABLE_31, "--job-policies", "amf"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "guan_table31.csv: 3 jobs, more than the limit of 2 for --policy" in err
+    assert "guan_table31.csv: 3 jobs, more than the limit of 2 for --job-policies" in err
     assert 'PSDSF_LIMITS="policy_jobs=N"' in err and "\n" not in err
     assert main(["replay", TABLE_31, "--slots", "1", "--scheduler", "ata"]) == 0  # not for these
 
@@ -87,11 +87,11 @@ def test_a_policy_replay_of_too_many_jobs_is_refused_at_once(
     ([TABLE_31, "--pareto", "1", "2"], "--pareto: need SHAPE > 1"),
     ([TABLE_31, "--scheduler", "ata", "--order", "fifo"], "--order fifo: only for"),
     ([TABLE_31, "--scheduler", "nope"], "invalid choice"),
-    ([TABLE_31, "--policy", "nope"], "invalid choice"),
-    ([TABLE_31, "--policy", "amf", "drf", "--optimized"],
+    ([TABLE_31, "--job-policies", "nope"], "invalid choice"),
+    ([TABLE_31, "--job-policies", "amf", "drf", "--optimized"],
      "--optimized: only the AMF family (amf, amf-si, gamf, gamf-si) is optimized, not drf"),
-    ([TABLE_31, "--optimized"], "--optimized: only with --policy"),
-    ([TABLE_31, "--recompute", "task"], "--recompute: only with --policy"),
+    ([TABLE_31, "--optimized"], "--optimized: only with --job-policies"),
+    ([TABLE_31, "--recompute", "task"], "--recompute: only with --job-policies"),
 ])
 def test_bad_input_is_one_line_exit_2(argv: list[str], message: str,
                                       capsys: pytest.CaptureFixture[str]) -> None:

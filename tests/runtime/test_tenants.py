@@ -772,11 +772,12 @@ def test_the_driver_launches_its_calls_into_delegated_slots_as_plain_ray_tasks(
         (tmp_path / "started").touch()
         time.sleep(60)
 
-    for _ in range(50):
+    for _ in range(100):  # up to 20 s for the queue to hold a delegated slot again
         ref = sleeper.remote()
         if launched_by_driver(ref):
             break
         ray.cancel(ref)
+        time.sleep(0.2)
     assert launched_by_driver(ref)
     assert wait_for(lambda: (tmp_path / "started").exists(), 20.0)
     assert sum(t.status().delegated.values()) >= 1

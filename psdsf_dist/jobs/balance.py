@@ -90,6 +90,12 @@ def _union(lists: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
     return tuple(sorted({j for g in lists for j in g}))
 
 
+def _fill_order(demand: list[int]) -> list[int]:
+    """The rows with tasks, largest first (ties by position): the water-fill's order."""
+    return [i for i in sorted(range(len(demand)), key=lambda i: (-demand[i], i))
+            if demand[i] > 0]
+
+
 def _reader(sites: tuple[int, ...]) -> Callable[[list[int]], Hashable]:
     """Reads the loads of ``sites`` off a list of every site's load, as a hashable value."""
     return itemgetter(*sites) if sites else (lambda loads: ())
@@ -135,9 +141,7 @@ class JobRows:
     def fill_order(self) -> list[int]:
         """The rows with tasks, largest first (ties by position): the water-fill's order."""
         if self._order is None:
-            d = self.demand_list
-            self._order = [i for i in sorted(range(len(d)), key=lambda i: (-d[i], i))
-                           if d[i] > 0]
+            self._order = _fill_order(self.demand_list)
         return self._order
 
     def equal_slots(self) -> int:
@@ -192,10 +196,13 @@ def level(x_sites: IntArray, slots: IntArray, loads: IntArray, L: int) -> int:
 
 
 @lru_cache(maxsize=4096)
-def _hall(lists: tuple[tuple[int, ...], ...]) -> tuple[IntArray, FloatArray, FloatArray]:
+def _hall(lists: tuple[tuple[int, ...], ...]
+          ) -> tuple[IntArray, FloatArray, FloatArray, IntArray, list[list[int]]]:
     """For groups with the given distinct site lists: the sites N they can use and the
     subsets B of N that Hall's condition must check — their membership over N (rows, as
-    floats for a BLAS product; the entries are 0/1) and which groups lie inside each.
+    floats for a BLAS product; the entries are 0/1), which groups lie inside each, the
+    membership as integers and each subset's sites as positions in N (for the closed form of
+    equal slots).
 
     Only *closed, connected* subsets are kept: B equal to the union of the site lists of the
     groups inside it, and not split into two parts with no group inside B straddling them.
@@ -223,7 +230,8 @@ def _hall(lists: tuple[tuple[int, ...], ...]) -> tuple[IntArray, FloatArray, Flo
     member = ((masks[:, None] >> np.arange(len(N))) & 1).astype(float)
     gm_arr = np.array(gmask, dtype=np.int64)
     inside_arr = ((masks[:, None] & gm_arr[None, :]) == gm_arr[None, :]).astype(float)
-    return np.array(N, dtype=np.int64), member, inside_arr
+    return (np.array(N, dtype=np.int64), member, inside_arr, member.astype(np.int64),
+            [np.flatnonzero(row).tolist() for row in member])
 
 
 def site_lists(group_sites: npt.NDArray[np.bool_]) -> SiteLists:
@@ -287,11 +295,10 @@ def _subsets(lists: tuple[tuple[int, ...], ...], dem: tuple[int, ...]) -> Subset
     :data:`MAX_HALL_SITES` sites (then a max-flow decides)."""
     if len(_union(lists)) > MAX_HALL_SITES:
         return None
-    N, member, inside = _hall(lists)
+    N, member, inside, member_int, sites = _hall(lists)  # shared by every dem of the lists
     need = np.asarray(inside @ np.array(dem, dtype=float))
     need_int = need.astype(np.int64)
-    return Subsets(N, member, need, member.astype(np.int64), need_int, need_int.tolist(),
-                   [np.flatnonzero(row).tolist() for row in member])
+    return Subsets(N, member, need, member_int, need_int, need_int.tolist(), sites)
 
 
 def _least_level(job: JobRows, loads: IntArray, ld_list: list[int], lo: int) -> int:
@@ -602,8 +609,7 @@ def _water_fill(demand: list[int], groups: list[int], sites_of: SiteLists, u_all
     cur = loads[:]
     takes: list[tuple[int, int, int]] = []
     if order is None:
-        order = [i for i in sorted(range(len(groups)), key=lambda i: (-demand[i], i))
-                 if demand[i] > 0]
+        order = _fill_order(demand)
     for i in order:
         n = demand[i]
         S = sites_of[groups[i]]

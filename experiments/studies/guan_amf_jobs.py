@@ -69,7 +69,7 @@ def cells(jobs: int) -> list[Cell]:
 
 
 def key(row: dict[str, Any]) -> Key:
-    return (int(row["jobs_run"]), str(row["trace"]), float(row["zipf"]), int(row["available"]),
+    return (int(row["jobs"]), str(row["trace"]), float(row["zipf"]), int(row["available"]),
             str(row["policy"]))
 
 
@@ -77,7 +77,7 @@ def read() -> dict[Key, dict[str, Any]]:
     if not CSV.exists():
         return {}
     with CSV.open() as f:
-        return {key(r): r for r in (dict(r, jobs_run=r["jobs"]) for r in csv.DictReader(f))}
+        return {key(r): r for r in csv.DictReader(f)}
 
 
 def save(rows: dict[Key, dict[str, Any]]) -> None:
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
                 not in rows]
         todo.sort(key=lambda c: c.trace != FACEBOOK)
         for c, r in run_parallel(functools.partial(run_cell, n), todo, workers=args.workers):
-            r = dict(r, jobs_run=n, jobs=n)
+            r = dict(r, jobs=n)  # the run length asked for (a trace may hold fewer)
             rows[key(r)] = r
             save(rows)
             print(f"  {n} jobs {c.trace} zipf {c.zipf:g} avail {c.available} "

@@ -123,6 +123,7 @@ def _uses_ray(path: Path, seen: dict[Path, bool]) -> bool:
     return seen[path]
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     seen: dict[Path, bool] = {}
     for item in items:
@@ -130,6 +131,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.ray)
             item.add_marker(pytest.mark.xdist_group("ray"))
     items.sort(key=lambda item: item.get_closest_marker("multinode") is not None)
+
+
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """Under ``--dist loadgroup`` every test of a Ray module must carry its group in its id
+    (xdist adds it on the worker): otherwise both workers would run Ray modules, two
+    multi-node clusters at once, and the runtime tests would time out.  A pytest /
+    pytest-xdist pair that loses the groups is refused at collection, not found out by
+    flaky timeouts."""
+    if node.config.getvalue("dist") != "loadgroup":
+        return
+    seen: dict[Path, bool] = {}
+    root = node.config.rootpath
+    for test_id in ids:
+        if _uses_ray(root / test_id.split("::")[0], seen) and not test_id.endswith("@ray"):
+            raise pytest.UsageError(
+                f"--dist loadgroup: {test_id} lost its xdist group (this pytest-xdist does "
+                "not support this pytest: see the pin in pyproject.toml)")
 
 
 @pytest.fixture(scope="session")

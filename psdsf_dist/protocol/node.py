@@ -294,7 +294,7 @@ class ServerNode:
         if n > self.gossip.num_users:  # (gossip may have grown already: a peer's column)
             self.gossip.resize(n)
         if n > self.table.scenario.num_users:
-            self.state = self.state.resized(n)
+            self.state = self.state.selected(np.arange(n))
         self.table = table
         self.view = self._view(table)
         self._classes(table)

@@ -93,6 +93,7 @@ from psdsf_dist.model.scenario import Mode, Scenario
 from psdsf_dist.protocol.classes import ClassKnowledge
 
 FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
 SECANT_MIN_CHANGE = 1e-9
@@ -164,10 +165,12 @@ class ServerView:
 
 
 class RuleState(Protocol):
-    """A rule's per-server state: immutable, and able to follow the user list as it grows."""
+    """A rule's per-server state: immutable, and able to follow the user list as it changes."""
 
-    def resized(self, num_users: int) -> RuleState:
-        """The state for ``num_users`` users: new users start fresh, extra ones are dropped."""
+    def selected(self, users: IntArray) -> RuleState:
+        """The state for the users ``users`` of this one's list, in that order (the user list
+        as it grows: ``arange(n)``; as some users leave: the indices of those who stay).  An
+        index outside this state's list (past its end, or -1) is a user that starts fresh."""
         ...
 
 
@@ -175,14 +178,16 @@ class RuleState(Protocol):
 class NoState:
     """The state of a memoryless rule."""
 
-    def resized(self, num_users: int) -> NoState:
+    def selected(self, users: IntArray) -> NoState:
         return self
 
 
-def _fit(values: FloatArray, num_users: int, fill: float) -> FloatArray:
-    if len(values) >= num_users:
-        return values[:num_users].copy()
-    return np.concatenate([values, np.full(num_users - len(values), fill)])
+def _pick(values: FloatArray, users: IntArray, fill: float) -> FloatArray:
+    """``values`` of ``users``; ``fill`` for an index outside them (a fresh user)."""
+    known = (users >= 0) & (users < len(values))
+    out = np.full(len(users), fill)
+    out[known] = values[users[known]]
+    return out
 
 
 @dataclass(frozen=True)
@@ -211,12 +216,13 @@ class SplitState:
                    tuple(zero.copy() for _ in range(MAX_STALENESS + 1)),
                    zero.copy(), zero.copy(), zero.copy())
 
-    def resized(self, num_users: int) -> SplitState:
-        n = num_users
+    def selected(self, users: IntArray) -> SplitState:
+        u = users
         return SplitState(
-            _fit(self.gain, n, math.nan), _fit(self.last_totals, n, math.nan),
-            _fit(self.last_column, n, math.nan), tuple(_fit(c, n, 0.0) for c in self.changes),
-            _fit(self.draining, n, 0.0), _fit(self.drained, n, 0.0), _fit(self.sagged, n, 0.0))
+            _pick(self.gain, u, math.nan), _pick(self.last_totals, u, math.nan),
+            _pick(self.last_column, u, math.nan), tuple(_pick(c, u, 0.0) for c in self.changes),
+            _pick(self.draining, u, 0.0), _pick(self.drained, u, 0.0),
+            _pick(self.sagged, u, 0.0))
 
 
 class UpdateRule(Protocol):
@@ -496,11 +502,11 @@ class SlotState:
         zero = np.zeros(num_users)
         return cls(np.full(num_users, np.nan), zero, zero, zero, zero, zero)
 
-    def resized(self, num_users: int) -> SlotState:
-        n = num_users
-        return SlotState(_fit(self.last_totals, n, math.nan), _fit(self.last_change, n, 0.0),
-                         _fit(self.streak, n, 0.0), _fit(self.drained, n, 0.0),
-                         _fit(self.base, n, 0.0), _fit(self.fired, n, 0.0))
+    def selected(self, users: IntArray) -> SlotState:
+        u = users
+        return SlotState(_pick(self.last_totals, u, math.nan), _pick(self.last_change, u, 0.0),
+                         _pick(self.streak, u, 0.0), _pick(self.drained, u, 0.0),
+                         _pick(self.base, u, 0.0), _pick(self.fired, u, 0.0))
 
 
 @dataclass(frozen=True)
@@ -510,8 +516,8 @@ class ClassState:
     split: RuleState
     slot: SlotState
 
-    def resized(self, num_users: int) -> ClassState:
-        return ClassState(self.split.resized(num_users), self.slot.resized(num_users))
+    def selected(self, users: IntArray) -> ClassState:
+        return ClassState(self.split.selected(users), self.slot.selected(users))
 
 
 SWAP_SHARE = 0.01

@@ -239,7 +239,7 @@ def test_split_state_grows_with_fresh_users_and_keeps_old_ones() -> None:
     view = server_view(paper(), 80, "rdm")
     _, state = rule.update(rule.initial_state(4), view, np.full(4, 10.0), np.zeros(4))
     assert isinstance(state, SplitState)
-    grown = state.resized(6)
+    grown = state.selected(np.arange(6))
     assert isinstance(grown, SplitState)
     for old, new in [(state.gain, grown.gain), (state.last_totals, grown.last_totals),
                      (state.changes[0], grown.changes[0]), (state.drained, grown.drained)]:
@@ -248,10 +248,36 @@ def test_split_state_grows_with_fresh_users_and_keeps_old_ones() -> None:
     assert np.isnan(grown.gain[4:]).all() and np.isnan(grown.last_column[4:]).all()
     assert (grown.changes[0][4:] == 0).all() and (grown.draining[4:] == 0).all()
     assert len(grown.changes) == len(state.changes)
-    shrunk = grown.resized(2)
+    shrunk = grown.selected(np.arange(2))
     assert isinstance(shrunk, SplitState)
     np.testing.assert_array_equal(shrunk.gain, state.gain[:2])
-    assert NoState().resized(5) == NoState()
+    assert NoState().selected(np.arange(5)) == NoState()
+
+
+def test_a_state_follows_users_leaving_and_joining_between_the_others() -> None:
+    """Users 1 and 3 of four leave and a new one joins first: the two who stay keep what the
+    rule remembered of them, in their new places, and the newcomer starts fresh (as a state
+    made for it from the start), for every rule's state, the class rule's slots included."""
+    view = server_view(paper(), 80, "rdm")
+    keep = np.array([-1, 0, 2])
+    for rule in [*all_rules(), make_rule("class")]:
+        _, state = rule.update(rule.initial_state(4), view, np.full(4, 10.0), np.zeros(4))
+        _, state = rule.update(state, view, np.full(4, 12.0), np.ones(4))
+        picked = state.selected(keep)
+        fresh = rule.initial_state(1)
+        for name in ("split", "slot"):
+            if hasattr(state, name):
+                picked_part, state_part = getattr(picked, name), getattr(state, name)
+                fresh_part = getattr(fresh, name)
+            else:
+                picked_part, state_part, fresh_part = picked, state, fresh
+            for f in getattr(state_part, "__dataclass_fields__", {}):
+                new, old, first = (getattr(picked_part, f), getattr(state_part, f),
+                                   getattr(fresh_part, f))
+                for a, b, c in zip(*(v if isinstance(v, tuple) else (v,)
+                                     for v in (new, old, first)), strict=True):
+                    np.testing.assert_array_equal(a[1:], b[[0, 2]], err_msg=f"{rule.name}.{f}")
+                    np.testing.assert_array_equal(a[:1], c, err_msg=f"{rule.name}.{f}")
 
 
 def test_split_refuses_a_state_of_another_rule() -> None:
@@ -270,7 +296,8 @@ def test_a_grown_state_works_with_a_grown_view() -> None:
     )
     for rule in all_rules():
         col, state = rule.update(rule.initial_state(3), small, np.zeros(3), np.zeros(3))
-        col4, _ = rule.update(state.resized(4), view, np.append(col, 0), np.append(col, 0))
+        col4, _ = rule.update(state.selected(np.arange(4)), view, np.append(col, 0),
+                              np.append(col, 0))
         assert col4.shape == (4,)
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
+
+import pytest
 
 import experiments.studies.guan_orders as guan_orders
 
@@ -26,13 +29,27 @@ def test_report_calls_a_pair_supported_reversed_or_undecided() -> None:
         for q in guan_orders.PROPOSED:
             # BTAWJ wins over SCTA in odd seeds only: a coin toss
             v = means.get(q, 13.0 if s % 2 else 11.5)
-            rows[(1.0, s, q)] = {"zipf": "1", "seed": str(s), "scheduler": q,
+            rows[(0.6, 1.0, s, q)] = {"utilisation": "0.6", "zipf": "1", "seed": str(s),
+                                      "scheduler": q,
                                  "mean_response_s": repr(v), "cpu_seconds": "1.0"}
     md = guan_orders.report(rows, [1.0], None)
-    lines = {ln.split("|")[2].strip(): ln for ln in md.splitlines()
-             if ln.startswith("| 1 |") and "<" in ln}
+    lines = {ln.split("|")[3].strip(): ln for ln in md.splitlines()
+             if ln.startswith("| 60 % | 1 |") and "<" in ln}
     assert "8 of 8" in lines["ATA <= ATA-Greedy"] and "supported" in lines["ATA <= ATA-Greedy"]
     assert "8 of 8" in lines["ATA-Greedy < SCTA"]
     assert "0 of 8" in lines["SCTA < BTAAJ"] and "reversed" in lines["SCTA < BTAAJ"]
     assert "4 of 8" in lines["SCTA < BTAWJ"] and "cannot tell" in lines["SCTA < BTAWJ"]
-    assert "| 1 | 8 |" in md and "0 of 8 |" in md  # the whole order fails in every seed
+    assert "| 60 % | 1 | 8 |" in md and "0 of 8 |" in md  # the whole order fails in every seed
+
+
+def test_rows_of_the_report_utilisation_read_back_without_the_column(tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs recorded before utilisation was a column were all at the report's 60 %."""
+    old = tmp_path / "guan_orders.csv"
+    old.write_text("zipf,seed,scheduler,mean_response_s,cpu_seconds\n1,2,ata,10.5,3.0\n")
+    monkeypatch.setattr(guan_orders, "CSV", old)
+    rows = guan_orders.read()
+    assert list(rows) == [(0.6, 1.0, 2, "ata")]
+    assert rows[(0.6, 1.0, 2, "ata")]["utilisation"] == "0.6"
+    guan_orders.write(rows)
+    assert old.read_text().splitlines()[0].startswith("utilisation,zipf,seed")

@@ -264,9 +264,7 @@ def add_protocol_options(p: argparse.ArgumentParser) -> None:
     units and defaults in every command that runs it: ``simulate``, ``observe``, ``run``."""
     d = ProtocolConfig()
     g = p.add_argument_group("protocol (the same in simulate, observe and run)")
-    g.add_argument("--period", type=float_in(MIN_PERIOD, MAX_SECONDS),
-                   default=d.period, metavar="T",
-                   help=f"seconds between two updates of a server (default {d.period:g})")
+    _add_period(g)
     timing = g.add_mutually_exclusive_group()
     timing.add_argument("--jitter", type=float_in(0.0, 1.0, high_open=True),
                         default=d.jitter, metavar="J",
@@ -275,24 +273,58 @@ def add_protocol_options(p: argparse.ArgumentParser) -> None:
     timing.add_argument("--lockstep", action="store_const", const=0.0, dest="jitter",
                         help="jitter 0: every server wakes at the same instants (the hard "
                              "case: all act on the same stale totals)")
-    g.add_argument("--delay", default=f"{d.delay:g}", metavar="D",
-                   help="seconds the transport holds each message, or rounds with a trailing r "
-                        f"(e.g. 1r; default {d.delay:g}; on Ray, on top of Ray's own latency)")
+    _add_delay(g)
     g.add_argument("--loss", type=float_in(0.0, 1.0, high_open=True), default=d.loss, metavar="P",
                    help=f"probability that the transport drops a message (default {d.loss:g})")
     g.add_argument("--fanout", type=int_in(1, MAX_FANOUT), default=d.fanout, metavar="F",
                    help=f"peers per gossip round (default {d.fanout})")
     g.add_argument("--gossip-rate", type=int_in(1, MAX_FANOUT), default=d.gossip_rate, metavar="G",
                    help=f"gossip rounds per period (default {d.gossip_rate})")
-    g.add_argument("--rule", choices=RULES, default=d.rule,
-                   help=f"update rule (default {d.rule})")
+    _add_rule(g)
     add_mode_option(g, d.mode)
     add_seed_option(g, d.seed)
-    g.add_argument("--rtol", type=float_in(0.0, 1.0, low_open=True, high_open=True), default=d.rtol,
-                   help=f"certificate tolerance for convergence (default {d.rtol:g})")
+    _add_rtol(g)
     g.add_argument("--hold", type=int_in(1, MAX_ROUNDS), default=d.hold, metavar="H",
                    help="rounds in a row the certificate must hold for an event's convergence "
                         f"to count, unless the next event comes first (default {d.hold})")
+
+
+def add_job_protocol_options(p: argparse.ArgumentParser) -> None:
+    """The protocol's options that mean something when it shares a job trace's slots
+    (``replay --job-policies protocol``): its lock-step rounds exchange no messages, so only
+    the period, the observations' delay, the rule and the certificate's tolerance, each as in
+    :func:`add_protocol_options`."""
+    g = p.add_argument_group("protocol (with --job-policies protocol; the same as in simulate)")
+    _add_period(g)
+    _add_delay(g)
+    _add_rule(g)
+    _add_rtol(g)
+
+
+def _add_period(g: argparse._ArgumentGroup) -> None:
+    d = ProtocolConfig()
+    g.add_argument("--period", type=float_in(MIN_PERIOD, MAX_SECONDS),
+                   default=d.period, metavar="T",
+                   help=f"seconds between two updates of a server (default {d.period:g})")
+
+
+def _add_delay(g: argparse._ArgumentGroup) -> None:
+    d = ProtocolConfig()
+    g.add_argument("--delay", default=f"{d.delay:g}", metavar="D",
+                   help="seconds the transport holds each message, or rounds with a trailing r "
+                        f"(e.g. 1r; default {d.delay:g}; on Ray, on top of Ray's own latency)")
+
+
+def _add_rule(g: argparse._ArgumentGroup) -> None:
+    d = ProtocolConfig()
+    g.add_argument("--rule", choices=RULES, default=d.rule,
+                   help=f"update rule (default {d.rule})")
+
+
+def _add_rtol(g: argparse._ArgumentGroup) -> None:
+    d = ProtocolConfig()
+    g.add_argument("--rtol", type=float_in(0.0, 1.0, low_open=True, high_open=True), default=d.rtol,
+                   help=f"certificate tolerance for convergence (default {d.rtol:g})")
 
 
 def add_mode_option(p: argparse.ArgumentParser | argparse._ArgumentGroup,
@@ -351,11 +383,16 @@ def parse_delay(text: str, period: float) -> float:
 
 
 def protocol_config(args: argparse.Namespace) -> ProtocolConfig:
-    """The :class:`ProtocolConfig` the options of :func:`add_protocol_options` ask for."""
+    """The :class:`ProtocolConfig` the options of :func:`add_protocol_options` (or of
+    :func:`add_job_protocol_options`: the others keep their defaults) ask for."""
+    d = ProtocolConfig()
     cfg = ProtocolConfig(
-        period=args.period, jitter=args.jitter, delay=parse_delay(args.delay, args.period),
-        loss=args.loss, fanout=args.fanout, gossip_rate=args.gossip_rate, rule=args.rule,
-        mode=args.mode, seed=args.seed, rtol=args.rtol, hold=args.hold)
+        period=args.period, jitter=getattr(args, "jitter", d.jitter),
+        delay=parse_delay(args.delay, args.period), loss=getattr(args, "loss", d.loss),
+        fanout=getattr(args, "fanout", d.fanout),
+        gossip_rate=getattr(args, "gossip_rate", d.gossip_rate), rule=args.rule,
+        mode=getattr(args, "mode", d.mode), seed=args.seed, rtol=args.rtol,
+        hold=getattr(args, "hold", d.hold))
     try:
         cfg.check()
     except ValueError as err:

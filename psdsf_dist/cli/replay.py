@@ -20,14 +20,17 @@ from typing import Any
 from psdsf_dist.cli.common import (
     MAX_SECONDS,
     CommandError,
+    add_job_protocol_options,
     add_seed_option,
     dumps,
     emit,
     float_in,
     int_in,
+    parse_delay,
+    protocol_config,
 )
 from psdsf_dist.errors import PsdsfError
-from psdsf_dist.jobs.allocated import JOB_POLICIES, RECOMPUTE, simulate_allocated
+from psdsf_dist.jobs.allocated import JOB_POLICIES, PROTOCOL, RECOMPUTE, simulate_allocated
 from psdsf_dist.jobs.metrics import PERCENTILES, summary
 from psdsf_dist.jobs.schedulers import FIXED, ORDERS, SCHEDULERS, PlanLimitError, PlanWork
 from psdsf_dist.jobs.simulator import simulate_jobs
@@ -45,7 +48,9 @@ from psdsf_dist.jobs.workload import (
 )
 from psdsf_dist.model.limits import LIMITS_ENV, current_limits
 from psdsf_dist.policies.amf import AMF_POLICIES
+from psdsf_dist.protocol.config import ProtocolConfig
 
+DEFAULTS = ProtocolConfig()
 MAX_SITES = 1_000
 """Sites (and available sites): the placement draws a jobs x sites matrix."""
 MAX_SLOTS = 1_000_000
@@ -62,7 +67,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                      f"is given; any of {' '.join(SCHEDULERS)})")
     p.add_argument("--job-policies", nargs="+", choices=JOB_POLICIES, default=[], metavar="P",
                    help="allocation policies to run instead (or as well, with --scheduler): "
-                        "imf or any registered policy, e.g. amf gamf")
+                        "imf, protocol (the per-server protocol itself, every site a server "
+                        "updating once per --period) or any registered policy, e.g. amf gamf")
     p.add_argument("--recompute", choices=RECOMPUTE, default=RECOMPUTE[0],
                    help="with --job-policies: recompute the allocation at arrivals and sub-job "
                         "completions (default subjob) or also at every task end (task)")
@@ -91,6 +97,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="draw one duration per task (default) or one per job, shared by its "
                         "tasks (durations the trace gives are kept)")
     add_seed_option(p)
+    add_job_protocol_options(p)
     p.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     p.set_defaults(run=run)
@@ -110,6 +117,11 @@ def _check(args: argparse.Namespace) -> None:
     if not args.job_policies and (args.optimized or args.recompute != RECOMPUTE[0]):
         raise CommandError(f"--{'optimized' if args.optimized else 'recompute'}: only with "
                            "--job-policies")
+    given = [o for o, v in (("period", args.period), ("rule", args.rule), ("rtol", args.rtol),
+                            ("delay", parse_delay(args.delay, args.period)))
+             if v != getattr(DEFAULTS, o)]
+    if given and PROTOCOL not in args.job_policies:
+        raise CommandError(f"--{given[0]}: only with --job-policies {PROTOCOL}")
     plain = [p for p in args.job_policies if p not in AMF_POLICIES]
     if args.optimized and plain:
         raise CommandError(f"--optimized: only the AMF family ({', '.join(AMF_POLICIES)}) is "
@@ -151,16 +163,23 @@ def run(args: argparse.Namespace) -> int:
         results.append(summary(run_, w))
         print(f"psdsf-dist: replay: {s}: {w.num_tasks} tasks in {run_.wall_seconds:.2f} s "
               f"({run_.events_per_second:,.0f} events/s)", file=sys.stderr)
+    protocol = protocol_config(args) if PROTOCOL in args.job_policies else None
     for p in dict.fromkeys(args.job_policies):
         try:
             shared = simulate_allocated(w, p, recompute=args.recompute,
-                                        optimized=args.optimized)
+                                        optimized=args.optimized,
+                                        protocol=protocol if p == PROTOCOL else None)
         except PsdsfError as err:
             raise CommandError(f"{args.trace}: {p}: {err}") from None
         label = f"{p} (optimized)" if args.optimized else p
-        results.append({**summary(shared.run, w), "scheduler": label,
-                        "solves": shared.solves})
-        print(f"psdsf-dist: replay: {label}: {w.num_tasks} tasks, {shared.solves} solves in "
+        row = {**summary(shared.run, w), "scheduler": label, "solves": shared.solves}
+        done = f"{shared.solves} solves"
+        if p == PROTOCOL:
+            row.update(rounds=shared.rounds, certified_rounds=shared.certified_rounds)
+            done = (f"{shared.rounds} rounds ({shared.certified_rounds} certified PS-DSF at "
+                    f"rtol {shared.rtol:g})")
+        results.append(row)
+        print(f"psdsf-dist: replay: {label}: {w.num_tasks} tasks, {done} in "
               f"{shared.run.wall_seconds:.2f} s", file=sys.stderr)
     if args.json:
         text = dumps({"trace": args.trace, "seed": args.seed, "zipf": args.zipf,

@@ -16,6 +16,13 @@ groups, the other policies see each job as a user placed on the sites of its gro
 backlog of its unfinished tasks) or from ``imf``, max-min fairness at each site on its own
 (:func:`imf`, section 4.3's baseline).
 
+Or the slots are shared by the per-server protocol itself (``protocol``,
+:mod:`psdsf_dist.jobs.protocol_share`): no solve; every site is a server that updates its
+column once per period of simulated time, and the allocation at any moment is the columns the
+servers hold then.  ``recompute`` then says when the servers learn the jobs' new state (the
+coordinator's table: arrivals and completions always, backlogs at sub-job completions or at
+every task completion).
+
 Tasks are whole and never preempted: the deployment rule of section 4.5.3 starts them.  A free
 slot at site j goes to the job with runnable tasks there whose running tasks ``v[i, j]`` are
 furthest below its allocation, the least ``v[i, j] / a[i, j]`` (a job given nothing there
@@ -29,14 +36,16 @@ policy sees them.
 from __future__ import annotations
 
 import heapq
+import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
 
 from psdsf_dist.errors import SolverError
+from psdsf_dist.jobs.protocol_share import ProtocolShare
 from psdsf_dist.jobs.simulator import DEFAULT_SAMPLES, JobRun
 from psdsf_dist.jobs.workload import Workload
 from psdsf_dist.model.entries import PlacementRule, UserSpec
@@ -45,6 +54,7 @@ from psdsf_dist.model.task_groups import GroupSpec
 from psdsf_dist.policies.amf import AMF_POLICIES, pair_floors, task_group_view
 from psdsf_dist.policies.lp import solve_lp, sparse_rows
 from psdsf_dist.policies.registry import POLICIES, UnknownPolicyError, allocate
+from psdsf_dist.protocol.config import ProtocolConfig
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -55,8 +65,10 @@ TOTAL_TOL = 1e-7
 ZERO = 1e-6
 """An allocation at or below this many slots counts as none (solver round-off)."""
 IMF = "imf"
-JOB_POLICIES: tuple[str, ...] = (IMF, *POLICIES)
-"""What can drive the allocated simulator: IMF and every registered policy."""
+PROTOCOL = "protocol"
+JOB_POLICIES: tuple[str, ...] = (IMF, PROTOCOL, *POLICIES)
+"""What can drive the allocated simulator: IMF, the per-server protocol and every registered
+policy."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +84,20 @@ class AllocatedRun:
     sample_active: IntArray
     """(S,) active jobs (with unfinished tasks) at each sample: the std means something only
     where two or more compete."""
+    residuals: FloatArray = field(default_factory=lambda: np.zeros(0))
+    """``protocol``: the PS-DSF certificate's residual after each of its rounds, for the jobs
+    of that moment (0: the allocation was PS-DSF; empty for the other policies)."""
+    rtol: float = 0.0
+    """``protocol``: the tolerance the residuals were judged at."""
+
+    @property
+    def rounds(self) -> int:
+        """The protocol's rounds (periods with jobs to share the slots among)."""
+        return len(self.residuals)
+
+    @property
+    def certified_rounds(self) -> int:
+        return int(np.count_nonzero(self.residuals <= self.rtol))
 
 
 def imf(counts: FloatArray, slots: FloatArray) -> FloatArray:
@@ -133,7 +159,11 @@ def sites_scenario(slots: tuple[int, ...], site_names: tuple[str, ...]) -> Scena
 
 def allocation(policy: str, sc: Scenario, *, optimized: bool = False) -> FloatArray:
     """(jobs, sites) slots per job and site under ``policy`` (:data:`JOB_POLICIES`);
-    ``optimized``: then refined by :func:`optimize_completion` (the AMF family only)."""
+    ``optimized``: then refined by :func:`optimize_completion` (the AMF family only).  The
+    protocol has no such one-shot allocation: it runs over time (:func:`simulate_allocated`)."""
+    if policy == PROTOCOL:
+        raise ValueError("the protocol's allocation is the servers' columns over time, "
+                         "not one solve: simulate_allocated runs it")
     if policy == IMF:
         groups = sc.task_groups
         assert groups is not None
@@ -229,10 +259,14 @@ def optimize_completion(sc: Scenario, policy: str, totals: FloatArray) -> FloatA
 
 
 def simulate_allocated(w: Workload, policy: str, *, recompute: str = "subjob",
-                       optimized: bool = False,
-                       samples: int = DEFAULT_SAMPLES) -> AllocatedRun:
+                       optimized: bool = False, samples: int = DEFAULT_SAMPLES,
+                       protocol: ProtocolConfig | None = None) -> AllocatedRun:
     """Run the workload with the slots shared by ``policy`` (see the module docstring);
-    ``optimized``: the AMF family's allocation refined by Algorithm 6/8 at every solve."""
+    ``optimized``: the AMF family's allocation refined by Algorithm 6/8 at every solve;
+    ``protocol``: the protocol's settings when ``policy`` is ``protocol`` (default: the
+    protocol's defaults; its period is in the workload's seconds)."""
+    if protocol is not None and policy != PROTOCOL:
+        raise ValueError(f"protocol settings are for the protocol, not {policy!r}")
     if policy not in JOB_POLICIES:
         raise UnknownPolicyError(policy)
     if optimized and policy not in AMF_POLICIES:
@@ -242,6 +276,9 @@ def simulate_allocated(w: Workload, policy: str, *, recompute: str = "subjob",
         raise ValueError(f"unknown recompute {recompute!r} (expected one of {RECOMPUTE})")
     t_wall = time.perf_counter()
     m, J, T = w.num_sites, w.num_jobs, w.num_tasks
+    servers = ProtocolShare(protocol or ProtocolConfig(), m) if policy == PROTOCOL else None
+    period = servers.config.period if servers is not None else np.inf
+    tick = 0  # the protocol's next round is at ``tick * period``
     slots = w.slots.astype(np.int64)
     free = slots.copy()
     sites_of = [np.flatnonzero(row).tolist() for row in w.group_sites]
@@ -287,12 +324,18 @@ def simulate_allocated(w: Workload, policy: str, *, recompute: str = "subjob",
         nonlocal share, solves, plan_seconds, active
         t0 = time.perf_counter()
         active = [i for i in active if left[i]]
+        sc = None
         if active:
             groups = [[(ordered[int(w.row_group[row_start[i] + r])], k)
                        for r, k in enumerate(unstarted[i])] for i in active]
             sc = job_scenario([f"j{i}" for i in active],
                               np.array([running[i] for i in active]), groups, slots,
                               w.site_names)
+        if servers is not None:  # the servers take the new table; their columns stay
+            servers.follow(active, sc if sc is not None else sites_scenario(
+                tuple(int(u) for u in slots), w.site_names))
+            share = servers.columns
+        elif sc is not None:
             share = allocation(policy, sc, optimized=optimized)
         else:
             share = np.zeros((0, m))
@@ -345,6 +388,10 @@ def simulate_allocated(w: Workload, policy: str, *, recompute: str = "subjob",
 
     while nxt < J or heap:
         t = min(submit[nxt] if nxt < J else np.inf, heap[0][0] if heap else np.inf)
+        if servers is not None:
+            if not active:  # idle servers: the next round is the first one after this event
+                tick = max(tick, math.ceil(t / period - 1e-9))
+            t = min(t, tick * period)
         sample(t)
         change = False
         while heap and heap[0][0] <= t:
@@ -374,6 +421,12 @@ def simulate_allocated(w: Workload, policy: str, *, recompute: str = "subjob",
             change = True
         if change:
             solve()
+        if servers is not None and t >= tick * period:
+            if active:  # a period with jobs to share the slots among
+                t0 = time.perf_counter()
+                share = servers.round()
+                plan_seconds += time.perf_counter() - t0
+            tick += 1
         fill(t)
     waits = start - np.repeat(w.submit[w.row_job], w.row_tasks)
     run = JobRun(policy, recompute, w.submit.copy(), finish, start, waits, site_of,
@@ -381,5 +434,9 @@ def simulate_allocated(w: Workload, policy: str, *, recompute: str = "subjob",
                  np.array(s_site, dtype=np.int64).reshape(-1, m),
                  np.array(s_user, dtype=np.int64).reshape(-1, len(w.user_names)),
                  solves, plan_seconds, time.perf_counter() - t_wall, events)
+    if servers is None:
+        return AllocatedRun(run, recompute, solves, np.array(s_std),
+                            np.array(s_active, dtype=np.int64))
     return AllocatedRun(run, recompute, solves, np.array(s_std),
-                        np.array(s_active, dtype=np.int64))
+                        np.array(s_active, dtype=np.int64), np.array(servers.residuals),
+                        servers.config.rtol)

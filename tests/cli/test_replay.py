@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from psdsf_dist.cli.main import main
-from psdsf_dist.jobs.allocated import simulate_allocated
+from psdsf_dist.jobs.allocated import PROTOCOL, simulate_allocated
 from psdsf_dist.jobs.workload import build_workload, load_trace
+from psdsf_dist.protocol.config import ProtocolConfig
 from tests.conftest import EXAMPLES
 
 TABLE_31 = str(EXAMPLES / "guan_table31.csv")
@@ -64,6 +65,25 @@ def test_policies_share_the_slots_as_the_library_does(capsys: pytest.CaptureFixt
     assert got["solves"] == simulate_allocated(w, "amf", optimized=True).solves
 
 
+def test_the_protocol_shares_the_slots_as_the_library_does(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """--job-policies protocol runs the per-server protocol over the jobs with the protocol
+    options given (the same names and defaults as in simulate): the library's run, with its
+    rounds and how many of them ended PS-DSF."""
+    assert main(["replay", TABLE_31, "--slots", "1", "--job-policies", "protocol", "imf",
+                 "--period", "0.5", "--rule", "best-response", "--delay", "1r", "--json"]) == 0
+    captured = capsys.readouterr()
+    got, imf = json.loads(captured.out)["results"]
+    w = build_workload(load_trace(TABLE_31), slots=1)
+    run = simulate_allocated(w, PROTOCOL, protocol=ProtocolConfig(period=0.5, rule="best-response",
+                                                                   delay=0.5))
+    assert got["scheduler"] == "protocol" and imf["scheduler"] == "imf" and "rounds" not in imf
+    assert got["rounds"] == run.rounds > 0 and got["certified_rounds"] == run.certified_rounds
+    assert got["mean_response_s"] == pytest.approx(float(run.run.response.mean()))
+    assert f"protocol: 29 tasks, {run.rounds} rounds ({run.certified_rounds} certified" \
+        in captured.err
+
+
 def test_a_policy_replay_of_too_many_jobs_is_refused_at_once(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("PSDSF_LIMITS", "policy_jobs=2")
@@ -92,6 +112,12 @@ def test_a_policy_replay_of_too_many_jobs_is_refused_at_once(
      "--optimized: only the AMF family (amf, amf-si, gamf, gamf-si) is optimized, not drf"),
     ([TABLE_31, "--optimized"], "--optimized: only with --job-policies"),
     ([TABLE_31, "--recompute", "task"], "--recompute: only with --job-policies"),
+    ([TABLE_31, "--job-policies", "amf", "--period", "2"],
+     "--period: only with --job-policies protocol"),
+    ([TABLE_31, "--delay", "1r"], "--delay: only with --job-policies protocol"),
+    ([TABLE_31, "--job-policies", "protocol", "--delay", "x"], "--delay: expected seconds or"),
+    ([TABLE_31, "--job-policies", "protocol", "--optimized"],
+     "--optimized: only the AMF family (amf, amf-si, gamf, gamf-si) is optimized, not protocol"),
 ])
 def test_bad_input_is_one_line_exit_2(argv: list[str], message: str,
                                       capsys: pytest.CaptureFixture[str]) -> None:

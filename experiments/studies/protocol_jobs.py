@@ -125,7 +125,7 @@ def report(rows: list[dict[str, Any]], jobs: int, minutes: float) -> str:
 def plot(rows: list[dict[str, Any]]) -> str:
     fig, axes = figure(1, 2, 3.8)
     a, b = axes[0]
-    for z, marker in zip(ZIPFS, "osD", strict=True):
+    for z, marker in zip(ZIPFS, "osD^v", strict=False):
         prot = sorted((r for r in rows if r["zipf"] == z and r["period_s"] != ""),
                       key=lambda r: r["period_s"])
         exact = next(r for r in rows if r["zipf"] == z and r["policy"] == "PS-DSF exact")

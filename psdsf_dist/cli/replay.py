@@ -147,6 +147,16 @@ def run(args: argparse.Namespace) -> int:
                            f"{limits.policy_jobs:,} for --job-policies (each arrival and sub-job "
                            "completion solves the policy over the active jobs; raise it with "
                            f"{LIMITS_ENV}=\"policy_jobs=N\")")
+    if PROTOCOL in args.job_policies:
+        present = w.least_present_seconds()
+        updates = math.ceil(present / args.period) * w.num_sites
+        if updates > limits.protocol_updates:
+            raise CommandError(
+                f"{args.trace}: protocol: at least {updates:,} server updates (its "
+                f"{w.num_sites} servers update every {args.period:g} s while any of the "
+                f"{w.num_jobs:,} jobs is present, at least {present:,.0f} s), more than the "
+                f"limit of {limits.protocol_updates:,} (a longer --period, or raise it with "
+                f"{LIMITS_ENV}=\"protocol_updates=N\")")
     waiting, at = w.least_waiting()
     if schedulers and waiting > limits.waiting_jobs:
         raise CommandError(f"{args.trace}: at least {waiting:,} jobs wait at once (t = {at:g} s) "

@@ -295,7 +295,7 @@ def simulate_allocated(w: Workload, policy: str, *, recompute: str = "subjob",
     site_of = np.full(T, -1, dtype=np.int64)
     busy_seconds = np.zeros(m)
     busy_user = np.zeros(len(w.user_names), dtype=np.int64)
-    est_end = float(w.submit[-1]) + float(w.durations.sum()) / float(slots.sum()) + 1.0
+    est_end = float(w.submit[-1]) + w.least_present_seconds() + 1.0
     step = max(est_end - float(w.submit[0]), 1e-9) / samples
     next_sample = float(w.submit[0])
     s_times: list[float] = []

@@ -129,6 +129,11 @@ class Workload:
         cap = float(self.slots.sum()) * span
         return float(self.durations.sum()) / cap if cap > 0 else math.inf
 
+    def least_present_seconds(self) -> float:
+        """A lower bound on how long some job is present, under any schedule: all the work
+        spread over all the slots (a slot runs one task at a time)."""
+        return float(self.durations.sum()) / float(self.slots.sum())
+
     def least_waiting(self) -> tuple[int, float]:
         """A lower bound, under every scheduler, on the most jobs with unstarted tasks at once
         (what a plan weighs), and a submit time at which it holds; (0, first submit) if none.

@@ -83,6 +83,10 @@ class Limits:
     """Jobs of a trace ``replay --job-policies`` may take: each arrival and sub-job completion
     solves the policy over the active jobs (linear programs for most policies; the time per
     job: ``docs/input-limits.md``)."""
+    protocol_updates: int = 1_000_000
+    """Server updates ``replay --job-policies protocol`` may make (rounds x sites): every
+    server updates once per period while any job is present (the time per update:
+    ``docs/input-limits.md``)."""
 
     def check(self, what: str, count: int, fld: str) -> None:
         """Refuse ``count`` of ``what`` beyond its limit, naming ``fld``."""

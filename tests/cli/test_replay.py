@@ -84,6 +84,20 @@ def test_the_protocol_shares_the_slots_as_the_library_does(
         in captured.err
 
 
+def test_a_protocol_replay_of_too_many_server_updates_is_refused_at_once(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Table 3.1's 29 one-second tasks on 3 sites of one slot keep some job present for at
+    least 29 / 3 s: at T = 0.5 s, 20 rounds of 3 servers at least."""
+    monkeypatch.setenv("PSDSF_LIMITS", "protocol_updates=59")
+    argv = ["replay", TABLE_31, "--slots", "1", "--job-policies", "protocol", "--period", "0.5"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "protocol: at least 60 server updates" in err and "\n" not in err
+    assert 'PSDSF_LIMITS="protocol_updates=N"' in err
+    monkeypatch.setenv("PSDSF_LIMITS", "protocol_updates=60")
+    assert main(argv) == 0
+
+
 def test_a_policy_replay_of_too_many_jobs_is_refused_at_once(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("PSDSF_LIMITS", "policy_jobs=2")

@@ -184,10 +184,10 @@ def run(args: argparse.Namespace) -> int:
         label = f"{p} (optimized)" if args.optimized else p
         row = {**summary(shared.run, w), "scheduler": label, "solves": shared.solves}
         done = f"{shared.solves} solves"
-        if p == PROTOCOL:
+        if protocol is not None and p == PROTOCOL:
             row.update(rounds=shared.rounds, certified_rounds=shared.certified_rounds)
             done = (f"{shared.rounds} rounds ({shared.certified_rounds} certified PS-DSF at "
-                    f"rtol {shared.rtol:g})")
+                    f"rtol {protocol.rtol:g})")
         results.append(row)
         print(f"psdsf-dist: replay: {label}: {w.num_tasks} tasks, {done} in "
               f"{shared.run.wall_seconds:.2f} s", file=sys.stderr)

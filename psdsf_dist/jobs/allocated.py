@@ -58,6 +58,7 @@ from psdsf_dist.protocol.config import ProtocolConfig
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
 
 RECOMPUTE = ("subjob", "task")
 TOTAL_TOL = 1e-7
@@ -87,8 +88,8 @@ class AllocatedRun:
     residuals: FloatArray = field(default_factory=lambda: np.zeros(0))
     """``protocol``: the PS-DSF certificate's residual after each of its rounds, for the jobs
     of that moment (0: the allocation was PS-DSF; empty for the other policies)."""
-    rtol: float = 0.0
-    """``protocol``: the tolerance the residuals were judged at."""
+    certified: BoolArray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    """``protocol``: whether the certificate held after each round (at the config's rtol)."""
 
     @property
     def rounds(self) -> int:
@@ -97,7 +98,7 @@ class AllocatedRun:
 
     @property
     def certified_rounds(self) -> int:
-        return int(np.count_nonzero(self.residuals <= self.rtol))
+        return int(np.count_nonzero(self.certified))
 
 
 def imf(counts: FloatArray, slots: FloatArray) -> FloatArray:
@@ -439,4 +440,4 @@ def simulate_allocated(w: Workload, policy: str, *, recompute: str = "subjob",
                             np.array(s_active, dtype=np.int64))
     return AllocatedRun(run, recompute, solves, np.array(s_std),
                         np.array(s_active, dtype=np.int64), np.array(servers.residuals),
-                        servers.config.rtol)
+                        np.array(servers.held, dtype=bool))

@@ -62,11 +62,10 @@ class ProtocolShare:
     scenario: Scenario | None = None
     history: deque[FloatArray] = field(init=False)
     """The observations a round may read, oldest first (one per period, rows as ``jobs``)."""
-    rounds: int = 0
-    certified: int = 0
-    """Rounds after which the allocation was PS-DSF for the jobs of the moment."""
     residuals: list[float] = field(default_factory=list)
     """The certificate's residual after each round (0: certified)."""
+    held: list[bool] = field(default_factory=list)
+    """After each round: whether the allocation was PS-DSF for the jobs of that moment."""
 
     def __post_init__(self) -> None:
         self.config.check()
@@ -117,18 +116,26 @@ class ProtocolShare:
                 self.rule, self.states[j], self.views[j], self.columns[:, j], seen, j,
                 staleness=float(self.lag - 1), where=f"site {j}")
         self.columns = new
-        self.rounds += 1
         self._certify()
         return new
+
+    @property
+    def rounds(self) -> int:
+        return len(self.residuals)
+
+    @property
+    def certified(self) -> int:
+        """Rounds after which the allocation was PS-DSF for the jobs of the moment."""
+        return sum(self.held)
 
     def _certify(self) -> None:
         sc = self.scenario
         if sc is None or sc.num_users == 0:
-            self.certified += 1
             self.residuals.append(0.0)
+            self.held.append(True)
             return
         cert = certify_columns(sc, self.columns, self.columns.sum(axis=1),
                                np.arange(self.num_sites, dtype=np.int64),
                                mode=self.config.mode, rtol=self.config.rtol, explain=True)
         self.residuals.append(float(cert.residual))
-        self.certified += int(cert.holds)
+        self.held.append(bool(cert.holds))

@@ -47,7 +47,18 @@ RETURN_IDLE_INTERVALS = 1.0
 """A delegated slot free for this many lease intervals goes back to the queue."""
 EXCHANGE_TIMEOUT_INTERVALS = 40.0
 """An exchange unanswered for this many lease intervals is given up (the queue is stuck or
-gone): the client launches nothing more and its waiting tasks fail."""
+gone): the client launches nothing more and its waiting tasks fail..."""
+EXCHANGE_TIMEOUT_MIN_S = 30.0
+"""...but not before this many seconds: a queue on a loaded machine (its worker starved of
+CPU, a garbage collection) can be silent for seconds without being stuck, and a queue that
+died is reported by Ray at once, not by the timeout.  At short periods (T = 0.5 s: 40
+intervals are 5 s) the floor is what applies."""
+
+
+def exchange_timeout(interval: float) -> float:
+    """Seconds an exchange may go unanswered, ``interval`` the lease interval: no reply comes
+    later than that (it is given up)."""
+    return max(EXCHANGE_TIMEOUT_INTERVALS * interval, EXCHANGE_TIMEOUT_MIN_S)
 
 
 class DirectOutcome(enum.Enum):
@@ -130,7 +141,7 @@ class DirectSlots:
     given_back: dict[int, float] = field(default_factory=dict)
     """Slots returned, and when: a reply to an earlier exchange, answered before the queue had
     them back, may still list them (several exchanges can be in flight: :meth:`granted`).
-    Kept for :data:`EXCHANGE_TIMEOUT_INTERVALS`: no reply comes later than that."""
+    Kept for :func:`exchange_timeout`: no reply comes later than that."""
     _launched: list[tuple[int, float]] = field(default_factory=list)
     _ended: list[tuple[int, DirectOutcome, float]] = field(default_factory=list)
     _withdrawn: int = 0
@@ -187,7 +198,7 @@ class DirectSlots:
         for i in back:
             del self.slots[i]
         self.given_back = {i: t for i, t in self.given_back.items()
-                           if now - t <= EXCHANGE_TIMEOUT_INTERVALS * self.interval}
+                           if now - t <= exchange_timeout(self.interval)}
         self.given_back.update((i, now) for i in back)
         out = DirectReport(self.wanted(), self.queued if self.gone is None else 0, back,
                            tuple(self._launched), tuple(self._ended),
@@ -222,5 +233,6 @@ class DirectSlots:
                     or self._ended or self._withdrawn)
 
 
-__all__ = ["EXCHANGE_TIMEOUT_INTERVALS", "RETURN_IDLE_INTERVALS", "DirectOutcome",
-           "DirectReply", "DirectReport", "DirectSlots", "Slot", "SlotGrant"]
+__all__ = ["EXCHANGE_TIMEOUT_INTERVALS", "EXCHANGE_TIMEOUT_MIN_S", "RETURN_IDLE_INTERVALS",
+           "DirectOutcome", "DirectReply", "DirectReport", "DirectSlots", "Slot", "SlotGrant",
+           "exchange_timeout"]

@@ -39,10 +39,10 @@ import ray
 
 from psdsf_dist.admission.chunks import CallTimes, chunk_size
 from psdsf_dist.admission.direct_slots import (
-    EXCHANGE_TIMEOUT_INTERVALS,
     DirectOutcome,
     DirectSlots,
     SlotGrant,
+    exchange_timeout,
 )
 from psdsf_dist.admission.tenant_queue_state import AllocatorGoneError
 from psdsf_dist.runtime.clock import WallClock
@@ -351,7 +351,7 @@ class DirectLauncher:
                 report = self.slots.report(self.clock.now())
             try:
                 reply = ray.get(self.queue.exchange.remote(report),
-                                timeout=EXCHANGE_TIMEOUT_INTERVALS * self.interval)
+                                timeout=exchange_timeout(self.interval))
             except Exception as err:  # Ray's errors, or Ray shut down under this thread
                 reply = None
                 gone = f"the tenant's queue did not answer ({type(err).__name__})"
@@ -377,7 +377,7 @@ class DirectLauncher:
         with self.lock:
             report = self.slots.report(self.clock.now())
         reply = ray.get(self.queue.exchange.remote(report, False),
-                        timeout=EXCHANGE_TIMEOUT_INTERVALS * self.interval)
+                        timeout=exchange_timeout(self.interval))
         with self.lock:
             self.slots.granted(reply, self.clock.now())
         self._launch_pending()

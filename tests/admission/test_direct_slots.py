@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from psdsf_dist.admission.direct_slots import (
     EXCHANGE_TIMEOUT_INTERVALS,
+    EXCHANGE_TIMEOUT_MIN_S,
     RETURN_IDLE_INTERVALS,
     DirectOutcome,
     DirectReply,
     DirectSlots,
     SlotGrant,
+    exchange_timeout,
 )
 
 INTERVAL = 0.25
@@ -89,11 +91,19 @@ def test_a_chunk_counts_as_one_task_per_call_that_ran() -> None:
     assert len(d.report(1.7).ended) == 1
 
 
+def test_an_exchange_gets_forty_intervals_but_never_less_than_the_floor() -> None:
+    """Long lease intervals give 40 of them; short ones (the tests' T = 0.5 s: 0.125 s) give
+    the floor, so a queue silent for a few seconds on a loaded machine is not given up."""
+    assert exchange_timeout(2.0) == 80.0
+    assert exchange_timeout(0.125) == EXCHANGE_TIMEOUT_MIN_S == 30.0
+
+
 def test_a_returned_slot_is_never_taken_again_and_forgotten_once_no_reply_can_name_it() -> None:
     d = holding(SlotGrant(1, "a", "n-a", 10.0))
     assert d.report(RETURN_IDLE_INTERVALS * INTERVAL + 0.01).returned == (1,)  # idle
     d.granted(DirectReply((SlotGrant(1, "a", "n-a", 10.0),), (), None), 1.0)  # a late reply
     assert d.slots == {}
-    late = EXCHANGE_TIMEOUT_INTERVALS * INTERVAL + 1.0
+    late = exchange_timeout(INTERVAL) + 1.0
+    assert exchange_timeout(INTERVAL) >= EXCHANGE_TIMEOUT_INTERVALS * INTERVAL
     d.report(late)
     assert d.given_back == {}  # no exchange is answered that late: nothing to remember

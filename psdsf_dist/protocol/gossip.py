@@ -79,6 +79,7 @@ import numpy as np
 import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 
 MESSAGE_HEADER_BYTES = 16
 DIGEST_ENTRY_BYTES = 20
@@ -92,8 +93,8 @@ INCARNATION_MARK = "#"
 MOVE_THRESHOLD = 1e-12
 """A change of an entry by more than this (tasks) counts as a move (same as a held entry)."""
 
-# Running totals are rebuilt from the columns after this many incremental updates, so that
-# floating-point drift of ``totals += new - old`` cannot accumulate.
+# Running totals are rebuilt from the columns when read after this many incremental updates,
+# so that floating-point drift of ``totals += new - old`` cannot accumulate.
 REBUILD_EVERY = 4096
 
 
@@ -131,6 +132,8 @@ class Entry:
     moves: FloatArray | None = None
     """With ``column``: per user the sign of the origin's latest change (+1, -1, 0); ``None``
     = no signs (all 0)."""
+    signs: int = -1
+    """Non-zero entries of ``moves`` (counted when not given)."""
 
     def size_bytes(self) -> int:
         size = DELTA_ENTRY_BYTES
@@ -138,7 +141,8 @@ class Entry:
             nnz = self.nonzero if self.nonzero >= 0 else int(np.count_nonzero(self.column))
             size += COLUMN_HEADER_BYTES + COLUMN_VALUE_BYTES * nnz
             if self.moves is not None:
-                size += SIGN_ENTRY_BYTES * int(np.count_nonzero(self.moves))
+                signs = self.signs if self.signs >= 0 else int(np.count_nonzero(self.moves))
+                size += SIGN_ENTRY_BYTES * signs
         return size
 
 
@@ -179,6 +183,7 @@ class _Known:
     nonzero: int = 0
     heartbeat_at: float = math.nan  # the origin's clock at its heartbeat
     moves: FloatArray = field(default_factory=lambda: _EMPTY)  # signs of the latest change
+    signs: int = 0  # non-zero entries of moves
     superseded: bool = False  # a newer incarnation of its server was heard of (see _hear_of)
 
 
@@ -202,12 +207,8 @@ class GossipState:
     """Seconds after which a tombstone is forgotten."""
     _known: dict[str, _Known] = field(default_factory=dict, repr=False)
     _totals: FloatArray = field(default_factory=lambda: np.zeros(0), repr=False)
-    _holders: npt.NDArray[np.int64] = field(
-        default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
-    _raising: npt.NDArray[np.int64] = field(
-        default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
-    _lowering: npt.NDArray[np.int64] = field(
-        default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
+    _counts: tuple[IntArray, IntArray, IntArray] | None = field(default=None, repr=False)
+    """(holders, raising, lowering) of the counted origins, made when read after a change."""
     _updates: int = 0
     _digest_cache: dict[str, tuple[int, int]] | None = field(default=None, repr=False)
     _newest: dict[str, int] = field(default_factory=dict, repr=False)
@@ -215,9 +216,6 @@ class GossipState:
 
     def __post_init__(self) -> None:
         self._totals = np.zeros(self.num_users)
-        self._holders = np.zeros(self.num_users, dtype=np.int64)
-        self._raising = np.zeros(self.num_users, dtype=np.int64)
-        self._lowering = np.zeros(self.num_users, dtype=np.int64)
         if self.origin not in self._known:
             self._known[self.origin] = _Known(0, 0, _frozen(np.zeros(self.num_users)), False, 0.0)
         self._newest[server_of(self.origin)] = incarnation_of(self.origin)
@@ -229,7 +227,6 @@ class GossipState:
 
     def set_column(self, column: FloatArray, now: float) -> None:
         """Publish this server's column (a heartbeat; a new column_version if it changed)."""
-        self._digest_cache = None
         me = self._known[self.origin]
         col = np.asarray(column, dtype=float)
         if len(col) > self.num_users:
@@ -244,19 +241,21 @@ class GossipState:
         old_moves = self._padded(me.moves)
         if me.left or not np.array_equal(old, new) or not np.array_equal(old_moves, moves):
             me.column_version = me.heartbeat
-            self._count(old, new, me.expired or me.left, False, old_moves, moves)
+            self._count(old, new, me.expired or me.left, False)
             me.column = _frozen(new)
-            me.moves = _frozen(moves) if moves.any() else _EMPTY
+            me.signs = int(np.count_nonzero(moves))
+            me.moves = _frozen(moves) if me.signs else _EMPTY
             me.nonzero = int(np.count_nonzero(new))
             me.left = False
             me.expired = False
+        self._versioned(self.origin, me)
 
     def heartbeat(self, now: float) -> None:
         """Show liveness without changing the column."""
-        self._digest_cache = None
         me = self._known[self.origin]
         me.heartbeat += 1
         me.heard_at = me.heartbeat_at = now
+        self._versioned(self.origin, me)
 
     def leave(self, now: float) -> None:
         """Publish a tombstone: this server leaves, its column stops counting everywhere."""
@@ -264,10 +263,10 @@ class GossipState:
         me = self._known[self.origin]
         me.heartbeat += 1
         me.column_version = me.heartbeat
-        self._count(self._padded(me.column), np.zeros(self.num_users), me.expired or me.left, True,
-                    self._padded(me.moves), None)
+        self._count(self._padded(me.column), np.zeros(self.num_users), me.expired or me.left, True)
         me.column = _frozen(np.zeros(self.num_users))
         me.moves = _EMPTY
+        me.signs = 0
         me.nonzero = 0
         me.left = True
         me.heard_at = me.heartbeat_at = now
@@ -275,10 +274,11 @@ class GossipState:
     def introduce(self, origin: str, now: float) -> None:
         """Learn that ``origin`` exists (e.g. from a membership list at start-up), as it is
         before its first update: heartbeat 0, empty column.  A no-op if already known."""
-        self._digest_cache = None
         if origin not in self._known:
             superseded = self._hear_of(origin, now)
-            self._known[origin] = _Known(0, 0, _EMPTY, superseded, now, superseded=superseded)
+            k = self._known[origin] = _Known(0, 0, _EMPTY, superseded, now,
+                                             superseded=superseded)
+            self._versioned(origin, k)
 
     # -- knowledge --------------------------------------------------------------------------
     def resize(self, num_users: int) -> None:
@@ -286,28 +286,30 @@ class GossipState:
         if num_users > self.num_users:
             extra = num_users - self.num_users
             self._totals = np.concatenate([self._totals, np.zeros(extra)])
-            self._holders = np.concatenate([self._holders, np.zeros(extra, dtype=np.int64)])
-            self._raising = np.concatenate([self._raising, np.zeros(extra, dtype=np.int64)])
-            self._lowering = np.concatenate([self._lowering, np.zeros(extra, dtype=np.int64)])
+            self._counts = None
             self.num_users = num_users
 
     def totals(self) -> FloatArray:
         """Per-user totals: the sum of the columns of every counted origin (self included)."""
+        if self._updates >= REBUILD_EVERY:
+            # rebuilt when read, after the latest change is complete (a rebuild inside a
+            # change would read the changing origin's old column)
+            self._rebuild()
         return self._totals.copy()
 
     def holders(self) -> npt.NDArray[np.int64]:
         """Per user, how many counted origins (self included) hold some of its tasks."""
-        return self._holders.copy()
+        return self._counted_signs()[0].copy()
 
     def raising(self) -> npt.NDArray[np.int64]:
         """Per user, how many counted origins (self included) raised it in their latest
         change."""
-        return self._raising.copy()
+        return self._counted_signs()[1].copy()
 
     def lowering(self) -> npt.NDArray[np.int64]:
         """Per user, how many counted origins (self included) lowered it in their latest
         change."""
-        return self._lowering.copy()
+        return self._counted_signs()[2].copy()
 
     def members(self) -> list[str]:
         """Origins currently counted as live (not left, not expired), self included."""
@@ -330,17 +332,10 @@ class GossipState:
         k = self._known.get(origin)
         return None if k is None else self._padded(k.column)
 
-    def counted(self) -> tuple[list[str], FloatArray, FloatArray]:
-        """The counted origins (self included), their columns and the signs of their latest
-        changes, as (origins, (N, S) columns, (N, S) signs): what the totals and counts sum."""
-        live = [(o, k) for o, k in self._known.items() if not k.left and not k.expired]
-        cols = np.zeros((self.num_users, len(live)))
-        moves = np.zeros((self.num_users, len(live)))
-        for j, (_, k) in enumerate(live):
-            cols[:, j] = self._padded(k.column)
-            if len(k.moves):
-                moves[:, j] = self._padded(k.moves)
-        return [o for o, _ in live], cols, moves
+    def counted(self) -> list[tuple[str, FloatArray]]:
+        """The counted origins (self included) with their columns: what the totals sum."""
+        return [(o, self._padded(k.column)) for o, k in self._known.items()
+                if not k.left and not k.expired]
 
     def versions(self) -> dict[str, tuple[int, int, bool]]:
         """origin -> (heartbeat, column_version, left): the merge-relevant state."""
@@ -351,35 +346,41 @@ class GossipState:
         return Digest(self.origin, self._versions().copy())
 
     def _versions(self) -> dict[str, tuple[int, int]]:
-        """origin -> (heartbeat, column_version), kept in step with ``_known``."""
+        """origin -> (heartbeat, column_version), kept in step with ``_known`` (same order:
+        updated in place, new origins appended, rebuilt after a removal)."""
         if self._digest_cache is None:
             self._digest_cache = {o: (k.heartbeat, k.column_version)
                                   for o, k in self._known.items()}
         return self._digest_cache
 
+    def _versioned(self, origin: str, k: _Known) -> None:
+        """Keep the versions cache in step after ``origin``'s versions changed (or it was
+        appended to ``_known``)."""
+        if self._digest_cache is not None:
+            self._digest_cache[origin] = (k.heartbeat, k.column_version)
+
     def own_entry(self) -> Entry:
         """This server's own entry with its column (to piggyback on an exchange it starts)."""
         me = self._known[self.origin]
         return Entry(self.origin, me.heartbeat, me.column_version, me.column, me.left,
-                     me.nonzero, me.heartbeat_at, me.moves if len(me.moves) else None)
+                     me.nonzero, me.heartbeat_at, me.moves if me.signs else None, me.signs)
 
     def delta_for(self, digest: Digest) -> Delta:
         """The entries the digest's sender lacks; the column only where its copy is older."""
         peer = digest.versions
-        out: list[Entry] = []
+        get = peer.get
         known = self._known
-        for o, v in self._versions().items():
-            pv = peer.get(o, (-1, -1))
-            if pv == v:
-                continue  # the usual case: nothing new about this origin
-            hb, cv = pv
+        out: list[Entry] = []
+        # the usual case, nothing new about an origin, sorted out in one pass
+        for o in [o for o, v in self._versions().items() if get(o) != v]:
+            hb, cv = get(o, (-1, -1))
             k = known[o]
             if k.heartbeat > hb or k.column_version > cv:
                 fresh = k.column_version > cv
                 out.append(
                     Entry(o, k.heartbeat, k.column_version,
                           k.column if fresh else None, k.left, k.nonzero,
-                          k.heartbeat_at, k.moves if fresh and len(k.moves) else None)
+                          k.heartbeat_at, k.moves if fresh and k.signs else None, k.signs)
                 )
         return Delta(self.origin, tuple(out))
 
@@ -398,6 +399,7 @@ class GossipState:
                     # a heartbeat for a column never seen: remember the heartbeat only
                     k = _Known(e.heartbeat, -1, _EMPTY, superseded, now, superseded=superseded)
                     self._known[e.origin] = k
+                    self._versioned(e.origin, k)
                     changed += 1
                     continue
                 k = _Known(-1, -1, _EMPTY, True, now, superseded=superseded)
@@ -415,20 +417,22 @@ class GossipState:
                 moves = _EMPTY if e.moves is None else _frozen(e.moves)
                 left = e.left or superseded
                 self._count(self._padded(k.column), self._padded(col), k.left or k.expired,
-                            left or k.expired, self._padded(k.moves), self._padded(moves))
+                            left or k.expired)
                 k.column_version = e.column_version
                 k.column = col
                 k.moves = moves
+                k.signs = (0 if e.moves is None else e.signs if e.signs >= 0
+                           else int(np.count_nonzero(moves)))
                 k.nonzero = e.nonzero if e.nonzero >= 0 else int(np.count_nonzero(col))
                 k.left = left
                 touched = True
             if touched and k.expired and not k.left:
                 # a newer heartbeat revives an expired origin
                 k.expired = False
-                self._add(self._padded(k.column), self._padded(k.moves), 1)
-            changed += touched
-        if changed:
-            self._digest_cache = None
+                self._add(self._padded(k.column), 1)
+            if touched:
+                self._versioned(e.origin, k)
+                changed += 1
         return changed
 
     def expire(self, now: float) -> list[str]:
@@ -444,7 +448,7 @@ class GossipState:
                 continue
             if not k.expired and now - k.heard_at >= self.ttl:
                 k.expired = True
-                self._add(self._padded(k.column), self._padded(k.moves), -1)
+                self._add(self._padded(k.column), -1)
                 dropped.append(o)
         return dropped
 
@@ -467,7 +471,7 @@ class GossipState:
                         k.superseded = True
                         if not k.left:
                             if not k.expired:
-                                self._add(self._padded(k.column), self._padded(k.moves), -1)
+                                self._add(self._padded(k.column), -1)
                             k.left, k.expired, k.heard_at = True, False, now
                             self._digest_cache = None
         return False
@@ -480,29 +484,43 @@ class GossipState:
         return out
 
     def _count(self, old: FloatArray, new: FloatArray, old_excluded: bool,
-               new_excluded: bool, old_moves: FloatArray | None = None,
-               new_moves: FloatArray | None = None) -> None:
+               new_excluded: bool) -> None:
+        """One origin's column (or its moves, or whether it counts) changed from ``old`` to
+        ``new``: the totals follow (the column counts unless excluded)."""
+        self._counts = None  # moves or holders may have changed even if the column did not
         if not old_excluded:
-            self._add(old, old_moves, -1)
+            self._add(old, -1)
         if not new_excluded:
-            self._add(new, new_moves, 1)
+            self._add(new, 1)
         self._updates += 1
-        if self._updates % REBUILD_EVERY == 0:
-            self._rebuild()
 
-    def _add(self, column: FloatArray, moves: FloatArray | None, sign: int) -> None:
-        """Add (sign 1) or remove (sign -1) one origin's column and moves from the counts."""
-        self._totals += sign * column
-        self._holders += sign * (column > 0)
-        if moves is not None:
-            self._raising += sign * (moves > 0)
-            self._lowering += sign * (moves < 0)
+    def _add(self, column: FloatArray, sign: int) -> None:
+        """Add (sign 1) or remove (sign -1) one origin's column from the totals, in place:
+        merging is the hot path.  The per-user counts are made again when next read."""
+        if sign > 0:
+            self._totals += column
+        else:
+            self._totals -= column
+        self._counts = None
+
+    def _counted_signs(self) -> tuple[IntArray, IntArray, IntArray]:
+        """(holders, raising, lowering) over the counted origins: made from their columns and
+        signs when first read after a change (servers read them once per update, while a
+        column arrives with every message)."""
+        if self._counts is None:
+            n = self.num_users
+            live = [k for k in self._known.values() if not k.left and not k.expired]
+            cols = [self._padded(k.column) for k in live if k.nonzero]
+            holders = (np.array(cols) > 0).sum(axis=0) if cols else np.zeros(n, np.int64)
+            signs = [self._padded(k.moves) for k in live if k.signs]
+            moves = np.array(signs) if signs else np.zeros((0, n))
+            self._counts = (holders.astype(np.int64), (moves > 0).sum(axis=0).astype(np.int64),
+                            (moves < 0).sum(axis=0).astype(np.int64))
+        return self._counts
 
     def _rebuild(self) -> None:
+        self._updates = 0
         self._totals = np.zeros(self.num_users)
-        self._holders = np.zeros(self.num_users, dtype=np.int64)
-        self._raising = np.zeros(self.num_users, dtype=np.int64)
-        self._lowering = np.zeros(self.num_users, dtype=np.int64)
         for k in self._known.values():
             if not k.left and not k.expired:
-                self._add(self._padded(k.column), self._padded(k.moves), 1)
+                self._add(self._padded(k.column), 1)

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -165,14 +166,14 @@ def knowledge_view(view: ServerView, *, members: int, holders: npt.NDArray[np.ge
 
 
 def class_knowledge(classes: ClassMap, server: int, column: FloatArray,
-                    columns: FloatArray, servers: npt.NDArray[np.int64]) -> ClassKnowledge:
-    """What a server knows about its class from the columns it counts: ``columns`` (N, S) of
-    servers ``servers`` (table indices; its own among them, counted with ``column``, its
-    current column): the class's live member count and its members' columns summed."""
-    cls = classes.member_class[servers]
-    ours = (cls == classes.member_class[server]) & (servers != server)
-    return ClassKnowledge(int(classes.count[classes.member_class[server]]),
-                          columns[:, ours].sum(axis=1) + column)
+                    counted: Iterable[tuple[int, FloatArray]]) -> ClassKnowledge:
+    """What a server knows about its class from the columns it counts, ``counted`` as
+    (table index, column) (its own among them or not: it counts with ``column``, its current
+    column): the class's live member count and its members' columns summed."""
+    ours = classes.member_class[server]
+    cols = [c for i, c in counted if i != server and classes.member_class[i] == ours]
+    total = np.array(cols).sum(axis=0) + column if cols else np.array(column, dtype=float)
+    return ClassKnowledge(int(classes.count[ours]), total)
 
 
 def checked_update(rule: UpdateRule, state: RuleState, view: ServerView, totals: FloatArray,
@@ -349,14 +350,11 @@ class ServerNode:
         age = g.median_age(now)
         klass = None
         if self.slot is not None:  # its class's slot: the class acts as one (class rule)
-            origins, columns, _ = g.counted()
             index = self.table.server_indices
             # a server this table does not know yet is left out until the table names it
-            known = np.array([server_of(o) in index for o in origins], dtype=bool)
-            servers = np.array([index[server_of(o)] for o, k in zip(origins, known, strict=True)
-                                if k], dtype=np.int64)
-            klass = class_knowledge(self.classes, self.table.server_index(self.name),
-                                    g.column, columns[:, known], servers)
+            counted = ((index.get(server_of(o)), c) for o, c in g.counted())
+            klass = class_knowledge(self.classes, self.table.server_index(self.name), g.column,
+                                    ((i, c) for i, c in counted if i is not None))
         view = knowledge_view(self.view, members=len(g.members()), holders=g.holders(),
                               raising=g.raising(), lowering=g.lowering(),
                               staleness=staleness_rounds(age, self.config.period), klass=klass)

@@ -14,6 +14,7 @@ from psdsf_dist.protocol.gossip import (
     DELTA_ENTRY_BYTES,
     DIGEST_ENTRY_BYTES,
     MESSAGE_HEADER_BYTES,
+    REBUILD_EVERY,
     SIGN_ENTRY_BYTES,
     Delta,
     Entry,
@@ -117,6 +118,29 @@ def test_loss_then_anti_entropy_reaches_the_origins_latest_columns(
     assert g.lowering().tolist() == sum((s.lowering() for s in newest),
                                         np.zeros(3, dtype=int)).tolist()
     assert set(g.members()) <= {"r", *(s.origin for s in newest)}  # never a superseded one
+
+
+def test_the_totals_and_counts_stay_the_sum_of_the_counted_columns_over_many_updates() -> None:
+    """Past ``REBUILD_EVERY`` incremental updates the running totals are rebuilt from the
+    columns: with every column as it stands after the change that triggered it (at every
+    update here, checked against the columns summed afresh)."""
+    rng = np.random.default_rng(7)
+    users, origins = 4, 3
+    peers = [GossipState(f"p{j}", users) for j in range(origins)]
+    me = GossipState("me", users)
+    me.set_column(np.array([1.0, 0.0, 2.0, 0.0]), 0.0)
+    for t in range(REBUILD_EVERY + 50):
+        p = peers[t % origins]
+        col = np.where(rng.random(users) < 0.6, rng.uniform(0, 5, users), 0.0)
+        p.set_column(col, float(t))
+        me.merge(p.delta_for(me.digest()), float(t))
+        cols = [me.column, *(q.column for q in peers)]
+        np.testing.assert_allclose(me.totals(), sum(cols), rtol=1e-12, atol=1e-9)
+        assert me.holders().tolist() == sum((c > 0).astype(int) for c in cols).tolist()
+        signs = [np.zeros(users) if e.moves is None else e.moves
+                 for e in (q.own_entry() for q in [me, *peers])]
+        assert me.raising().tolist() == sum((m > 0).astype(int) for m in signs).tolist()
+        assert me.lowering().tolist() == sum((m < 0).astype(int) for m in signs).tolist()
 
 
 def test_push_pull_exchange_and_message_size_follow_what_changed() -> None:

@@ -513,7 +513,8 @@ def test_a_certified_solution_is_a_fixed_point_of_the_class_rule(slotted: bool) 
     rule = make_rule("class")
     servers = np.arange(scenario.num_servers, dtype=np.int64)
     for i in range(scenario.num_servers):
-        klass = class_knowledge(classes, i, X[:, i], X, servers) if slotted else None
+        klass = (class_knowledge(classes, i, X[:, i], zip(servers.tolist(), X.T, strict=True))
+                 if slotted else None)
         view = replace(server_view(scenario, i, "rdm"), holders=holders, klass=klass)
         state = rule.initial_state(scenario.num_users)
         for _ in range(3):

@@ -21,8 +21,11 @@ reads the distance online at every period).  Settings, each from an empty alloca
 Cases: Google 2011 mix (N = 100) at K = 100 and 1,000; Google K = 100 with user churn (u1 leaves
 at t = 40, a new user joins at t = 80); the paper cluster with its churn (runtime only); the
 random suite of ``rule_study.py`` in lock-step and in the snapshot model (certificate within
-the cap, and rounds to 1 %).  The runtime setting costs ~1-6 s per round at K = N = 100 on the
-shared machine, so it runs on the K = 100 clusters and the paper cluster only.
+the cap, and rounds to 1 %).  The runtime setting costs ~0.3-1 s per round at K = N = 100 and
+~20-30 s at K = 1,000 on the shared machine, so by default it runs on the K = 100 clusters and
+the paper cluster only; the committed csv also holds the rows of ``--google "" --sim-google
+1000:5 --snap-google "" --churn 0 --paper 0 --suite 0`` (K = 1,000 in the runtime setting,
+two workers, ~85 min), made alone.
 
 ``.venv/bin/python -m experiments run class_rule [--google 100:5,1000:2] [--sim-google 100:5]
 [--snap-google 100:5,1000:5] [--suite 200] [--cap 300] [--sim-cap 100] [--workers 2]`` puts

@@ -134,13 +134,13 @@ def test_the_totals_and_counts_stay_the_sum_of_the_counted_columns_over_many_upd
         col = np.where(rng.random(users) < 0.6, rng.uniform(0, 5, users), 0.0)
         p.set_column(col, float(t))
         me.merge(p.delta_for(me.digest()), float(t))
-        cols = [me.column, *(q.column for q in peers)]
-        np.testing.assert_allclose(me.totals(), sum(cols), rtol=1e-12, atol=1e-9)
-        assert me.holders().tolist() == sum((c > 0).astype(int) for c in cols).tolist()
-        signs = [np.zeros(users) if e.moves is None else e.moves
-                 for e in (q.own_entry() for q in [me, *peers])]
-        assert me.raising().tolist() == sum((m > 0).astype(int) for m in signs).tolist()
-        assert me.lowering().tolist() == sum((m < 0).astype(int) for m in signs).tolist()
+        cols = np.array([me.column, *(q.column for q in peers)])
+        np.testing.assert_allclose(me.totals(), cols.sum(axis=0), rtol=1e-12, atol=1e-9)
+        assert me.holders().tolist() == (cols > 0).sum(axis=0).tolist()
+        signs = np.array([np.zeros(users) if e.moves is None else e.moves
+                          for e in (q.own_entry() for q in [me, *peers])])
+        assert me.raising().tolist() == (signs > 0).sum(axis=0).tolist()
+        assert me.lowering().tolist() == (signs < 0).sum(axis=0).tolist()
 
 
 def test_push_pull_exchange_and_message_size_follow_what_changed() -> None:

@@ -22,10 +22,26 @@ times the median column delay of the default gossip, four rounds per period to f
 ``docs/class_rule.md``); with more classes, or slower gossip than the defaults
 (:data:`psdsf_dist.protocol.node.SLOT_MIN_EXCHANGES`), every server keeps its random phase
 and the class rule is ``split``.
+
+What a member acting in its slot is given (:func:`slot_knowledge`): its class's live member
+count and its members' columns summed, and totals in which every *other* class stands at the
+column it took in its latest slot.  Gossip does not carry a class's change to every server
+within a slot on a large cluster: at K = 1,000 a member hears the previous class's new column
+from a median 32 % of its members by its own slot (``docs/class_rule.md``), so plain sums mix
+the class's new column with its old one.  But the members of a class act together and compute
+(nearly) the same column, so one fresh member stands for all: each other class is counted as
+its member count times the mean column of the members heard to have acted in its latest slot
+(heartbeats within half a period of the class's newest).  At a resting allocation every member
+of a class holds the class's column, so the totals are unchanged there: the fixed points stay
+the PS-DSF allocations.  The heartbeats also tell whether the classes do take turns: if another
+class acted within half a slot of this one's phase (a driver that runs every server at once, or
+a cluster too loaded to keep its slots), the best response over classes acting at once would
+swing, so :func:`slot_knowledge` returns None and the member takes the step without a slot.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -106,3 +122,42 @@ class ClassKnowledge:
 
     size: int
     column_sum: FloatArray
+
+
+def slot_knowledge(classes: ClassMap, server: int, column: FloatArray,
+                   counted: Iterable[tuple[int, FloatArray, float]], totals: FloatArray,
+                   now: float, period: float) -> tuple[ClassKnowledge, FloatArray] | None:
+    """What ``server`` knows when its class acts in its slot at time ``now``: its class
+    (:class:`ClassKnowledge`, with ``column`` its current column) and the per-user totals with
+    every other class at the column it took in its latest slot (module docstring).
+
+    ``counted``: (table index, column, origin's clock at its latest heartbeat; NaN: none
+    heard) of the servers the gossiped ``totals`` sum, its own among them or not.  A class
+    none of whose members was heard keeps its plain sum.  None when another class acted
+    within half a slot of ``now``'s phase: the classes are not taking turns."""
+    ours = classes.member_class[server]
+    seen = [(int(i), c, float(at)) for i, c, at in counted if i != server]
+    if not seen:
+        return ClassKnowledge(int(classes.count[ours]), np.array(column, dtype=float)), totals
+    index = np.array([i for i, _, _ in seen])
+    cols = np.array([c for _, c, _ in seen], dtype=float)
+    heard = np.array([at for _, _, at in seen], dtype=float)
+    member = classes.member_class[index]
+    mine = member == ours
+    column_sum = cols[mine].sum(axis=0) + column
+    estimate = totals - cols[~mine].sum(axis=0)  # the own class's columns (any order)
+    half_slot = 0.5 * period / max(classes.num_classes, 1)
+    for c in np.unique(member[~mine]):
+        sel = member == c
+        at = heard[sel]
+        known = np.isfinite(at)
+        if not known.any():
+            estimate = estimate + cols[sel].sum(axis=0)
+            continue
+        newest = float(at[known].max())
+        lag = (now - newest) % period
+        if min(lag, period - lag) < half_slot:
+            return None  # class c acted at this class's phase: not in turn
+        fresh = known & (at >= newest - 0.5 * period)
+        estimate = estimate + np.count_nonzero(sel) * cols[sel][fresh].mean(axis=0)
+    return ClassKnowledge(int(classes.count[ours]), column_sum), estimate

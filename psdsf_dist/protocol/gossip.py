@@ -332,9 +332,10 @@ class GossipState:
         k = self._known.get(origin)
         return None if k is None else self._padded(k.column)
 
-    def counted(self) -> list[tuple[str, FloatArray]]:
-        """The counted origins (self included) with their columns: what the totals sum."""
-        return [(o, self._padded(k.column)) for o, k in self._known.items()
+    def counted(self) -> list[tuple[str, FloatArray, float]]:
+        """The counted origins (self included) with their columns and the origin's clock at
+        its latest heartbeat heard (NaN: none): what the totals sum."""
+        return [(o, self._padded(k.column), k.heartbeat_at) for o, k in self._known.items()
                 if not k.left and not k.expired]
 
     def versions(self) -> dict[str, tuple[int, int, bool]]:

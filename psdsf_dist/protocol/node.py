@@ -29,8 +29,11 @@ With the class rule (:class:`~psdsf_dist.protocol.update_rule.ClassRule`) a serv
 its class of identical servers (:mod:`psdsf_dist.protocol.classes`, from its table).  With few
 classes the server's updates come at its class's slot of every period (``slot``), on the grid
 ``anchor + n T`` whatever the jitter of the gossip rounds in between, and the rule is given the
-class's size and its members' columns summed from what gossip carries; without a slot the rule
-is given nothing of the class (it then runs ``split``).
+class's size and its members' columns summed from what gossip carries, with totals in which
+every other class stands at the column it took in its latest slot
+(:func:`~psdsf_dist.protocol.classes.slot_knowledge`); without a slot, or when the heartbeats
+show that another class acted at its own phase (classes not taking turns), the rule is given
+nothing of the class (it then runs ``split``).
 
 A restarted server is a new *incarnation* with a new gossip origin (``s3#1``): its crashed
 predecessor's column is never revived, and stops counting wherever the new one is heard
@@ -41,7 +44,6 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -51,6 +53,7 @@ from psdsf_dist.errors import FeasibilityError
 from psdsf_dist.protocol.classes import (
     ClassKnowledge,
     ClassMap,
+    slot_knowledge,
     slot_of,
 )
 from psdsf_dist.protocol.config import ProtocolConfig
@@ -163,17 +166,6 @@ def knowledge_view(view: ServerView, *, members: int, holders: npt.NDArray[np.ge
         raising=None if raising is None else np.asarray(raising, dtype=float),
         lowering=None if lowering is None else np.asarray(lowering, dtype=float),
         staleness=float(staleness), klass=klass)
-
-
-def class_knowledge(classes: ClassMap, server: int, column: FloatArray,
-                    counted: Iterable[tuple[int, FloatArray]]) -> ClassKnowledge:
-    """What a server knows about its class from the columns it counts, ``counted`` as
-    (table index, column) (its own among them or not: it counts with ``column``, its current
-    column): the class's live member count and its members' columns summed."""
-    ours = classes.member_class[server]
-    cols = [c for i, c in counted if i != server and classes.member_class[i] == ours]
-    total = np.array(cols).sum(axis=0) + column if cols else np.array(column, dtype=float)
-    return ClassKnowledge(int(classes.count[ours]), total)
 
 
 def checked_update(rule: UpdateRule, state: RuleState, view: ServerView, totals: FloatArray,
@@ -348,18 +340,21 @@ class ServerNode:
             g.set_column(g.column, now)  # a heartbeat: it is alive, waiting for the table
             return g.column
         age = g.median_age(now)
-        klass = None
+        klass, totals = None, g.totals()
         if self.slot is not None:  # its class's slot: the class acts as one (class rule)
             index = self.table.server_indices
             # a server this table does not know yet is left out until the table names it
-            counted = ((index.get(server_of(o)), c) for o, c in g.counted())
-            klass = class_knowledge(self.classes, self.table.server_index(self.name), g.column,
-                                    ((i, c) for i, c in counted if i is not None))
+            counted = ((index.get(server_of(o)), c, at) for o, c, at in g.counted())
+            known = slot_knowledge(self.classes, self.table.server_index(self.name), g.column,
+                                   ((i, c, at) for i, c, at in counted if i is not None),
+                                   totals, now, self.config.period)
+            if known is not None:
+                klass, totals = known
         view = knowledge_view(self.view, members=len(g.members()), holders=g.holders(),
                               raising=g.raising(), lowering=g.lowering(),
                               staleness=staleness_rounds(age, self.config.period), klass=klass)
         began = time.perf_counter()
-        new, self.state = checked_update(self.rule, self.state, view, g.totals(), g.column,
+        new, self.state = checked_update(self.rule, self.state, view, totals, g.column,
                                          self._where(now))
         self.round_seconds.append(time.perf_counter() - began)
         self.staleness_seconds = age

@@ -586,11 +586,12 @@ class ClassRule:
     own) against the class's current totals — and keeps ``1/k`` of it.  The class's column is
     taken as ``k`` times the member's own (the class-constant state the rule keeps), and the
     rest of each user's total as what the member hears of the servers outside its class
-    (``totals - klass.column_sum``).  With identical inputs every member computes the same
-    column, so after one update the class moves as one player, and with the classes in turn
-    each sees the others' latest columns: sequential sweeps over classes, which is what the
-    best response is right for.  A server alone in its class is a class of one: the same
-    step, its own capacities.
+    (``totals - klass.column_sum``; the driver counts every other class at the column it took
+    in its latest slot: :func:`~psdsf_dist.protocol.classes.slot_knowledge`).  With identical
+    inputs every member computes the same column, so after one update the class moves as one
+    player, and with the classes in turn each sees the others' latest columns: sequential
+    sweeps over classes, which is what the best response is right for.  A server alone in
+    its class is a class of one: the same step, its own capacities.
 
     *Swap exit.*  A user swapping from this class to another moves at the rate of the gap
     between the two classes' water levels: each slot this class cuts it to its level, the
@@ -603,7 +604,8 @@ class ClassRule:
     fixed point, so no streak starts there and the step is the plain best response.
 
     Without a slot (``view.klass`` None: more classes than slots, gossip too slow for slots,
-    or a driver that runs every server at once) the rule *is* ``split``, step for step: the
+    or classes seen acting at once — a driver that runs every server together, a cluster too
+    loaded to keep its slots) the rule *is* ``split``, step for step: the
     same call with the same inputs and ``split`` state (:attr:`ClassState.split`), so
     wherever the classes do not act in turn the class rule behaves exactly as the default
     rule did.  (Running ``split`` once per class, with the movers counted in classes, was

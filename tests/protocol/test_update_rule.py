@@ -16,10 +16,9 @@ from psdsf_dist.model.random_scenarios import google_cluster, random_scenario
 from psdsf_dist.model.scenario import Mode, Scenario, load_scenario
 from psdsf_dist.policies.class_merge import merge_classes
 from psdsf_dist.protocol import update_rule
-from psdsf_dist.protocol.classes import ClassKnowledge, server_classes
+from psdsf_dist.protocol.classes import ClassKnowledge, server_classes, slot_knowledge
 from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.protocol.convergence import final_run_of_holds
-from psdsf_dist.protocol.node import class_knowledge
 from psdsf_dist.protocol.update_rule import (
     DEFAULT_RULE,
     EXIT_AFTER,
@@ -513,12 +512,20 @@ def test_a_certified_solution_is_a_fixed_point_of_the_class_rule(slotted: bool) 
     rule = make_rule("class")
     servers = np.arange(scenario.num_servers, dtype=np.int64)
     for i in range(scenario.num_servers):
-        klass = (class_knowledge(classes, i, X[:, i], zip(servers.tolist(), X.T, strict=True))
-                 if slotted else None)
+        tot, klass = x, None
+        if slotted:  # every class heard at its own slot phase, as on the grid
+            phase = [classes.rank(j) / classes.num_classes for j in servers.tolist()]
+            heard = [p - 1.0 for p in phase]  # each class's latest slot, a period ago at most
+            known = slot_knowledge(classes, i, X[:, i],
+                                   zip(servers.tolist(), X.T, heard, strict=True),
+                                   x, phase[i], 1.0)
+            assert known is not None
+            klass, tot = known
+            np.testing.assert_allclose(tot, x, rtol=1e-12, atol=1e-12)
         view = replace(server_view(scenario, i, "rdm"), holders=holders, klass=klass)
         state = rule.initial_state(scenario.num_users)
         for _ in range(3):
-            col, state = rule.update(state, view, x, X[:, i])
+            col, state = rule.update(state, view, tot, X[:, i])
             scale = max(1.0, float(np.abs(X[:, i]).max()))
             assert np.allclose(col, X[:, i], rtol=1e-9, atol=1e-9 * scale)
 

@@ -675,7 +675,7 @@ _FACTORIES: dict[str, RuleFactory] = {
     "class": ClassRule,
 }
 RULES: tuple[str, ...] = tuple(_FACTORIES)
-DEFAULT_RULE = "split"
+DEFAULT_RULE = "class"
 
 
 def make_rule(name: str = DEFAULT_RULE, **params: float) -> UpdateRule:

@@ -28,7 +28,7 @@ def test_run_prints_the_solve_json_with_event_times(capsys: pytest.CaptureFixtur
     out, err = capsys.readouterr()
     assert status == 0, err
     doc = json.loads(out)
-    assert doc["policy"] == "psdsf-ray/split" and doc["certificate"]["holds"]
+    assert doc["policy"] == "psdsf-ray/class" and doc["certificate"]["holds"]
     assert [e["event"] for e in doc["events"]] == ["start", "user u1 weight set to 3"]
     assert doc["events"][-1]["rounds_to_converge"] is not None
     assert set(doc["events"][-1]["rounds_within"]) == {"0.05", "0.01", "0.001"}

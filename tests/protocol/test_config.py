@@ -13,7 +13,7 @@ from psdsf_dist.protocol.config import (
     TTL_PERIODS,
     ProtocolConfig,
 )
-from psdsf_dist.protocol.update_rule import DEFAULT_RULE, SplitGain
+from psdsf_dist.protocol.update_rule import DEFAULT_RULE, ClassRule
 from psdsf_dist.runtime.settings import RunConfig
 from psdsf_dist.simulator.simulation import SimConfig
 
@@ -26,7 +26,7 @@ def test_defaults_are_valid_and_shared_by_both_drivers() -> None:
     assert RunConfig().protocol == SimConfig().protocol == p
     assert (p.fanout, p.gossip_rate, p.jitter, p.hold, p.rtol) == (4, 4, 0.2, DEFAULT_HOLD,
                                                                   CONVERGENCE_RTOL)
-    assert p.rule == DEFAULT_RULE and isinstance(p.make_rule(), SplitGain)
+    assert p.rule == DEFAULT_RULE and isinstance(p.make_rule(), ClassRule)
     assert not p.lockstep and ProtocolConfig(jitter=0.0).lockstep
 
 

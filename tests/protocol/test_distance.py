@@ -153,7 +153,8 @@ def test_the_google_mix_run_settles_on_another_ps_dsf_allocation_and_reads_fair(
     scenario = google_cluster(np.random.default_rng(0), K=100, N=100)
     cold = fair_totals(scenario, "rdm")
     assert cold is not None
-    run = simulate(scenario, SimConfig(protocol=ProtocolConfig(seed=0, jitter=0.0),
+    run = simulate(scenario, SimConfig(protocol=ProtocolConfig(seed=0, jitter=0.0,
+                                                               rule="split"),
                                        gossip="snapshot", rounds=50))
     found = solve(scenario, "rdm", start=run.allocation)
     assert relative_gap(found.totals, cold) > 0.01  # another PS-DSF allocation, 1-2 % above

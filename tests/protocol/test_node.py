@@ -246,8 +246,9 @@ def test_class_rule_servers_update_in_their_class_slot_on_the_period_grid() -> N
         assert updates == pytest.approx([node.slot + t for t in range(4)])
     cols = allocation(nodes)
     assert np.allclose(cols[:, :3], cols[:, [0]]) and np.allclose(cols[:, 3:], cols[:, [3]])
-    assert ServerNode(nodes[0].name, 1, nodes[0].table, ProtocolConfig(),
-                      ProtocolConfig().make_rule()).slot is None  # only the class rule
+    split = ProtocolConfig(rule="split")
+    assert ServerNode(nodes[0].name, 1, nodes[0].table, split,
+                      split.make_rule()).slot is None  # only the class rule
     slow = ProtocolConfig(rule="class", fanout=2)  # and only with the defaults' gossip or more
     assert ServerNode(nodes[0].name, 1, nodes[0].table, slow, slow.make_rule()).slot is None
 

@@ -81,8 +81,8 @@ PROVENANCE = (
     "and paper with `--sim-google 100:5 --churn 1 --paper 1` (two workers, 2 min), K=1000 "
     "with `--sim-google 1000:5` (two workers, 80 min, 21-30 s a round on the loaded "
     "machine), K=12583 with `--snap-google 12583:1` (the simulator's snapshot model: what "
-    "`simulate` picks above 2,000 servers), each alone (`--google \"\"` and the other "
-    "options at 0 or empty).")
+    "`simulate` picks above 2,000 servers), the suite with `--sim-suite 200` (two workers, "
+    "27 min), each alone (`--google \"\"` and the other options at 0 or empty).")
 
 
 def google(K: int, seed: int, churn: bool = False) -> Scenario:

@@ -62,7 +62,7 @@ from psdsf_dist.protocol.config import ProtocolConfig
 from psdsf_dist.protocol.distance import forget
 from psdsf_dist.protocol.update_rule import make_rule
 from psdsf_dist.simulator.lockstep import run, sequential
-from psdsf_dist.simulator.simulation import AUTO_SNAPSHOT_ABOVE, SimConfig, simulate
+from psdsf_dist.simulator.simulation import SimConfig, simulate
 
 NAME = "class_rule"
 CSV = RESULTS / f"{NAME}.csv"
@@ -104,8 +104,7 @@ def sim_job(case: str, seed: int | None, K: int, cap: int, snapshot: bool = Fals
     began = time.perf_counter()
     res = simulate(sc, SimConfig(protocol=protocol, rounds=cap, stop_after_hold=HOLD,
                                  gossip="snapshot" if snapshot else "auto"))
-    modelled = snapshot or sc.num_servers > AUTO_SNAPSHOT_ABOVE  # what "auto" picks
-    return sim_rows(name, seed, sc, res, cap, SETTINGS[1 if modelled else 0],
+    return sim_rows(name, seed, sc, res, cap, SETTINGS[1 if res.gossip == "snapshot" else 0],
                     time.perf_counter() - began)
 
 

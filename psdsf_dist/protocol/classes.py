@@ -112,6 +112,16 @@ def slot_of(classes: ClassMap, server: int, max_slots: int = MAX_SLOTS) -> float
     return classes.rank(server) / n
 
 
+def previous_class(classes: ClassMap, server: int) -> int | None:
+    """The class acting in the slot just before ``server``'s (the last one of the period for
+    the first class): whom a member pulls from before its slot.  None when its class is the
+    only one."""
+    live = np.flatnonzero(classes.count > 0)
+    if len(live) < 2 or not classes.present[server]:
+        return None
+    return int(live[(classes.rank(server) - 1) % len(live)])
+
+
 @dataclass(frozen=True)
 class ClassKnowledge:
     """What one member knows about its class when the class acts in its slot (from gossip,

@@ -42,6 +42,7 @@ predecessor's column is never revived, and stops counting wherever the new one i
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -53,6 +54,7 @@ from psdsf_dist.errors import FeasibilityError
 from psdsf_dist.protocol.classes import (
     ClassKnowledge,
     ClassMap,
+    previous_class,
     slot_knowledge,
     slot_of,
 )
@@ -86,6 +88,10 @@ many exchanges started per period (``gossip_rate * fanout``; the defaults' 4 x 4
 fewer, the slotted best response acts on stale columns and swings (measured in
 ``docs/class_rule.md``), so servers keep random phases and the class rule its ``split``
 step."""
+PULL_BEFORE_SLOT = 0.5
+"""A slotted member pulls from a member of the class acting just before its own this many
+slots before its own slot: after that class has acted (half a slot of slack for a late
+actor, the guard's tolerance) and early enough for the reply to arrive before the slot."""
 
 
 def server_seed(seed: int, name: str, incarnation: int) -> int:
@@ -235,6 +241,11 @@ class ServerNode:
     """Phase (fraction of a period) of its class's updates; None: a random phase."""
     anchor: float = 0.0
     """Time of its first update; slotted updates come at ``anchor + n T``."""
+    pull_from: int | None = field(init=False)
+    """The class acting in the slot before its own, which it pulls from before its slot
+    (slotted only; None: no slot, or its class is the only one)."""
+    pull_at: float | None = None
+    """Time of its next pre-slot pull."""
 
     def __post_init__(self) -> None:
         self.rng = np.random.default_rng(server_seed(self.config.seed, self.name,
@@ -266,6 +277,7 @@ class ServerNode:
         cfg = self.config
         fast = cfg.gossip_rate * cfg.fanout >= SLOT_MIN_EXCHANGES
         self.slot = slot_of(self.classes, i) if uses_classes(self.rule) and fast else None
+        self.pull_from = None if self.slot is None else previous_class(self.classes, i)
 
     def _where(self, now: float) -> str:
         return f"server {self.name} at t={now:g}"
@@ -294,6 +306,7 @@ class ServerNode:
         if self.slot is not None:  # move its updates (later, never earlier) to its class's slot
             T = self.config.period
             self.anchor += (self.slot * T - self.anchor) % T
+        self.pull_at = self._next_pull(now)
         col = feasible_column(self.view, self.gossip.column)
         check_column(self.view, col, self._where(now))
         self.gossip.set_column(col, now)
@@ -308,10 +321,27 @@ class ServerNode:
         if self.slot is not None:  # the next instant n T + slot T of the cluster's grid
             phase = (self.slot - now / T) % 1.0 * T
         self.target = self.anchor = now + phase
-        return self.target
+        self.pull_at = self._next_pull(now)
+        return self._next_at()
+
+    def _next_pull(self, after: float) -> float | None:
+        """The first pre-slot pull at or after ``after``: ``PULL_BEFORE_SLOT`` of a slot before
+        each slotted update (``anchor + n T``)."""
+        if self.slot is None or self.pull_from is None:
+            return None
+        T = self.config.period
+        first = self.anchor - PULL_BEFORE_SLOT * T / max(self.classes.num_classes, 1)
+        return first + max(math.ceil((after - first) / T), 0) * T
+
+    def _next_at(self) -> float:
+        return self.target if self.pull_at is None else min(self.target, self.pull_at)
 
     def wake(self, now: float) -> Wake:
-        """One gossip round: the update if one is due, then exchanges with random peers."""
+        """One gossip round (the update if one is due, then exchanges with random peers), or,
+        when it is the time of the pre-slot pull, that pull alone."""
+        if self.pull_at is not None and self.pull_at <= now < self.target:
+            self.pull_at = self._next_pull(self.pull_at + 0.5 * self.config.period)
+            return Wake(self.pull(), self._next_at(), False)
         cfg = self.config
         updated = self.wakes % cfg.gossip_rate == 0
         if updated:
@@ -325,7 +355,9 @@ class ServerNode:
             # slotted: updates on the grid, whatever the jitter of the gossip rounds between
             self.target = max(self.anchor + (self.wakes // cfg.gossip_rate) * cfg.period,
                               now - cfg.period)
-        return Wake(exchanges, self.target, updated)
+        if self.pull_at is not None and self.pull_at < now:  # missed (a late wake): skipped
+            self.pull_at = self._next_pull(now)
+        return Wake(exchanges, self._next_at(), updated)
 
     def update(self, now: float) -> FloatArray:
         """Expire silent peers, run the update rule on the gossiped totals, publish the column.
@@ -377,12 +409,28 @@ class ServerNode:
             return ()
         k = min(self.config.fanout, len(members))
         chosen = self.rng.choice(len(members), size=k, replace=False)
+        return self._syns([members[int(j)] for j in chosen])
+
+    def pull(self) -> tuple[tuple[str, Syn], ...]:
+        """The pre-slot pull: one exchange with a random live member of the class acting just
+        before its own (:attr:`pull_from`), whose reply brings that class's new column — and,
+        as that member pulled the same way before its own slot, the latest columns of the
+        classes before it.  Nothing if it knows no live member of that class."""
+        index = self.table.server_indices
+        member = self.classes.member_class
+        peers = [o for o in self.gossip.members() if o != self.origin
+                 and (i := index.get(server_of(o))) is not None and member[i] == self.pull_from]
+        if not peers:
+            return ()
+        return self._syns([peers[int(self.rng.integers(len(peers)))]])
+
+    def _syns(self, peers: list[str]) -> tuple[tuple[str, Syn], ...]:
         g = self.gossip
         out = []
-        for j in chosen:
+        for peer in peers:
             syn = Syn(g.digest(), Delta(self.origin, (g.own_entry(),)))
             self.traffic.sent(syn.size_bytes())
-            out.append((members[int(j)], syn))
+            out.append((peer, syn))
         return tuple(out)
 
     def receive(self, message: Message, now: float) -> Message | None:

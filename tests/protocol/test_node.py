@@ -73,7 +73,7 @@ def test_seeds_are_per_server_and_per_incarnation_and_stable() -> None:
 
 
 def test_wakes_follow_the_period_gossip_rate_and_jitter() -> None:
-    config = ProtocolConfig(period=2.0, gossip_rate=4, jitter=0.2)
+    config = ProtocolConfig(period=2.0, gossip_rate=4, jitter=0.2, rule="split")  # no slots
     _, nodes = cluster(load_scenario(SMALL), config)
     node = nodes[0]
     first = node.first_wake(10.0)
@@ -235,15 +235,21 @@ def test_class_rule_servers_update_in_their_class_slot_on_the_period_grid() -> N
     config = ProtocolConfig(rule="class", jitter=0.2)
     _, nodes = cluster(sc, config)
     assert [n.slot for n in nodes] == [0.0, 0.0, 0.0, 0.5, 0.5]
-    assert [n.first_wake(0.0) for n in nodes] == [0.0, 0.0, 0.0, 0.5, 0.5]
+    # class b's first wake is its pull, half a slot before its slot
+    assert [n.first_wake(0.0) for n in nodes] == [0.0, 0.0, 0.0, 0.25, 0.25]
     for node in nodes:
-        updates = []
-        for _ in range(4 * config.gossip_rate):
-            at = node.target
-            if node.wake(at).updated:
+        updates, pulls, at = [], [], node.anchor
+        while at < 4.0:
+            woke = node.wake(at)
+            if woke.updated:
                 updates.append(at)
+            elif len(woke.exchanges) == 1:
+                pulls.append(at)
+            at = woke.next_at
         assert node.slot is not None
         assert updates == pytest.approx([node.slot + t for t in range(4)])
+        due = (node.slot + t - 0.25 for t in range(1, 5))
+        assert pulls == pytest.approx([t for t in due if t < 4.0])
     cols = allocation(nodes)
     assert np.allclose(cols[:, :3], cols[:, [0]]) and np.allclose(cols[:, 3:], cols[:, [3]])
     split = ProtocolConfig(rule="split")
@@ -251,6 +257,41 @@ def test_class_rule_servers_update_in_their_class_slot_on_the_period_grid() -> N
                       split.make_rule()).slot is None  # only the class rule
     slow = ProtocolConfig(rule="class", fanout=2)  # and only with the defaults' gossip or more
     assert ServerNode(nodes[0].name, 1, nodes[0].table, slow, slow.make_rule()).slot is None
+
+
+def test_a_slotted_server_pulls_from_the_previous_class_half_a_slot_before_its_slot() -> None:
+    """Before its slot a member pulls from one member of the class that acted just before:
+    the reply brings that class's new column, however the class's own exchanges went."""
+    sc = Scenario.from_dict({
+        "resources": ["cpu"],
+        "servers": [{"name": "a", "count": 3, "capacity": {"cpu": 1}},
+                    {"name": "b", "count": 2, "capacity": {"cpu": 2}}],
+        "users": [{"name": "u", "demand": {"cpu": 0.1}}, {"name": "v", "demand": {"cpu": 0.3}}],
+    })
+    _, nodes = cluster(sc, ProtocolConfig(rule="class", jitter=0.2))
+    by = {n.origin: n for n in nodes}
+    a, b = nodes[0], nodes[3]
+    assert [n.pull_from for n in nodes] == [1, 1, 1, 0, 0]
+    assert a.first_wake(0.0) == 0.0  # its slot; its pull (half a slot before) is at 0.75
+    assert b.first_wake(0.0) == pytest.approx(0.25)  # the pull comes first
+    for n in nodes[:3]:
+        if n is not a:
+            n.first_wake(0.0)
+        assert n.wake(0.0).updated  # class a acts; its exchanges are all lost
+        assert n.column.sum() > 0
+    woke = b.wake(0.25)
+    assert not woke.updated and b.rounds == 0 and len(woke.exchanges) == 1
+    assert woke.next_at == pytest.approx(0.5)  # then its slot
+    peer, syn = woke.exchanges[0]
+    assert peer in {n.origin for n in nodes[:3]}  # a member of the previous class
+    ack = by[peer].receive(syn, 0.25)
+    assert isinstance(ack, Ack)
+    b.receive(ack, 0.25)
+    heard = {o: (c, at) for o, c, at in b.gossip.counted()}
+    assert np.allclose(heard[peer][0], by[peer].column) and heard[peer][1] == 0.0
+    woke = b.wake(0.5)
+    assert woke.updated and b.rounds == 1 and woke.next_at < 1.25  # next: a gossip round
+    assert b.pull_at == pytest.approx(1.25) and a.pull_at == pytest.approx(0.75)
 
 
 def test_a_server_moves_its_updates_to_its_class_new_slot_when_the_classes_change() -> None:

@@ -21,7 +21,9 @@ within one slot: slots are used while ``C <= MAX_SLOTS`` (slots of at least T / 
 times the median column delay of the default gossip, four rounds per period to four peers:
 ``docs/class_rule.md``); with more classes, or slower gossip than the defaults
 (:data:`psdsf_dist.protocol.node.SLOT_MIN_EXCHANGES`), every server keeps its random phase
-and the class rule is ``split``.
+and the class rule is ``split``.  Half a slot before its slot a member pulls from a member of
+the class acting just before (:func:`previous_class`; :meth:`psdsf_dist.protocol.node.
+ServerNode.pull`), so the latest slots' columns reach it whatever random gossip brought.
 
 What a member acting in its slot is given (:func:`slot_knowledge`): its class's live member
 count and its members' columns summed, and totals in which every *other* class stands at the

@@ -33,7 +33,11 @@ class's size and its members' columns summed from what gossip carries, with tota
 every other class stands at the column it took in its latest slot
 (:func:`~psdsf_dist.protocol.classes.slot_knowledge`); without a slot, or when the heartbeats
 show that another class acted at its own phase (classes not taking turns), the rule is given
-nothing of the class (it then runs ``split``).
+nothing of the class (it then runs ``split``).  Half a slot before its slot a slotted server
+also *pulls*: one exchange with a random live member of the class whose slot comes just before
+its own (:meth:`ServerNode.pull`), so that it acts on that class's new column — and, by the same
+pull one slot earlier, on the classes' before it — whatever random gossip brought by then
+(``docs/class_rule.md``).  That wake-up does nothing else.
 
 A restarted server is a new *incarnation* with a new gossip origin (``s3#1``): its crashed
 predecessor's column is never revived, and stops counting wherever the new one is heard

@@ -10,7 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from psdsf_dist.model.scenario import Scenario
-from psdsf_dist.protocol.classes import MAX_SLOTS, server_classes, slot_knowledge, slot_of
+from psdsf_dist.protocol.classes import (
+    MAX_SLOTS,
+    previous_class,
+    server_classes,
+    slot_knowledge,
+    slot_of,
+)
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -62,6 +68,21 @@ def test_classes_take_ordered_slots_of_the_period_and_many_classes_take_none() -
     many = cluster([{"name": f"s{j}", "capacity": {"cpu": 1 + j, "mem": 1}}
                     for j in range(MAX_SLOTS + 1)], USERS[:1])
     assert slot_of(server_classes(many), 0) is None
+
+
+def test_a_member_pulls_from_the_class_whose_slot_comes_just_before_its_own() -> None:
+    sc = cluster([{"name": "s", "count": 2, "capacity": {"cpu": 1, "mem": 1}},
+                  {"name": "t", "capacity": {"cpu": 2, "mem": 1}},
+                  {"name": "u", "count": 2, "capacity": {"cpu": 3, "mem": 1}}], USERS[:1])
+    cm = server_classes(sc)
+    prev = [previous_class(cm, i) for i in range(5)]
+    assert prev == [cm.member_class[3], cm.member_class[3], cm.member_class[0],
+                    cm.member_class[2], cm.member_class[2]]  # the first: the period's last
+    down = server_classes(sc, np.array([True, True, False, True, True]))
+    assert previous_class(down, 3) == down.member_class[0]  # an absent class has no slot
+    assert previous_class(down, 2) is None
+    alone = cluster([{"name": "s", "count": 3, "capacity": {"cpu": 1, "mem": 1}}], USERS[:1])
+    assert previous_class(server_classes(alone), 0) is None  # one class: nobody to pull from
 
 
 THREE = cluster([{"name": "s", "count": 3, "capacity": {"cpu": 1, "mem": 1}},

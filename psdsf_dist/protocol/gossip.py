@@ -186,6 +186,11 @@ class _Known:
     signs: int = 0  # non-zero entries of moves
     superseded: bool = False  # a newer incarnation of its server was heard of (see _hear_of)
 
+    @property
+    def counted(self) -> bool:
+        """Whether its column counts in the totals: neither left nor expired."""
+        return not self.left and not self.expired
+
 
 def _frozen(column: FloatArray) -> FloatArray:
     if isinstance(column, np.ndarray) and not column.flags.writeable and column.dtype == float:
@@ -241,7 +246,7 @@ class GossipState:
         old_moves = self._padded(me.moves)
         if me.left or not np.array_equal(old, new) or not np.array_equal(old_moves, moves):
             me.column_version = me.heartbeat
-            self._count(old, new, me.expired or me.left, False)
+            self._count(old, new, not me.counted, False)
             me.column = _frozen(new)
             me.signs = int(np.count_nonzero(moves))
             me.moves = _frozen(moves) if me.signs else _EMPTY
@@ -263,7 +268,7 @@ class GossipState:
         me = self._known[self.origin]
         me.heartbeat += 1
         me.column_version = me.heartbeat
-        self._count(self._padded(me.column), np.zeros(self.num_users), me.expired or me.left, True)
+        self._count(self._padded(me.column), np.zeros(self.num_users), not me.counted, True)
         me.column = _frozen(np.zeros(self.num_users))
         me.moves = _EMPTY
         me.signs = 0
@@ -313,13 +318,12 @@ class GossipState:
 
     def members(self) -> list[str]:
         """Origins currently counted as live (not left, not expired), self included."""
-        return [o for o, k in self._known.items() if not k.left and not k.expired]
+        return [o for o, k in self._known.items() if k.counted]
 
     def ages(self, now: float) -> FloatArray:
         """Seconds since each other counted origin emitted the heartbeat this server knows."""
         out = [now - k.heartbeat_at for o, k in self._known.items()
-               if o != self.origin and not k.left and not k.expired
-               and math.isfinite(k.heartbeat_at)]
+               if o != self.origin and k.counted and math.isfinite(k.heartbeat_at)]
         return np.array(out, dtype=float)
 
     def median_age(self, now: float) -> float | None:
@@ -336,7 +340,7 @@ class GossipState:
         """The counted origins (self included) with their columns and the origin's clock at
         its latest heartbeat heard (NaN: none): what the totals sum."""
         return [(o, self._padded(k.column), k.heartbeat_at) for o, k in self._known.items()
-                if not k.left and not k.expired]
+                if k.counted]
 
     def versions(self) -> dict[str, tuple[int, int, bool]]:
         """origin -> (heartbeat, column_version, left): the merge-relevant state."""
@@ -417,7 +421,7 @@ class GossipState:
                     self.resize(len(col))
                 moves = _EMPTY if e.moves is None else _frozen(e.moves)
                 left = e.left or superseded
-                self._count(self._padded(k.column), self._padded(col), k.left or k.expired,
+                self._count(self._padded(k.column), self._padded(col), not k.counted,
                             left or k.expired)
                 k.column_version = e.column_version
                 k.column = col
@@ -510,7 +514,7 @@ class GossipState:
         column arrives with every message)."""
         if self._counts is None:
             n = self.num_users
-            live = [k for k in self._known.values() if not k.left and not k.expired]
+            live = [k for k in self._known.values() if k.counted]
             cols = [self._padded(k.column) for k in live if k.nonzero]
             holders = (np.array(cols) > 0).sum(axis=0) if cols else np.zeros(n, np.int64)
             signs = [self._padded(k.moves) for k in live if k.signs]
@@ -523,5 +527,5 @@ class GossipState:
         self._updates = 0
         self._totals = np.zeros(self.num_users)
         for k in self._known.values():
-            if not k.left and not k.expired:
+            if k.counted:
                 self._add(self._padded(k.column), 1)

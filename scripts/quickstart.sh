@@ -15,6 +15,6 @@
 # For a real-time run drop --paced and --time-scale (event times then count in seconds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh >&2  # its progress on stderr: stdout is the run's output (--json: JSON only)
 exec .venv/bin/psdsf-dist run psdsf_dist/examples/paper_cluster.yaml --paced --time-scale 0.3 \
     --gossip-rate 4 --fanout 4 --servers-per-actor 40 "$@"

@@ -82,10 +82,14 @@ class ClassMap:
         c = self.member_class[server]
         return np.flatnonzero((self.member_class == c) & self.present).astype(np.int64)
 
+    @property
+    def live(self) -> IntArray:
+        """The classes with present members, in the order of their slots."""
+        return np.flatnonzero(self.count > 0).astype(np.int64)
+
     def rank(self, server: int) -> int:
         """Rank of ``server``'s class among the classes with present members."""
-        live = np.flatnonzero(self.count > 0)
-        return int(np.searchsorted(live, self.member_class[server]))
+        return int(np.searchsorted(self.live, self.member_class[server]))
 
 
 def server_classes(scenario: Scenario, present: BoolArray | None = None) -> ClassMap:
@@ -118,7 +122,7 @@ def previous_class(classes: ClassMap, server: int) -> int | None:
     """The class acting in the slot just before ``server``'s (the last one of the period for
     the first class): whom a member pulls from before its slot.  None when its class is the
     only one."""
-    live = np.flatnonzero(classes.count > 0)
+    live = classes.live
     if len(live) < 2 or not classes.present[server]:
         return None
     return int(live[(classes.rank(server) - 1) % len(live)])

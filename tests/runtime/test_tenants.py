@@ -756,35 +756,45 @@ def test_the_driver_launches_its_calls_into_delegated_slots_as_plain_ray_tasks(
     def echo(x: int) -> int:
         return x
 
+    @t.remote(num_cpus=1)
+    def sleeper(name: str) -> None:  # until released (<= 60 s); Ray interrupts between sleeps
+        (tmp_path / name).touch()
+        end = time.time() + 60.0
+        while time.time() < end and not (tmp_path / "release").exists():
+            time.sleep(0.01)
+
     refs = []
     for i in range(200):  # the first calls go through the queue, which then delegates
         refs.append(echo.remote(i))
         assert ray.get(refs[-1], timeout=30) == i
-    direct = [r for r in refs if launched_by_driver(r)]
-    assert len(direct) >= 150, len(direct)
-    # counted once the driver has seen each end (a moment after ray.get returned)
-    assert wait_for(lambda: t.status().completed == 200, 5.0), t.status()
-    status = t.status()
-    assert status.admitted == 200 and status.failed == 0, status
-
-    @t.remote(num_cpus=1)
-    def sleeper() -> None:
-        (tmp_path / "started").touch()
-        time.sleep(60)
-
-    for _ in range(100):  # up to 20 s for the queue to hold a delegated slot again
-        ref = sleeper.remote()
+    # at once, while the queue may still hold the slots the echo calls used; where it gave
+    # them back (a slot idle for a lease interval goes back), the calls that went through the
+    # queue stay, so that the queue keeps asking until it delegates a slot again
+    through_queue = []
+    for i in range(150):  # up to 30 s
+        ref = sleeper.remote(f"s{i}")
         if launched_by_driver(ref):
             break
-        ray.cancel(ref)
+        through_queue.append(ref)
         time.sleep(0.2)
-    assert launched_by_driver(ref)
-    assert wait_for(lambda: (tmp_path / "started").exists(), 20.0)
+    assert launched_by_driver(ref), (t.status(), run.user_totals())
+    direct = [r for r in refs if launched_by_driver(r)]
+    # most calls: the slot a call freed takes the next (on a loaded machine the driver can be
+    # slow enough between calls for an idle slot to go back now and then)
+    assert len(direct) >= 100, len(direct)
+    assert wait_for(lambda: (tmp_path / f"s{i}").exists(), 20.0)
     assert sum(t.status().delegated.values()) >= 1
     ray.cancel(ref, force=True)  # refused by Ray on the ref of an actor call
     with pytest.raises((ray.exceptions.TaskCancelledError, ray.exceptions.WorkerCrashedError)):
         ray.get(ref, timeout=20)
-    assert wait_for(lambda: t.status().cancelled >= 1, 5.0), t.status()
+    (tmp_path / "release").touch()
+    ray.get(through_queue, timeout=60)
+    # counted once the driver has seen each end (a moment after ray.get returned)
+    total = 200 + len(through_queue)
+    assert wait_for(lambda: t.status().completed == total, 5.0), t.status()
+    assert wait_for(lambda: t.status().cancelled == 1, 5.0), t.status()
+    status = t.status()
+    assert status.admitted == total + 1 and status.failed == 0, status
     t.close()
 
 

@@ -98,6 +98,19 @@ slots before its own slot: after that class has acted (half a slot of slack for 
 actor, the guard's tolerance) and early enough for the reply to arrive before the slot."""
 
 
+def slots_carry(cfg: ProtocolConfig, num_classes: int) -> bool:
+    """Whether gossip under ``cfg`` carries a class's change to the class acting next within
+    one slot (``T / num_classes``), the premise of class slots: enough exchanges per period
+    (:data:`SLOT_MIN_EXCHANGES`) and a transport delay shorter than a slot.  A message held a
+    slot or more reaches the next class after its slot: every class then acts on the others'
+    columns of a period before, the classes' best responses answer each other's old moves,
+    and the run swings (the paper cluster's four classes on totals one period old: no
+    certificate within 30 rounds of any event, against ``split``'s 13 / 3 / 11, measured in
+    ``docs/class_rule.md``).  Without slots the class rule is ``split``."""
+    return (cfg.gossip_rate * cfg.fanout >= SLOT_MIN_EXCHANGES
+            and cfg.delay < cfg.period / max(num_classes, 1))
+
+
 def server_seed(seed: int, name: str, incarnation: int) -> int:
     """A seed per server incarnation, stable across processes (no Python string hashing)."""
     h = 0
@@ -279,8 +292,8 @@ class ServerNode:
         self.classes = table.classes
         i = table.server_index(self.name)
         cfg = self.config
-        fast = cfg.gossip_rate * cfg.fanout >= SLOT_MIN_EXCHANGES
-        self.slot = slot_of(self.classes, i) if uses_classes(self.rule) and fast else None
+        self.slot = slot_of(self.classes, i) \
+            if uses_classes(self.rule) and slots_carry(cfg, self.classes.num_classes) else None
         self.pull_from = None if self.slot is None else previous_class(self.classes, i)
 
     def _where(self, now: float) -> str:

@@ -22,6 +22,7 @@ from psdsf_dist.protocol.node import (
     Syn,
     seed_peers,
     server_seed,
+    slots_carry,
 )
 from tests.conftest import SMALL_CLUSTER as SMALL
 
@@ -257,6 +258,12 @@ def test_class_rule_servers_update_in_their_class_slot_on_the_period_grid() -> N
                       split.make_rule()).slot is None  # only the class rule
     slow = ProtocolConfig(rule="class", fanout=2)  # and only with the defaults' gossip or more
     assert ServerNode(nodes[0].name, 1, nodes[0].table, slow, slow.make_rule()).slot is None
+    # and only while a message takes less than a slot (two classes: T / 2)
+    for delay, slotted in ((0.49, True), (0.5, False), (2.0, False)):
+        held = ProtocolConfig(rule="class", delay=delay)
+        node = ServerNode(nodes[0].name, 1, nodes[0].table, held, held.make_rule())
+        assert (node.slot is not None) is slotted, delay
+        assert slots_carry(held, 2) is slotted
 
 
 def test_a_slotted_server_pulls_from_the_previous_class_half_a_slot_before_its_slot() -> None:

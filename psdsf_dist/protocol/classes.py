@@ -19,10 +19,10 @@ period (all members at once), so that each class sees the others' latest columns
 Gauss-Seidel order among classes.  That needs gossip to carry a class's change to the others
 within one slot: slots are used while ``C <= MAX_SLOTS`` (slots of at least T / 10, about 1.5
 times the median column delay of the default gossip, four rounds per period to four peers:
-``docs/class_rule.md``); with more classes, or slower gossip than the defaults
-(:data:`psdsf_dist.protocol.node.SLOT_MIN_EXCHANGES`), every server keeps its random phase
-and the class rule is ``split``.  Half a slot before its slot a member pulls from a member of
-the class acting just before (:func:`previous_class`; :meth:`psdsf_dist.protocol.node.
+``docs/class_rule.md``); with more classes, slower gossip than the defaults or messages
+held a slot or more (:func:`psdsf_dist.protocol.node.slots_carry`), every server keeps its
+random phase and the class rule is ``split``.  Half a slot before its slot a member pulls from
+a member of the class acting just before (:func:`previous_class`; :meth:`psdsf_dist.protocol.node.
 ServerNode.pull`), so the latest slots' columns reach it whatever random gossip brought.
 
 What a member acting in its slot is given (:func:`slot_knowledge`): its class's live member

@@ -1,5 +1,5 @@
 """Does ``simulate`` with no protocol options predict ``run``?  One table over seeded random
-scenarios: the simulator's defaults, the lock-step snapshot model, and paced runs on Ray.
+scenarios: the simulator's defaults, the snapshot model, and paced runs on Ray.
 
 Scenarios: like the ones a new user would try — K = 10..58 servers, N = 2..9 users, M = 1..4
 resources, with placement constraints, weights and caps (``random_scenario``), one per seed.
@@ -8,8 +8,10 @@ certificate (rtol 1e-3) has held ``hold`` rounds in a row):
 
 * ``simulate`` defaults: ``ProtocolConfig()`` — the protocol message by message, random phases
   with jitter 0.2, fanout 4, four gossip rounds per period, no injected delay;
-* lock-step snapshot: every server at the same instants on the true totals one round stale
-  (``gossip="snapshot"``, jitter 0) — the hard case the rule was designed on;
+* snapshot model (``gossip="snapshot"``, jitter 0): a server alone in its class, or whose
+  class has no slot, acts with every other at the same instants on the true totals one round
+  stale — the hard case the per-server rule was designed on; a class with a slot acts at its
+  slot instant on the columns as they stand there (what slots assume of gossip);
 * ``run`` on Ray: the same defaults, paced (manual clock), servers spread over three actors so
   that messages between actors go through Ray (``--ray N``: the first N scenarios; off with 0).
 
@@ -119,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
     rows.sort(key=lambda r: (r["setting"], r["seed"]))
     write_csv(RESULTS / f"{NAME}.csv", rows)
     label = {"defaults": "`simulate` defaults (message-level, random phases)",
-             "snapshot": "lock-step snapshot (totals one round stale)",
+             "snapshot": "snapshot model (lock-step; classes in their slots)",
              "ray": f"`run` on Ray, paced, {ACTORS} actors (defaults)"}
     body = []
     for setting in ("defaults", "snapshot", "ray"):

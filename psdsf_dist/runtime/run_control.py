@@ -189,6 +189,15 @@ class RunControl:
                                    for s in got.missing_restart))
         if got.missing_restart:
             await self.spawn(list(got.missing_restart))
+        # what the endpoint, reopened next, serves until the next observation: the rebuilt
+        # membership and the last journaled certificate (an empty page would read as no run)
+        churn = self.state()
+        self.metrics.metrics.set_membership(int(churn.servers_present.sum()),
+                                            int(churn.users_present.sum()))
+        if self.observations:
+            last = self.observations[-1]
+            self.metrics.metrics.set_certificate(last.residual, last.holds, last.cap_excess,
+                                                 last.distance)
 
     def authorised(self, secret: str | None) -> bool:
         return secret_ok(self.secret, secret)
